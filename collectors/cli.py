@@ -1,0 +1,132 @@
+"""``latpred device`` and ``latpred collect {shapes,ops,models,card}``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from predictor.precision import PRECISIONS
+
+DEVICE_CHOICE = click.Choice(["auto", "cuda", "cpu"])
+
+
+def _fail(exc: Exception) -> None:
+    raise click.ClickException(str(exc)) from None
+
+
+@click.command()
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the fingerprint as JSON")
+def device(device: str, as_json: bool) -> None:
+    """Fingerprint the GPU (or, without one, the CPU) that a sweep would measure."""
+    from collectors.fingerprint import read_fingerprint
+
+    try:
+        fp = read_fingerprint(device)
+    except RuntimeError as exc:
+        _fail(exc)
+    info = fp.as_dict()
+    if as_json:
+        click.echo(json.dumps(info, indent=1))
+        return
+    for note in fp.notes:
+        click.echo(f"note: {note}")
+    for key, value in info.items():
+        if key != "notes" and value is not None:
+            click.echo(f"{key:>18}: {value}")
+
+
+@click.group()
+def collect() -> None:
+    """Measure operators and whole models into a dataset."""
+
+
+@collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True)
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+def shapes(out: Path, device: str) -> None:
+    """Extract the layer shapes of the zoo's models (needs torchvision and transformers)."""
+    from collectors.campaign import collect_shapes
+    from collectors.zoo import ZOO
+
+    summary = collect_shapes(out, device, list(ZOO))
+    click.echo(json.dumps({k: summary[k] for k in ("shapes", "models", "failures")}, indent=1))
+
+
+@collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
+              help="dataset root; rows go to OUT/<device-id>/ops")
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--target", type=click.IntRange(min=1), default=44_000, show_default=True,
+              help="configurations to draw")
+@click.option("--families", default="", help="comma-separated families (default: all)")
+@click.option("--precisions", default=",".join(PRECISIONS), show_default=True)
+@click.option("--budget-s", type=click.FloatRange(min=0), default=None,
+              help="stop cleanly after this many seconds (resume later)")
+@click.option("--flush-every", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--max-bytes", type=click.FloatRange(min=1), default=3e9, show_default=True,
+              help="skip batches whose fp32 working set exceeds this")
+@click.option("--max-flops", type=click.FloatRange(min=1), default=3e11, show_default=True,
+              help="skip batches whose arithmetic exceeds this")
+def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str,
+        budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float) -> None:
+    """Sweep operator configurations; resumes where an earlier run stopped."""
+    from collectors.campaign import collect_ops
+    from collectors.sampler import SamplerSettings
+    from predictor.catalogue import FAMILIES, get_family
+    from predictor.precision import get_precision
+
+    try:
+        fams = tuple(f.strip() for f in families.split(",") if f.strip()) or tuple(FAMILIES)
+        for f in fams:
+            get_family(f)
+        precs = tuple(get_precision(p.strip()).name for p in precisions.split(",") if p.strip())
+        settings = SamplerSettings(seed=seed, target_configs=target, families=fams,
+                                   precisions=precs, max_bytes=max_bytes, max_flops=max_flops)
+        report = collect_ops(out, device, settings, budget_s, flush_every)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"ops: {report.measured} measured ({report.failed} failed), {report.already_done} "
+               f"already on disk, {report.per_second:.1f} configs/s, stopped: {report.stopped}")
+
+
+@collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True)
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+@click.option("--models", default="", help="comma-separated zoo models (default: the whole zoo)")
+@click.option("--batches", default="1,8,32,128", show_default=True)
+@click.option("--precisions", default="fp32,fp16,bf16", show_default=True)
+@click.option("--budget-s", type=click.FloatRange(min=0), default=None)
+def models(out: Path, device: str, models: str, batches: str, precisions: str,
+           budget_s: float | None) -> None:
+    """Time zoo models eagerly and as CUDA graphs, with kernel breakdowns; resumable."""
+    from collectors.campaign import collect_models
+    from collectors.zoo import ZOO, get_zoo_model
+    from predictor.precision import get_precision
+
+    try:
+        names = [m.strip() for m in models.split(",") if m.strip()] or list(ZOO)
+        for name in names:
+            get_zoo_model(name)
+        batch_sizes = tuple(int(b) for b in batches.split(","))
+        if any(b < 1 for b in batch_sizes):
+            raise ValueError(f"--batches must be positive integers, got {batches!r}")
+        precs = tuple(get_precision(p.strip()).name for p in precisions.split(","))
+        report = collect_models(out, device, names, batch_sizes, precs, budget_s)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"models: {report.measured} units measured ({report.failed} with a failure), "
+               f"{report.already_done} already on disk, stopped: {report.stopped}")
+
+
+@collect.command()
+@click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def card(dataset: Path) -> None:
+    """Write DATASET/README.md, the dataset card, from the data and the sweep log."""
+    from collectors.card import write_card
+
+    path = write_card(dataset)
+    click.echo(f"wrote {path}")

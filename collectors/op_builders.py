@@ -1,0 +1,205 @@
+"""Build a runnable call of each operator family, with its inputs allocated on the device.
+
+One builder per family in ``predictor.catalogue``, keyed by family name. Builders use nn.Module
+layers where real models do (conv, linear, norms, pooling, activations, embedding), so eager
+dispatch time includes the module call a model pays, and tensor functions elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from predictor.catalogue import get_family
+
+OpCall = Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """Everything needed to materialise one configuration."""
+
+    family: str
+    params: Mapping[str, int]
+    variant: str
+    layout: str
+    batch: int
+    dtype: torch.dtype
+    device: torch.device
+
+
+Builder = Callable[[BuildSpec], OpCall]
+BUILDERS: dict[str, Builder] = {}
+
+
+def builder(family: str) -> Callable[[Builder], Builder]:
+    """Register the builder for ``family`` (which must exist in the catalogue)."""
+    get_family(family)
+
+    def register(fn: Builder) -> Builder:
+        BUILDERS[family] = fn
+        return fn
+
+    return register
+
+
+def build(spec: BuildSpec) -> OpCall:
+    """Check the configuration against the catalogue, then build its call."""
+    get_family(spec.family).check(spec.params, spec.variant, spec.layout)
+    return BUILDERS[spec.family](spec)
+
+
+def _randn(spec: BuildSpec, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, device=spec.device, dtype=spec.dtype)
+
+
+def _image(spec: BuildSpec, c: int, h: int, w: int) -> torch.Tensor:
+    x = _randn(spec, spec.batch, c, h, w)
+    return x.contiguous(memory_format=torch.channels_last) if spec.layout == "nhwc" else x
+
+
+def _on(spec: BuildSpec) -> dict[str, Any]:
+    """Factory kwargs that create a layer's weights on the device: initialising large layers on
+    the CPU and copying them over would cost more than measuring them."""
+    return {"device": spec.device, "dtype": spec.dtype}
+
+
+def _module(spec: BuildSpec, module: nn.Module) -> nn.Module:
+    module = module.eval()
+    if spec.layout == "nhwc":
+        module = module.to(memory_format=torch.channels_last)
+    return module
+
+
+@builder("conv2d")
+def _conv(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], p["stride"],
+                                   padding=p["kernel"] // 2, groups=p["groups"], **_on(spec)))
+    x = _image(spec, p["c_in"], p["h"], p["w"])
+    return lambda: conv(x)
+
+
+@builder("linear")
+def _linear(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    layer = _module(spec, nn.Linear(p["k"], p["n"], **_on(spec)))
+    x = _randn(spec, spec.batch, p["tokens"], p["k"])
+    return lambda: layer(x)
+
+
+@builder("matmul")
+def _matmul(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    a = _randn(spec, spec.batch, p["heads"], p["m"], p["k"])
+    b = _randn(spec, spec.batch, p["heads"], p["k"], p["n"])
+    return lambda: torch.matmul(a, b)
+
+
+@builder("sdpa")
+def _sdpa(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    q = _randn(spec, spec.batch, p["heads"], p["seq_q"], p["head_dim"])
+    k = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
+    v = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
+    causal = bool(p["causal"])
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+
+@builder("batch_norm")
+def _batch_norm(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    bn = nn.BatchNorm2d(p["c"], **_on(spec))
+    bn.running_mean.uniform_(-1, 1)
+    bn.running_var.uniform_(0.5, 2)
+    bn = _module(spec, bn)
+    x = _image(spec, p["c"], p["h"], p["w"])
+    return lambda: bn(x)
+
+
+@builder("layer_norm")
+def _layer_norm(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    ln = _module(spec, nn.LayerNorm(p["c"], **_on(spec)))
+    x = _randn(spec, spec.batch, p["tokens"], p["c"])
+    return lambda: ln(x)
+
+
+@builder("group_norm")
+def _group_norm(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    gn = _module(spec, nn.GroupNorm(p["groups"], p["c"], **_on(spec)))
+    x = _image(spec, p["c"], p["h"], p["w"])
+    return lambda: gn(x)
+
+
+@builder("softmax")
+def _softmax(spec: BuildSpec) -> OpCall:
+    x = _randn(spec, spec.batch, spec.params["rows"], spec.params["c"])
+    return lambda: torch.softmax(x, dim=-1)
+
+
+ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU, "sigmoid": nn.Sigmoid, "tanh": nn.Tanh,
+    "hardswish": nn.Hardswish, "hardsigmoid": nn.Hardsigmoid, "clamp": lambda: nn.Hardtanh(0.0, 6.0),
+}
+
+
+@builder("activation")
+def _activation(spec: BuildSpec) -> OpCall:
+    act = ACTIVATION_MODULES[spec.variant]()
+    x = _randn(spec, spec.batch, spec.params["elements"])
+    return lambda: act(x)
+
+
+@builder("binary")
+def _binary(spec: BuildSpec) -> OpCall:
+    a = _randn(spec, spec.batch, spec.params["elements"])
+    b = _randn(spec, spec.batch, spec.params["elements"])
+    return (lambda: a + b) if spec.variant == "add" else (lambda: a * b)
+
+
+@builder("pool")
+def _pool(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    if spec.variant == "max":
+        pool: nn.Module = nn.MaxPool2d(p["kernel"], p["stride"], padding=p["kernel"] // 2)
+    elif spec.variant == "avg":
+        pool = nn.AvgPool2d(p["kernel"], p["stride"], padding=p["kernel"] // 2)
+    else:
+        pool = nn.AdaptiveAvgPool2d(1)
+    x = _image(spec, p["c"], p["h"], p["w"])
+    return lambda: pool(x)
+
+
+@builder("embedding")
+def _embedding(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    table = _module(spec, nn.Embedding(p["vocab"], p["c"], **_on(spec)))
+    ids = torch.randint(0, p["vocab"], (spec.batch, p["tokens"]), device=spec.device)
+    return lambda: table(ids)
+
+
+@builder("concat")
+def _concat(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    parts = [_image(spec, p["c"], p["h"], p["w"]) for _ in range(p["inputs"])]
+    return lambda: torch.cat(parts, dim=1)
+
+
+@builder("transpose")
+def _transpose(spec: BuildSpec) -> OpCall:
+    p = spec.params
+    x = _randn(spec, spec.batch, p["d1"], p["d2"], p["d3"])
+    return lambda: x.transpose(1, 2).contiguous()
+
+
+@builder("mean")
+def _mean(spec: BuildSpec) -> OpCall:
+    x = _randn(spec, spec.batch, spec.params["rows"], spec.params["c"])
+    return lambda: x.mean(dim=-1)

@@ -1,0 +1,211 @@
+"""The operator families latpred measures and predicts, with their cost formulas.
+
+FLOPs count multiply and add as two operations. Bytes are the floor: each input read once,
+each output written once, weights included. Elementwise "FLOPs" weights (a GELU costs more
+than a ReLU) are rough by design: they only need to rank, since the models learn the rest.
+"""
+
+from __future__ import annotations
+
+from predictor.catalogue.family import OpFamily, Params, register
+
+# Relative arithmetic per element of each activation (erf and exp based ones cost more).
+ACTIVATION_FLOPS: dict[str, int] = {
+    "relu": 1,
+    "gelu": 8,
+    "silu": 5,
+    "sigmoid": 4,
+    "tanh": 5,
+    "hardswish": 4,
+    "hardsigmoid": 3,
+    "clamp": 2,
+}
+
+
+def conv_out(size: int, kernel: int, stride: int) -> int:
+    """Output size of a convolution or pooling with 'same'-style padding ``kernel // 2``."""
+    return (size + 2 * (kernel // 2) - kernel) // stride + 1
+
+
+def _conv_flops(p: Params, _v: str, b: int) -> float:
+    ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+    return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * p["kernel"] ** 2
+
+
+def _conv_bytes(p: Params, _v: str, b: int, e: int) -> float:
+    ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + p["c_out"]
+    return float(e * (b * p["c_in"] * p["h"] * p["w"] + weights + b * p["c_out"] * ho * wo))
+
+
+def _conv_validate(p: Params, _v: str) -> str | None:
+    if p["c_in"] % p["groups"] or p["c_out"] % p["groups"]:
+        return f"groups={p['groups']} must divide c_in={p['c_in']} and c_out={p['c_out']}"
+    if p["kernel"] > p["h"] + 2 * (p["kernel"] // 2) or p["kernel"] > p["w"] + 2 * (p["kernel"] // 2):
+        return "kernel larger than the padded input"
+    return None
+
+
+register(OpFamily(
+    name="conv2d",
+    params=("c_in", "c_out", "h", "w", "kernel", "stride", "groups"),
+    flops=_conv_flops,
+    bytes_moved=_conv_bytes,
+    layouts=("nchw", "nhwc"),
+    validate=_conv_validate,
+    description="2-d convolution with bias, padding kernel//2 (dense, grouped and depthwise)",
+))
+
+register(OpFamily(
+    name="linear",
+    params=("tokens", "k", "n"),
+    flops=lambda p, v, b: 2.0 * b * p["tokens"] * p["k"] * p["n"],
+    bytes_moved=lambda p, v, b, e: float(
+        e * (b * p["tokens"] * p["k"] + p["k"] * p["n"] + p["n"] + b * p["tokens"] * p["n"])
+    ),
+    description="x[batch, tokens, k] @ W[k, n] + bias",
+))
+
+register(OpFamily(
+    name="matmul",
+    params=("heads", "m", "k", "n"),
+    flops=lambda p, v, b: 2.0 * b * p["heads"] * p["m"] * p["k"] * p["n"],
+    bytes_moved=lambda p, v, b, e: float(
+        e * b * p["heads"] * (p["m"] * p["k"] + p["k"] * p["n"] + p["m"] * p["n"])
+    ),
+    description="batched matmul of two activations: [batch, heads, m, k] @ [batch, heads, k, n]",
+))
+
+
+def _sdpa_flops(p: Params, _v: str, b: int) -> float:
+    full = 4.0 * b * p["heads"] * p["seq_q"] * p["seq_kv"] * p["head_dim"]
+    return full / 2 if p["causal"] else full
+
+
+register(OpFamily(
+    name="sdpa",
+    params=("heads", "seq_q", "seq_kv", "head_dim", "causal"),
+    flops=_sdpa_flops,
+    bytes_moved=lambda p, v, b, e: float(
+        e * b * p["heads"] * p["head_dim"] * (2 * p["seq_q"] + 2 * p["seq_kv"])
+    ),
+    validate=lambda p, v: None if p["causal"] in (0, 1) else "causal must be 0 or 1",
+    description="scaled-dot-product attention (PyTorch's fused kernel), q/k/v [batch, heads, seq, head_dim]",
+))
+
+register(OpFamily(
+    name="batch_norm",
+    params=("c", "h", "w"),
+    flops=lambda p, v, b: 2.0 * b * p["c"] * p["h"] * p["w"],
+    bytes_moved=lambda p, v, b, e: float(e * 2 * b * p["c"] * p["h"] * p["w"] + 4 * 4 * p["c"]),
+    layouts=("nchw", "nhwc"),
+    description="inference batch norm over [batch, c, h, w]",
+))
+
+register(OpFamily(
+    name="layer_norm",
+    params=("tokens", "c"),
+    flops=lambda p, v, b: 5.0 * b * p["tokens"] * p["c"],
+    bytes_moved=lambda p, v, b, e: float(e * (2 * b * p["tokens"] * p["c"] + 2 * p["c"])),
+    description="layer norm over the last dim of [batch, tokens, c]",
+))
+
+register(OpFamily(
+    name="group_norm",
+    params=("c", "h", "w", "groups"),
+    flops=lambda p, v, b: 5.0 * b * p["c"] * p["h"] * p["w"],
+    bytes_moved=lambda p, v, b, e: float(e * (2 * b * p["c"] * p["h"] * p["w"] + 2 * p["c"])),
+    validate=lambda p, v: None if p["c"] % p["groups"] == 0 else f"groups={p['groups']} must divide c={p['c']}",
+    description="group norm over [batch, c, h, w]",
+))
+
+register(OpFamily(
+    name="softmax",
+    params=("rows", "c"),
+    flops=lambda p, v, b: 5.0 * b * p["rows"] * p["c"],
+    bytes_moved=lambda p, v, b, e: float(e * 2 * b * p["rows"] * p["c"]),
+    description="softmax over the last dim of [batch, rows, c]",
+))
+
+register(OpFamily(
+    name="activation",
+    params=("elements",),
+    variants=tuple(ACTIVATION_FLOPS),
+    flops=lambda p, v, b: float(ACTIVATION_FLOPS[v] * b * p["elements"]),
+    bytes_moved=lambda p, v, b, e: float(e * 2 * b * p["elements"]),
+    description="pointwise activation, out of place",
+))
+
+register(OpFamily(
+    name="binary",
+    params=("elements",),
+    variants=("add", "mul"),
+    flops=lambda p, v, b: float(b * p["elements"]),
+    bytes_moved=lambda p, v, b, e: float(e * 3 * b * p["elements"]),
+    description="elementwise add or mul of two same-shape tensors",
+))
+
+
+def _pool_out(p: Params, variant: str) -> tuple[int, int]:
+    if variant == "adaptive_avg":
+        return 1, 1
+    return conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+
+
+def _pool_flops(p: Params, v: str, b: int) -> float:
+    if v == "adaptive_avg":
+        return float(b * p["c"] * p["h"] * p["w"])
+    ho, wo = _pool_out(p, v)
+    return float(b * p["c"] * ho * wo * p["kernel"] ** 2)
+
+
+def _pool_bytes(p: Params, v: str, b: int, e: int) -> float:
+    ho, wo = _pool_out(p, v)
+    return float(e * b * p["c"] * (p["h"] * p["w"] + ho * wo))
+
+
+register(OpFamily(
+    name="pool",
+    params=("c", "h", "w", "kernel", "stride"),
+    variants=("max", "avg", "adaptive_avg"),
+    flops=_pool_flops,
+    bytes_moved=_pool_bytes,
+    layouts=("nchw", "nhwc"),
+    validate=lambda p, v: None if p["kernel"] <= min(p["h"], p["w"]) + 2 * (p["kernel"] // 2) else "kernel larger than the padded input",
+    description="2-d pooling with padding kernel//2; adaptive_avg is global average pooling (kernel, stride ignored)",
+))
+
+register(OpFamily(
+    name="embedding",
+    params=("vocab", "c", "tokens"),
+    flops=lambda p, v, b: 0.0,
+    bytes_moved=lambda p, v, b, e: float(2 * e * b * p["tokens"] * p["c"] + 8 * b * p["tokens"]),
+    description="embedding lookup of [batch, tokens] int64 ids in a [vocab, c] table",
+))
+
+register(OpFamily(
+    name="concat",
+    params=("inputs", "c", "h", "w"),
+    flops=lambda p, v, b: 0.0,
+    bytes_moved=lambda p, v, b, e: float(2 * e * b * p["inputs"] * p["c"] * p["h"] * p["w"]),
+    layouts=("nchw", "nhwc"),
+    description="concatenation of `inputs` tensors [batch, c, h, w] along channels",
+))
+
+register(OpFamily(
+    name="transpose",
+    params=("d1", "d2", "d3"),
+    flops=lambda p, v, b: 0.0,
+    bytes_moved=lambda p, v, b, e: float(2 * e * b * p["d1"] * p["d2"] * p["d3"]),
+    # With d1 or d2 of 1 the transpose is already contiguous and launches no kernel at all.
+    validate=lambda p, v: None if p["d1"] > 1 and p["d2"] > 1 else "d1 and d2 must exceed 1 (else no copy runs)",
+    description="[batch, d1, d2, d3] -> [batch, d2, d1, d3] made contiguous (a real copy)",
+))
+
+register(OpFamily(
+    name="mean",
+    params=("rows", "c"),
+    flops=lambda p, v, b: float(b * p["rows"] * p["c"]),
+    bytes_moved=lambda p, v, b, e: float(e * b * p["rows"] * (p["c"] + 1)),
+    description="mean over the last dim of [batch, rows, c]",
+))

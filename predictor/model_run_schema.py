@@ -1,0 +1,56 @@
+"""The whole-model run contract: one model at one batch, precision and execution mode.
+
+These rows are the ground truth that summed per-layer predictions are checked against. The
+eager row of each (model, batch, precision) carries the torch.profiler breakdown as JSON: the
+top-level aten ops in issue order, each with its input shapes, host time and kernels.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _describe
+from predictor.precision import PRECISIONS
+
+MODEL_RUN_SCHEMA_VERSION = 1
+MODES = ("eager", "cudagraph")
+
+
+def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """Validate whole-model run rows; raise ``DatasetSchemaError`` naming the columns."""
+    import pandera.errors
+    import pandera.pandas as pa
+
+    def text(*checks: pa.Check, **kw: object) -> pa.Column:
+        return pa.Column(str, list(checks), **kw)
+
+    schema = pa.DataFrameSchema({
+        "schema_version": pa.Column(int, pa.Check.eq(MODEL_RUN_SCHEMA_VERSION)),
+        "config_id": text(),  # the (model, batch, precision) unit a sweep resumes by
+        "run_id": text(unique=True),
+        "status": text(pa.Check.isin(["ok", "failed"])),
+        "error": text(nullable=True),
+        **{name: text(nullable=name in ("cuda_version", "cudnn_version", "driver_version"))
+           for name in PROVENANCE_COLUMNS},
+        "model": text(),
+        "model_kind": text(pa.Check.isin(["vision", "text"])),
+        "batch": pa.Column(int, pa.Check.ge(1)),
+        "precision": text(pa.Check.isin(list(PRECISIONS))),
+        "mode": text(pa.Check.isin(list(MODES))),
+        "allow_tf32_cudnn": pa.Column(bool),
+        "allow_tf32_matmul": pa.Column(bool),
+        **{name: pa.Column(float, pa.Check.gt(0), nullable=True)
+           for name in ("latency_ms", "p10_ms", "p90_ms")},
+        "cv": pa.Column(float, pa.Check.ge(0), nullable=True),
+        "repetitions": pa.Column("Int64", pa.Check.ge(1), nullable=True),
+        "throttled": pa.Column(bool),
+        "clock_reasons": pa.Column("Int64", nullable=True),
+        "profile": text(nullable=True),
+        "timestamp": pa.Column("datetime64[us, UTC]"),
+    }, checks=[pa.Check(lambda df: (df["status"] != "ok") | df["latency_ms"].notna(),
+                        error="an 'ok' row needs latency_ms", name="ok_rows_have_latency")],
+        strict=True, coerce=True)
+    try:
+        return schema.validate(frame, lazy=True)
+    except pandera.errors.SchemaErrors as exc:
+        raise DatasetSchemaError(_describe(exc.failure_cases)) from None

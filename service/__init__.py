@@ -1,0 +1,1 @@
+"""The Flask REST service over ``predictor`` (to come)."""

@@ -1,0 +1,1 @@
+"""Features to models: splits, XGBoost and LightGBM fits, metrics, MLflow tracking (to come)."""
