@@ -59,7 +59,8 @@ def card_text(directory: Path) -> str:
             f"- median host dispatch per eager call: {ok['dispatch_us'].median():.1f} us", "",
             "Rows per family and precision (measured / failed):", "",
             _table(pd.crosstab(ops["family"], ops["precision"], values=ops["status"],
-                               aggfunc=lambda s: f"{(s == 'ok').sum()} / {(s != 'ok').sum()}")),
+                               aggfunc=lambda s: f"{(s == 'ok').sum()} / {(s != 'ok').sum()}")
+                   .fillna("0 / 0")),
         ]
         failures = ops.loc[ops["status"] == "failed", "error"].str.split(":").str[0].value_counts()
         if len(failures):
@@ -77,8 +78,33 @@ def card_text(directory: Path) -> str:
         ]
     else:
         lines.append("none collected yet")
-    lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", ""]
+    lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", "",
+              METHOD]
+    notes = directory / "notes.md"
+    if notes.exists():
+        lines += ["", notes.read_text().strip(), ""]
     return "\n".join(lines)
+
+
+METHOD = """## How rows were measured
+
+- Kernel time (`kernel_us`): a CUDA graph of N back-to-back calls (N chosen so one replay runs
+  about 300 us) is replayed, each replay timed by one event pair; the per-call median is
+  reported with p10/p50/p90 and the CV over replays. Replays are added five at a time until the
+  CV is at most 2% (40 at most, or 1.5 s).
+- Dispatch time (`dispatch_us`): host time per call when the operator is called eagerly
+  back to back (not synchronised), i.e. what an eager model pays to issue it.
+- Inputs are reused across replays, so inputs that fit in L2 are warm (`l2_state`).
+- `fp32` is PyTorch's default (cuDNN convolutions in TF32, matmuls in FP32); `tf32` allows
+  TF32 for both; the flags are recorded in every row. Layers are nn.Modules where models use
+  them, with weights created on the device.
+- Shapes: the layers of the zoo's models (`datasets/layer_shapes.json`), one perturbation of
+  each, and log-uniform random shapes per family; each shape at three batch sizes drawn from
+  1..256 whose fp32 working set is at most 3 GB and arithmetic at most 0.3 TFLOP, in every
+  precision and layout. Seed 0; `latpred collect ops` redraws the same configurations.
+- Whole models: eager latency is host clock from issue to completion, synchronised each
+  repetition; CUDA-graph latency is the replay of one captured forward. The eager row carries a
+  torch.profiler breakdown (top-level aten ops in issue order, shapes, host time, kernels)."""
 
 
 def _latency_grid(runs: pd.DataFrame) -> pd.DataFrame:

@@ -60,7 +60,13 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str,
     s = x.shape
     if name == "conv2d" and x.dim() == 4:
         w = _arg(args, kwargs, 1, "weight")
-        return "conv2d", "", dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=max(w.shape[2:]),
+        kernel = w.shape[2]
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
+        padded_same = padding == "same" or _first(padding) == kernel // 2
+        if w.shape[2] != w.shape[3] or dilation != 1 or not padded_same:
+            return None  # not expressible in the catalogue (square, padding k//2, no dilation)
+        return "conv2d", "", dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
                                   stride=_first(_arg(args, kwargs, 3, "stride", 1)),
                                   groups=int(_arg(args, kwargs, 6, "groups", 1)))
     if name == "linear":
