@@ -56,6 +56,27 @@ def shapes(out: Path, device: str) -> None:
 
 
 @collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="folder for the graphs (default: predictor/zoo_graphs)")
+def graphs(out: Path | None) -> None:
+    """Trace the zoo and the held-out models into shipped graph IR files (needs torchvision)."""
+    import torch
+
+    from collectors.zoo import HELD_OUT_GRAPH_MODELS, ZOO
+    from predictor.importers.torch_module import graph_from_module
+    from predictor.zoo import GRAPH_DIR
+
+    target = out or GRAPH_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    for name, zoo in {**ZOO, **HELD_OUT_GRAPH_MODELS}.items():
+        graph = graph_from_module(zoo.build(), zoo.example_input(1, "cpu", torch.float32), name,
+                                  source=f"{zoo.kind}:{name}")
+        graph.meta = {"held_out": name in HELD_OUT_GRAPH_MODELS, "kind": zoo.kind}
+        graph.save(target / f"{name}.json")
+        click.echo(f"{name}: {len(graph.nodes)} nodes")
+
+
+@collect.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
               help="dataset root; rows go to OUT/<device-id>/ops")
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)

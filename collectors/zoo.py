@@ -93,3 +93,14 @@ def get_zoo_model(name: str) -> ZooModel:
         return ZOO[name]
     except KeyError:
         raise ValueError(f"{name!r} is not in the measured zoo: expected one of {', '.join(ZOO)}") from None
+
+
+#: Held-out models may be offered as named graphs (shapes only, never measured by us).
+HELD_OUT_GRAPH_MODELS: dict[str, ZooModel] = {m.name: m for m in [
+    _vision("resnet18"), _vision("resnet50"), _vision("resnext50_32x4d"), _vision("mobilenet_v2"),
+    _vision("mobilenet_v3_large"), _vision("efficientnet_b0"), _vision("mnasnet1_0"),
+    _vision("convnext_tiny"), _vision("regnet_y_800mf"), _vision("densenet121"),
+    _vision("squeezenet1_1"), _vision("shufflenet_v2_x1_0"), _vision("vit_b_16"), _vision("swin_t"),
+    _text("bert-base", "BertConfig"),
+    _text("gpt2", "GPT2Config", vocab_size=50257),
+]}

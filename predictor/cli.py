@@ -15,6 +15,10 @@ import click
 LAZY_COMMANDS: dict[str, str] = {
     "device": "collectors.cli:device",
     "collect": "collectors.cli:collect",
+    "devices": "predictor.cli_predict:devices",
+    "predict": "predictor.cli_predict:predict",
+    "train": "training.cli:train",
+    "validate": "training.cli:validate",
 }
 
 
@@ -34,7 +38,8 @@ class LazyGroup(click.Group):
         except ImportError as exc:
             raise click.ClickException(
                 f"'latpred {cmd_name}' needs a part of latpred that is not installed here "
-                f"({exc.name or exc}); install it with: pip install 'latpred[collect]'"
+                f"({exc.name or exc}); install the extra it needs: pip install 'latpred[collect]' "
+                f"(measuring) or 'latpred[train]' (training)"
             ) from None
         return getattr(module, attribute)
 

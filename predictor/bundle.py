@@ -1,0 +1,112 @@
+"""A model bundle: native XGBoost/LightGBM files plus metadata, enough to predict offline.
+
+Layout of a bundle folder: ``metadata.json`` and one model file per target (``kernel.*``,
+``dispatch.*``) in the library's own portable format (XGBoost JSON, LightGBM text; never
+pickle). xgboost and lightgbm are imported only when a bundle is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+BUNDLE_VERSION = 1
+TARGETS = ("kernel", "dispatch")
+DEFAULT_BUNDLE_DIR = Path(__file__).parent / "bundles"
+
+
+class BundleError(ValueError):
+    """A bundle is missing, incomplete or corrupt; the message says which file and why."""
+
+
+@dataclass
+class TargetModel:
+    """One fitted target: which library, the booster, and its conformal interval widths."""
+
+    library: str
+    booster: Any
+    interval_log: dict[str, float]  # family -> half-width of a 90% interval in log space
+    feature_columns: list[str]
+
+    def predict_log(self, features: pd.DataFrame) -> np.ndarray:
+        x = features[self.feature_columns]
+        if self.library == "xgboost":
+            return np.asarray(self.booster.inplace_predict(x.to_numpy(dtype=np.float32)))
+        return np.asarray(self.booster.predict(x.to_numpy(dtype=np.float64)))
+
+
+def load_booster(library: str, path: Path) -> Any:
+    """Load a native model file, turning library errors into a BundleError naming the file."""
+    if not path.exists():
+        raise BundleError(f"model bundle is incomplete: {path} is missing")
+    try:
+        if library == "xgboost":
+            import xgboost
+
+            booster = xgboost.Booster()
+            booster.load_model(str(path))
+            booster.set_param({"nthread": 1})
+            return booster
+        if library == "lightgbm":
+            import lightgbm
+
+            return lightgbm.Booster(model_file=str(path))
+    except Exception as exc:
+        raise BundleError(f"model file {path} is corrupt or unreadable: {exc}") from None
+    raise BundleError(f"{path}: unknown model library {library!r}")
+
+
+class Bundle:
+    """A loaded bundle: per-target models, composition constants and metadata."""
+
+    def __init__(self, directory: Path, metadata: dict[str, Any], targets: dict[str, TargetModel]) -> None:
+        self.directory = directory
+        self.metadata = metadata
+        self.targets = targets
+
+    @property
+    def device_id(self) -> str:
+        return self.metadata["device_id"]
+
+    @property
+    def version(self) -> str:
+        return str(self.metadata.get("version", "unversioned"))
+
+    @property
+    def composition(self) -> dict[str, Any]:
+        return self.metadata.get("composition", {})
+
+    @staticmethod
+    def load(directory: Path) -> "Bundle":
+        directory = Path(directory)
+        meta_path = directory / "metadata.json"
+        if not meta_path.exists():
+            raise BundleError(f"no model bundle at {directory}: {meta_path.name} is missing "
+                              "(run 'latpred train' to make one)")
+        try:
+            metadata = json.loads(meta_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise BundleError(f"{meta_path} is corrupt: {exc}") from None
+        if metadata.get("bundle_version") != BUNDLE_VERSION:
+            raise BundleError(f"{meta_path}: bundle version {metadata.get('bundle_version')!r} "
+                              f"is not {BUNDLE_VERSION}; retrain with this latpred")
+        targets = {}
+        for name in TARGETS:
+            spec = metadata.get("targets", {}).get(name)
+            if spec is None:
+                raise BundleError(f"{meta_path}: target {name!r} is missing")
+            targets[name] = TargetModel(spec["library"], load_booster(spec["library"], directory / spec["file"]),
+                                        spec["interval_log"], metadata["feature_columns"])
+        return Bundle(directory, metadata, targets)
+
+
+def bundle_dirs(root: Path = DEFAULT_BUNDLE_DIR) -> dict[str, Path]:
+    """Device id -> bundle folder for every bundle under ``root``."""
+    if not root.exists():
+        return {}
+    return {p.name: p for p in sorted(root.iterdir()) if (p / "metadata.json").exists()}

@@ -1,0 +1,76 @@
+"""``latpred predict`` and ``latpred devices``: predictions from the shipped (or a given) bundle."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError, bundle_dirs
+from predictor.compose import MODES
+from predictor.devices import DEVICES, resolve_device
+from predictor.graph_sources import load_graph
+from predictor.precision import PRECISIONS
+from predictor.predict import Predictor
+
+
+@click.command()
+@click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
+def devices(bundles: Path) -> None:
+    """List the devices latpred knows, and which have a trained bundle."""
+    trained = bundle_dirs(bundles)
+    for spec in DEVICES.values():
+        state = f"bundle {trained[spec.device_id].name}" if spec.device_id in trained else "no bundle"
+        click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{state}")
+
+
+def load_predictor(device: str, bundle: Path | None) -> Predictor:
+    spec = resolve_device(device)
+    directory = bundle or DEFAULT_BUNDLE_DIR / spec.device_id
+    return Predictor(Bundle.load(directory), spec)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--device", default="h200", show_default=True, help="device id or part of its name")
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default="fp16", show_default=True)
+@click.option("--mode", type=click.Choice(list(MODES)), default="cudagraph", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1, max=65536), default=None,
+              help="batch size (default: the graph's own)")
+@click.option("--format", "fmt", type=click.Choice(["json", "table", "csv"]), default="table", show_default=True)
+@click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
+def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batch: int | None,
+            fmt: str, bundle: Path | None) -> None:
+    """Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."""
+    try:
+        predictor = load_predictor(device, bundle)
+    except (ValueError, BundleError) as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = 0
+    writer = csv.writer(sys.stdout) if fmt == "csv" else None
+    if writer:
+        writer.writerow(["model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms",
+                         "unsupported_ops"])
+    for path in paths:
+        try:
+            result = predictor.predict(load_graph(path, batch), batch, precision, mode)
+        except ValueError as exc:
+            click.echo(f"error: {path}: {exc}", err=True)
+            failed += 1
+            continue
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json()))
+        elif writer:
+            writer.writerow([result.model, result.device, result.batch, result.precision, result.mode,
+                             f"{result.total_ms:.4f}", f"{result.low_ms:.4f}", f"{result.high_ms:.4f}",
+                             sum(u["count"] for u in result.unsupported)])
+        else:
+            click.echo(f"{result.model:<24} {result.total_ms:9.3f} ms  [{result.low_ms:.3f}, {result.high_ms:.3f}]"
+                       f"  {result.device} b{result.batch} {result.precision} {result.mode}")
+            for warning in result.warnings:
+                click.echo(f"  warning: {warning}")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(paths)} graph(s) could not be predicted")

@@ -1,0 +1,67 @@
+"""Composing per-layer times into a whole-model latency, per execution mode.
+
+cudagraph: the GPU runs the captured kernels back to back, so the latency is the kernel times
+plus a learned gap per kernel. eager: the host issues operators one by one while the GPU runs
+them; kernel i starts once it has been issued *and* kernel i-1 has finished. At small batch the
+host's issue time, not the kernels, sets the latency, which summing kernels can never show.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MODES = ("eager", "cudagraph")
+
+
+#: Families whose isolated kernel time is corrected by one shared, learned scale: a layer inside
+#: a model differs from the same layer measured alone (no bias, other memory layouts, cache state).
+FAMILY_GROUPS: dict[str, str] = {
+    "conv2d": "conv", "linear": "gemm", "matmul": "gemm", "sdpa": "attention",
+    "batch_norm": "norm", "layer_norm": "norm", "group_norm": "norm",
+}
+GROUPS = ("conv", "gemm", "attention", "norm", "elementwise", "fallback")
+
+
+def family_group(family: str | None, kind: str) -> str:
+    """The scale group of a node: its family's group, 'elementwise', or 'fallback'."""
+    if kind == "fallback":
+        return "fallback"
+    return FAMILY_GROUPS.get(family or "", "elementwise")
+
+
+@dataclass(frozen=True)
+class CompositionConstants:
+    """Constants learned from whole-model runs of the training models (training.composition)."""
+
+    group_scale: dict[str, float] = field(default_factory=lambda: {g: 1.0 for g in GROUPS})
+    gap_us: float = 1.0
+    host_scale: float = 1.0
+    call_host_us: float = 2.0
+    fallback_host_us: float = 20.0
+    sync_us: float = 20.0
+    min_kernel_us: float = 2.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def scale(self, family: str | None, kind: str) -> float:
+        return self.group_scale.get(family_group(family, kind), 1.0)
+
+
+def cudagraph_us(kernel_us: Sequence[float], c: CompositionConstants) -> float:
+    """Replay time of a captured graph: kernel times plus a gap per launched kernel."""
+    launched = [k for k in kernel_us if k > 0]
+    return sum(launched) + c.gap_us * len(launched)
+
+
+def eager_us(kernel_us: Sequence[float], host_us: Sequence[float], c: CompositionConstants) -> float:
+    """Issue-and-overlap simulation of one eager forward, ending with the synchronisation."""
+    t_host = 0.0
+    t_gpu = 0.0
+    for kernel, host in zip(kernel_us, host_us):
+        t_host += host
+        if kernel > 0:
+            t_gpu = max(t_host, t_gpu) + kernel
+    return max(t_host, t_gpu) + c.sync_us

@@ -1,0 +1,95 @@
+"""Features of one operator call, computed the same way for training and for prediction.
+
+Besides the raw parameters, the features say what bounds the call: FLOPs, bytes, arithmetic
+intensity and the roofline time on the device, plus wave quantization (how many waves of
+thread blocks the output tiles make over the SMs, and how full the last wave is), because a GEMM
+whose tiles make 1.1 waves costs nearly as much as one that makes 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family
+from predictor.catalogue.families import conv_out
+from predictor.devices import DeviceSpec
+from predictor.precision import PRECISIONS
+
+FAMILY_CODES = {name: i for i, name in enumerate(FAMILIES)}
+PRECISION_CODES = {name: i for i, name in enumerate(PRECISIONS)}
+VARIANT_CODES = {v: i for i, v in enumerate(sorted({v for f in FAMILIES.values() for v in f.variants}))}
+LAYOUT_CODES = {"contiguous": 0, "nchw": 1, "nhwc": 2}
+TILE = 128  # output tile edge of a typical tensor-core GEMM kernel
+ELEMENTS_PER_BLOCK = 4096  # elements one block of an elementwise kernel covers (rough)
+
+FEATURE_COLUMNS: tuple[str, ...] = (
+    "family_code", "variant_code", "layout_code", "precision_code", "element_bytes",
+    "log_batch", *[f"p_{p}" for p in PARAMETERS], "log_flops", "log_bytes", "log_intensity",
+    "log_roofline_us", "compute_bound", "log_tiles", "waves", "wave_efficiency",
+)
+
+
+def output_tiles(family: str, p: Mapping[str, int], batch: int) -> float:
+    """Thread-block tiles of the output: what the SMs share out among themselves."""
+    if family == "conv2d":
+        ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+        per_group = math.ceil(batch * ho * wo / TILE) * math.ceil(p["c_out"] / p["groups"] / TILE)
+        return float(per_group * p["groups"])
+    if family == "linear":
+        return float(math.ceil(batch * p["tokens"] / TILE) * math.ceil(p["n"] / TILE))
+    if family == "matmul":
+        return float(batch * p["heads"] * math.ceil(p["m"] / TILE) * math.ceil(p["n"] / TILE))
+    if family == "sdpa":
+        return float(batch * p["heads"] * math.ceil(p["seq_q"] / TILE))
+    # Memory-bound families: blocks over the elements written or read.
+    return max(1.0, bytes_moved(family, p, "relu" if family == "activation" else
+                                get_family(family).variants[0], batch, 1) / 2 / ELEMENTS_PER_BLOCK)
+
+
+def roofline_us(family: str, params: Mapping[str, int], variant: str, batch: int,
+                precision: str, device: DeviceSpec) -> float:
+    """max(FLOPs / peak, bytes / bandwidth) in microseconds: the floor no kernel beats."""
+    prec = PRECISIONS[precision]
+    peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
+    f = flops(family, params, variant, batch)
+    b = bytes_moved(family, params, variant, batch, prec.element_bytes)
+    return max(f / peak, b / device.memory_bandwidth) * 1e6
+
+
+def feature_row(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
+                precision: str, device: DeviceSpec) -> dict[str, float]:
+    """The features of one call (family, per-sample params, variant, layout, batch, precision)."""
+    prec = PRECISIONS[precision]
+    f = flops(family, params, variant, batch)
+    b = bytes_moved(family, params, variant, batch, prec.element_bytes)
+    peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
+    roof = max(f / peak, b / device.memory_bandwidth) * 1e6
+    tiles = output_tiles(family, params, batch)
+    waves = tiles / device.sm_count
+    row = {
+        "family_code": FAMILY_CODES[family], "variant_code": VARIANT_CODES.get(variant, -1),
+        "layout_code": LAYOUT_CODES.get(layout, 0), "precision_code": PRECISION_CODES[precision],
+        "element_bytes": prec.element_bytes, "log_batch": math.log2(batch),
+        **{f"p_{p}": float(params[p]) if p in params else np.nan for p in PARAMETERS},
+        "log_flops": math.log10(f + 1), "log_bytes": math.log10(b + 1),
+        "log_intensity": math.log10((f + 1) / (b + 1)),
+        "log_roofline_us": math.log10(roof + 1e-6),
+        "compute_bound": float(f / peak > b / device.memory_bandwidth),
+        "log_tiles": math.log10(tiles), "waves": waves,
+        "wave_efficiency": waves / math.ceil(waves),
+    }
+    return row
+
+
+def feature_frame(rows: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
+    """Features for a frame of dataset rows (family, variant, layout, precision, batch, params)."""
+    records = []
+    for r in rows.itertuples(index=False):
+        family = r.family
+        params = {p: int(getattr(r, p)) for p in get_family(family).params}
+        records.append(feature_row(family, params, r.variant, r.layout, int(r.batch), r.precision, device))
+    return pd.DataFrame.from_records(records, columns=list(FEATURE_COLUMNS))

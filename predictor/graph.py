@@ -1,0 +1,153 @@
+"""The graph IR: an ordered list of named nodes, each one operator call of a model.
+
+A node's ``kind`` says how it is costed: ``kernel`` nodes belong to a catalogue family and are
+predicted by the per-layer models; ``free`` nodes are views and shape arithmetic that launch no
+GPU kernel (they still cost host time in eager mode); ``fallback`` nodes launch a kernel our
+models do not cover, and are estimated from their bytes by the roofline and listed as such.
+Parameters are per sample, so one graph is predicted at any batch size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from predictor.catalogue import get_family
+
+IR_VERSION = 1
+NODE_KINDS = ("kernel", "free", "fallback")
+
+
+@dataclass
+class Node:
+    """One operator call. ``op`` is the source's own name (torch function or ONNX op type)."""
+
+    name: str
+    op: str
+    kind: str
+    family: str | None = None
+    variant: str = ""
+    layout: str = "contiguous"
+    params: dict[str, int] = field(default_factory=dict)
+    #: fallback nodes: bytes moved per sample (inputs read plus outputs written), in elements.
+    elements_per_sample: int = 0
+    #: names of source nodes merged into this one by kernel detection (e.g. ONNX's attention).
+    merged: list[str] = field(default_factory=list)
+    inputs: list[list[int]] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)
+    dtype: str = ""
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the node if it breaks the IR's rules."""
+        if self.kind not in NODE_KINDS:
+            raise ValueError(f"node {self.name!r}: kind {self.kind!r} is not one of {NODE_KINDS}")
+        if self.kind == "kernel":
+            if not self.family:
+                raise ValueError(f"node {self.name!r}: a kernel node needs a family")
+            try:
+                get_family(self.family).check(self.params, self.variant, self.layout)
+            except ValueError as exc:
+                raise ValueError(f"node {self.name!r}: {exc}") from None
+
+
+@dataclass
+class Graph:
+    """A model as the ordered calls it makes; ``batch`` is the batch size it was traced at."""
+
+    name: str
+    nodes: list[Node]
+    batch: int = 1
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if not self.nodes:
+            raise ValueError(f"graph {self.name!r} has no nodes")
+        seen: set[str] = set()
+        for node in self.nodes:
+            if node.name in seen:
+                raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
+            seen.add(node.name)
+            node.check()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ir_version": IR_VERSION, "name": self.name, "batch": self.batch,
+                "source": self.source, "meta": self.meta,
+                "nodes": [{k: v for k, v in asdict(n).items() if v not in ("", [], {}, None, 0)
+                           or k in ("name", "op", "kind")} for n in self.nodes]}
+
+    def save(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
+
+    @staticmethod
+    def from_json(data: Any) -> "Graph":
+        """Parse (and check) a graph from its JSON form, naming what is wrong."""
+        if not isinstance(data, dict):
+            raise ValueError("a graph must be a JSON object with 'name' and 'nodes'")
+        if data.get("ir_version", IR_VERSION) != IR_VERSION:
+            raise ValueError(f"graph IR version {data.get('ir_version')!r} is not supported "
+                             f"(this latpred reads version {IR_VERSION})")
+        if not isinstance(data.get("nodes"), list):
+            raise ValueError("graph field 'nodes' must be a list of nodes")
+        nodes = []
+        allowed = set(Node.__dataclass_fields__)
+        for i, raw in enumerate(data["nodes"]):
+            if not isinstance(raw, dict):
+                raise ValueError(f"nodes[{i}] must be an object")
+            unknown = set(raw) - allowed
+            if unknown:
+                raise ValueError(f"nodes[{i}]: unknown field(s) {sorted(unknown)}")
+            missing = {"name", "op", "kind"} - set(raw)
+            if missing:
+                raise ValueError(f"nodes[{i}]: missing field(s) {sorted(missing)}")
+            nodes.append(Node(**raw))
+        batch = data.get("batch", 1)
+        if not isinstance(batch, int) or batch < 1:
+            raise ValueError(f"graph field 'batch' must be a positive integer, got {batch!r}")
+        graph = Graph(name=str(data.get("name") or "graph"), nodes=nodes, batch=batch,
+                      source=str(data.get("source", "")), meta=dict(data.get("meta") or {}))
+        graph.check()
+        return graph
+
+    @staticmethod
+    def load(path: Path) -> "Graph":
+        try:
+            data = json.loads(Path(path).read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        return Graph.from_json(data)
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the graph IR."""
+    from predictor.catalogue import FAMILIES, PARAMETERS
+
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "latpred graph IR", "type": "object", "required": ["name", "nodes"],
+        "properties": {
+            "ir_version": {"const": IR_VERSION},
+            "name": {"type": "string"},
+            "batch": {"type": "integer", "minimum": 1},
+            "source": {"type": "string"},
+            "meta": {"type": "object"},
+            "nodes": {"type": "array", "minItems": 1, "items": {
+                "type": "object", "required": ["name", "op", "kind"], "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string"}, "op": {"type": "string"},
+                    "kind": {"enum": list(NODE_KINDS)},
+                    "family": {"enum": list(FAMILIES)},
+                    "variant": {"type": "string"}, "layout": {"type": "string"},
+                    "params": {"type": "object", "additionalProperties": False, "properties": {
+                        p: {"type": "integer", "minimum": 0, "description": d}
+                        for p, d in PARAMETERS.items()}},
+                    "elements_per_sample": {"type": "integer", "minimum": 0},
+                    "merged": {"type": "array", "items": {"type": "string"}},
+                    "inputs": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                    "outputs": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                    "dtype": {"type": "string"},
+                }}},
+        },
+    }

@@ -1,0 +1,1 @@
+"""Importers: ONNX files, torch modules and JSON into the graph IR."""

@@ -1,0 +1,230 @@
+"""Recognise torch calls as catalogue operators: the torch importer's vocabulary.
+
+``recognize`` maps one top-level torch call (name, arguments, output) onto a catalogue family
+with per-sample parameters; ``classify`` also decides what the calls it cannot map are: views
+and shape arithmetic (free: no kernel), elementwise ops costed like a family (their node keeps
+its own op name), or fallback kernels estimated from their bytes. torch is imported inside the
+functions: predictor must load without it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+ACTIVATION_NAMES = {
+    "relu": "relu", "relu_": "relu", "gelu": "gelu", "silu": "silu", "silu_": "silu",
+    "sigmoid": "sigmoid", "tanh": "tanh", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid",
+    "hardtanh": "clamp", "relu6": "clamp", "clamp": "clamp", "clamp_": "clamp",
+}
+BINARY_NAMES = {"add": "add", "__add__": "add", "__iadd__": "add", "add_": "add", "__radd__": "add",
+                "mul": "mul", "__mul__": "mul", "__imul__": "mul", "mul_": "mul", "__rmul__": "mul"}
+
+
+def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    if name in kwargs:
+        return kwargs[name]
+    return args[index] if len(args) > index else default
+
+
+def _first(value: Any) -> int:
+    return int(value[0] if isinstance(value, (tuple, list)) else value)
+
+
+def _per_sample(shape: Any) -> int:
+    return math.prod(shape[1:]) if len(shape) > 1 else 1
+
+
+def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str, dict[str, int]] | None:
+    """Map one torch call onto (family, variant, per-sample params), or None if not costed here."""
+    import torch
+
+    if name == "cat":
+        parts = _arg(args, kwargs, 0, "tensors", ())
+        if parts and all(isinstance(p, torch.Tensor) and p.dim() == 4 for p in parts) \
+                and _arg(args, kwargs, 1, "dim", 0) in (1, -3):
+            c = round(sum(p.shape[1] for p in parts) / len(parts))
+            return "concat", "", dict(inputs=len(parts), c=c, h=parts[0].shape[2], w=parts[0].shape[3])
+        return None
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    x = t[0] if t else None
+    if x is None:
+        return None
+    s = x.shape
+    if name == "conv2d" and x.dim() == 4:
+        w = _arg(args, kwargs, 1, "weight")
+        kernel = w.shape[2]
+        padding = _arg(args, kwargs, 4, "padding", 0)
+        dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
+        padded_same = padding == "same" or _first(padding) == kernel // 2
+        if w.shape[2] != w.shape[3] or dilation != 1 or not padded_same:
+            return None  # not expressible in the catalogue (square, padding k//2, no dilation)
+        return "conv2d", "", dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
+                                  stride=_first(_arg(args, kwargs, 3, "stride", 1)),
+                                  groups=int(_arg(args, kwargs, 6, "groups", 1)))
+    if name == "addmm" and len(t) >= 3 and t[1].dim() == 2 and t[2].dim() == 2:
+        # bias + x @ W with x flattened to 2-d (GPT-2's Conv1D); rows include the batch, so
+        # the per-sample token count is exact when traced at batch 1, as the zoo graphs are.
+        return "linear", "", dict(tokens=t[1].shape[0], k=t[1].shape[1], n=t[2].shape[1])
+    if name == "linear":
+        w = _arg(args, kwargs, 1, "weight")
+        return "linear", "", dict(tokens=max(1, math.prod(s[1:-1])), k=s[-1], n=w.shape[0])
+    if name in ("matmul", "__matmul__", "bmm") and len(t) >= 2:
+        a, b = t[0], t[1]
+        if b.dim() == 2:
+            return "linear", "", dict(tokens=max(1, math.prod(a.shape[1:-1])), k=a.shape[-1], n=b.shape[-1])
+        if a.dim() >= 3:
+            return "matmul", "", dict(heads=max(1, math.prod(a.shape[1:-2])), m=a.shape[-2],
+                                      k=a.shape[-1], n=b.shape[-1])
+    if name == "scaled_dot_product_attention" and x.dim() == 4:
+        k = t[1]
+        causal = int(bool(_arg(args, kwargs, 5, "is_causal", False)))
+        return "sdpa", "", dict(heads=s[1], seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3], causal=causal)
+    if name == "batch_norm" and x.dim() == 4:
+        return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
+    if name == "layer_norm":
+        return "layer_norm", "", dict(tokens=max(1, math.prod(s[1:-1])), c=s[-1])
+    if name == "group_norm" and x.dim() == 4:
+        return "group_norm", "", dict(c=s[1], h=s[2], w=s[3], groups=int(_arg(args, kwargs, 1, "num_groups")))
+    if name == "softmax" and _arg(args, kwargs, 1, "dim", -1) in (-1, x.dim() - 1):
+        return "softmax", "", dict(rows=max(1, math.prod(s[1:-1])), c=s[-1])
+    if name in ACTIVATION_NAMES:
+        return "activation", ACTIVATION_NAMES[name], dict(elements=_per_sample(s))
+    if name in BINARY_NAMES and len(t) >= 2 and isinstance(out, torch.Tensor):
+        return "binary", BINARY_NAMES[name], dict(elements=_per_sample(out.shape))
+    if name in ("max_pool2d", "avg_pool2d") and x.dim() == 4:
+        kernel = _first(_arg(args, kwargs, 1, "kernel_size"))
+        stride = _arg(args, kwargs, 2, "stride", None)
+        return "pool", name[:3], dict(c=s[1], h=s[2], w=s[3], kernel=kernel,
+                                      stride=_first(stride) if stride else kernel)
+    if name == "adaptive_avg_pool2d" and x.dim() == 4 and _first(_arg(args, kwargs, 1, "output_size")) == 1:
+        return "pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1)
+    if name == "embedding":
+        w = _arg(args, kwargs, 1, "weight")
+        return "embedding", "", dict(vocab=w.shape[0], c=w.shape[1], tokens=_per_sample(s))
+    if name == "contiguous" and x.dim() == 4 and not x.is_contiguous():
+        return "transpose", "", dict(d1=s[2], d2=s[1], d3=s[3])
+    if name == "mean" and isinstance(out, torch.Tensor):
+        dim = _arg(args, kwargs, 1, "dim")
+        dims = tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
+        if dims in ((-1,), (x.dim() - 1,)):
+            return "mean", "", dict(rows=max(1, math.prod(s[1:-1])), c=s[-1])
+        if x.dim() == 4 and sorted(d % 4 for d in dims) == [2, 3]:
+            return "mean", "", dict(rows=s[1], c=s[2] * s[3])
+    return None
+
+
+def call_recorder(on_call: Callable[[str, tuple, dict, Any], None]) -> Any:
+    """A TorchFunctionMode that reports every top-level torch call (inner calls run with the
+    mode popped, so a module's own internals are not seen twice)."""
+    from torch.overrides import TorchFunctionMode
+
+    class CallRecorder(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: tuple = (),
+                               kwargs: dict | None = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            on_call(getattr(func, "__name__", str(func)), args, kwargs, out)
+            return out
+
+    return CallRecorder()
+
+
+
+
+#: Elementwise calls without a family of their own, costed like the nearest family.
+UNARY_ELEMENTWISE = {
+    "neg", "__neg__", "exp", "log", "sqrt", "rsqrt", "pow", "__pow__", "abs", "sin", "cos", "erf",
+    "reciprocal", "__truediv__", "__rtruediv__", "div", "__sub__", "__rsub__", "sub", "__mul__",
+    "__rmul__", "mul", "__add__", "__radd__", "add", "float", "half", "bfloat16", "to", "type",
+    "masked_fill", "clone", "softplus", "leaky_relu", "elu", "mish", "relu6", "hardtanh",
+    "dropout", "where", "maximum", "minimum", "clamp_min", "__and__", "__or__", "eq", "ne", "lt",
+    "gt", "__lt__", "__gt__", "__eq__", "__ne__", "logical_not", "__invert__", "type_as",
+    "expand_as", "repeat", "tril", "triu", "copy_", "fill_", "zero_",
+}
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _channels_last(args: tuple) -> bool:
+    import torch
+
+    first = next(iter(_tensors(list(args))), None)
+    return bool(first is not None and first.dim() == 4 and not first.is_contiguous()
+                and first.is_contiguous(memory_format=torch.channels_last))
+
+
+def _storage(t: Any) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+MHA_NAMES = {"_native_multi_head_attention": True, "multi_head_attention_forward": False}
+
+
+def attention_block(name: str, args: tuple) -> list[dict[str, Any]] | None:
+    """PyTorch's fused multi-head attention (nn.MultiheadAttention's inference fast path, or
+    its functional form) runs the QKV projection, attention and output projection: cost it as
+    those three kernels rather than as one opaque call."""
+    import torch
+
+    if name not in MHA_NAMES or not args or not isinstance(args[0], torch.Tensor) or args[0].dim() != 3:
+        return None
+    query = args[0]
+    embed, heads = int(args[3]), int(args[4])
+    tokens = query.shape[1] if MHA_NAMES[name] else query.shape[0]  # batch_first or (L, N, E)
+    kv_tokens = args[1].shape[1] if MHA_NAMES[name] else args[1].shape[0]
+    return [
+        {"kind": "kernel", "family": "linear", "params": {"tokens": tokens, "k": embed, "n": 3 * embed}},
+        {"kind": "kernel", "family": "sdpa", "params": {"heads": heads, "seq_q": tokens, "seq_kv": kv_tokens,
+                                                         "head_dim": embed // heads, "causal": 0}},
+        {"kind": "kernel", "family": "linear", "params": {"tokens": tokens, "k": embed, "n": embed}},
+    ]
+
+
+def classify(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+    """How to cost one call: a dict of Node fields, or None for calls that are not operators
+    (attribute reads such as ``.shape``) and so are left out of the graph."""
+    if name in ("__get__", "__set__", "size", "dim", "numel", "__len__", "is_contiguous",
+                "is_floating_point", "__bool__", "item", "tolist", "__index__", "__format__"):
+        return None
+    hit = recognize(name, args, kwargs, out)
+    if hit is not None:
+        family, variant, params = hit
+        from predictor.catalogue import get_family
+
+        layout = "contiguous"
+        if "nchw" in get_family(family).layouts:
+            layout = "nhwc" if _channels_last(args) else "nchw"
+        try:
+            get_family(family).check(params, variant, layout)
+            return {"kind": "kernel", "family": family, "variant": variant, "layout": layout,
+                    "params": {k: int(v) for k, v in params.items()}}
+        except ValueError:
+            pass  # a shape the catalogue cannot express is costed as a fallback below
+    outs = _tensors(out)
+    ins = _tensors(list(args) + list(kwargs.values()))
+    if not outs:
+        return {"kind": "free"}
+    in_storages = {_storage(t) for t in ins if t.numel()}
+    if all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
+        return {"kind": "free"}  # a view (or the input itself): no kernel runs
+    batch = max(1, outs[0].shape[0]) if outs[0].dim() else 1
+    out_elements = sum(t.numel() for t in outs)
+    if name in UNARY_ELEMENTWISE and len(outs) == 1:
+        big_inputs = [t for t in ins if t.numel() == out_elements]
+        if len(big_inputs) >= 2:
+            return {"kind": "kernel", "family": "binary", "variant": "add",
+                    "params": {"elements": max(1, out_elements // batch)}}
+        return {"kind": "kernel", "family": "activation", "variant": "relu",
+                "params": {"elements": max(1, out_elements // batch)}}
+    moved = out_elements + sum(t.numel() for t in ins)
+    return {"kind": "fallback", "elements_per_sample": max(1, moved // batch)}

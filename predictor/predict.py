@@ -1,0 +1,147 @@
+"""Predict a whole model's latency from its graph: per-layer times, composed per mode.
+
+Kernel nodes are predicted by the bundle's models (kernel time as a ratio to the roofline,
+host dispatch time directly), with conformal intervals. Fallback nodes, which no model covers,
+are estimated from their bytes at the device's bandwidth and listed in ``unsupported``: nothing
+is dropped silently.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictor.bundle import Bundle
+from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us
+from predictor.devices import DeviceSpec
+from predictor.features import FEATURE_COLUMNS, feature_row
+from predictor.graph import Graph
+from predictor.precision import get_precision
+
+MAX_BATCH = 65_536
+
+
+@dataclass
+class LayerPrediction:
+    """One node's share: kernel time (with interval) and host issue time, in microseconds."""
+
+    name: str
+    op: str
+    kind: str
+    family: str | None
+    kernel_us: float
+    low_us: float
+    high_us: float
+    host_us: float
+
+
+@dataclass
+class Prediction:
+    """A whole-model prediction and everything that produced it."""
+
+    model: str
+    device: str
+    batch: int
+    precision: str
+    mode: str
+    total_ms: float
+    low_ms: float
+    high_ms: float
+    model_version: str
+    layers: list[LayerPrediction]
+    unsupported: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self, with_layers: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not with_layers:
+            data.pop("layers")
+        return data
+
+
+def check_request(batch: int, precision: str, mode: str) -> None:
+    """Refuse bad inputs with a message that names the field."""
+    get_precision(precision)
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH:
+        raise ValueError(f"batch must be an integer from 1 to {MAX_BATCH}, got {batch!r}")
+
+
+class Predictor:
+    """Predicts graphs on one device with one bundle."""
+
+    def __init__(self, bundle: Bundle, device: DeviceSpec) -> None:
+        if bundle.device_id != device.device_id:
+            raise ValueError(f"bundle was trained on {bundle.device_id}, not {device.device_id}")
+        self.bundle = bundle
+        self.device = device
+        self.constants = CompositionConstants(**bundle.composition.get("constants", {}))
+
+    def layers(self, graph: Graph, batch: int, precision: str) -> list[LayerPrediction]:
+        """Per-node predictions at ``batch`` and ``precision``, in graph order."""
+        prec = get_precision(precision)
+        kernel_nodes = [n for n in graph.nodes if n.kind == "kernel"]
+        rows = [feature_row(n.family, n.params, n.variant, n.layout, batch, prec.name, self.device)
+                for n in kernel_nodes]
+        kernel_us: dict[str, tuple[float, float, float, float]] = {}
+        if rows:
+            features = pd.DataFrame.from_records(rows, columns=list(FEATURE_COLUMNS))
+            roof = np.power(10.0, features["log_roofline_us"].to_numpy())
+            k_log = self.bundle.targets["kernel"].predict_log(features)
+            d_log = self.bundle.targets["dispatch"].predict_log(features)
+            widths = self.bundle.targets["kernel"].interval_log
+            default = widths.get("*", 0.3)
+            for node, r, k, d in zip(kernel_nodes, roof, k_log, d_log):
+                q = widths.get(node.family, default)
+                t = float(r * math.exp(k))
+                kernel_us[node.name] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
+        c = self.constants
+        out = []
+        for n in graph.nodes:
+            scale = c.scale(n.family, n.kind)
+            if n.kind == "kernel":
+                t, lo, hi, host = kernel_us[n.name]
+                host = host * c.host_scale + c.call_host_us
+            elif n.kind == "fallback":
+                t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes
+                        / self.device.memory_bandwidth * 1e6)
+                lo, hi, host = t * 0.5, t * 2.0, c.fallback_host_us + c.call_host_us
+            else:
+                t = lo = hi = 0.0
+                host = c.call_host_us
+            out.append(LayerPrediction(n.name, n.op, n.kind, n.family, t * scale, lo * scale, hi * scale, host))
+        return out
+
+    def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
+                mode: str = "cudagraph") -> Prediction:
+        """Latency of ``graph`` (at its own batch unless ``batch`` overrides it)."""
+        batch = graph.batch if batch is None else batch
+        check_request(batch, precision, mode)
+        layers = self.layers(graph, batch, precision)
+        kernels = [layer.kernel_us for layer in layers]
+        c = self.constants
+        if mode == "cudagraph":
+            total = cudagraph_us(kernels, c)
+        else:
+            total = eager_us(kernels, [layer.host_us for layer in layers], c)
+        q = self.bundle.composition.get("interval_log", {}).get(mode, 0.25)
+        fallback = Counter(layer.op for layer in layers if layer.kind == "fallback")
+        unsupported = [{"op": op, "count": count, "costed_as": "roofline on bytes moved"}
+                       for op, count in fallback.most_common()]
+        warnings = []
+        if unsupported:
+            share = sum(layer.kernel_us for layer in layers if layer.kind == "fallback") / max(sum(kernels), 1e-9)
+            warnings.append(f"{sum(fallback.values())} call(s) of {len(fallback)} op type(s) have no "
+                            f"learned model and were estimated by the roofline ({share:.0%} of kernel time)")
+        return Prediction(
+            model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
+            mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
+            high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
+            layers=layers, unsupported=unsupported, warnings=warnings,
+        )

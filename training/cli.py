@@ -1,0 +1,76 @@
+"""``latpred train`` and ``latpred validate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
+
+
+@click.command()
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=Path("datasets/nvidia-h200"), show_default=True)
+@click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
+              help="where the bundle is exported (one folder per device)")
+@click.option("--store", type=click.Path(path_type=Path), default=Path("mlruns/latpred.db"), show_default=True,
+              help="MLflow sqlite store (tracking and registry)")
+@click.option("--limit", type=click.IntRange(min=100), default=None, help="train on a random sample of rows")
+@click.option("--scale", type=click.FloatRange(min=0.05, max=4), default=1.0, show_default=True,
+              help="multiplies the number of trees")
+@click.option("--no-track", is_flag=True, help="skip MLflow")
+def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: float, no_track: bool) -> None:
+    """Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."""
+    from training.train import TrainSettings, train as run_train
+
+    try:
+        report = run_train(TrainSettings(dataset=dataset, bundle_root=bundles, store=store, limit=limit,
+                                         scale=scale, track=not no_track))
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for target, candidates in report.candidates.items():
+        for library, fit in candidates.items():
+            mark = "*" if report.chosen[target] is fit else " "
+            o = fit.overall
+            click.echo(f"{mark} {target:<8} {library:<8} held-out shapes: MAPE {o['mape']:.1%}, "
+                       f"median {o['median_ape']:.1%}, p90 {o['p90_ape']:.1%}, within ±10% {o['within_10pct']:.1%}")
+    click.echo("\nkernel time per family (held-out shapes):")
+    click.echo(report.chosen["kernel"].per_family.round(3).to_string(index=False))
+    lomo = report.composition.predictions
+    for mode in ("cudagraph", "eager"):
+        part = lomo[lomo["mode"] == mode]
+        within = ((part["predicted_ms"] - part["measured_ms"]).abs() / part["measured_ms"] <= 0.1).mean()
+        click.echo(f"whole models, {mode}, leave-one-model-out: {within:.1%} within ±10% ({len(part)} runs)")
+    click.echo(f"bundle: {report.bundle_dir}  ({report.seconds:.0f} s)")
+    if report.tracking:
+        t = report.tracking
+        click.echo(f"mlflow: run {t['run_id']}, {t['registered_model']} v{t['version']}"
+                   f"{' (champion)' if t['champion'] else ' (champion kept: it scores higher)'}")
+
+
+@click.command()
+@click.option("--device", default="h200", show_default=True)
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=Path("datasets/nvidia-h200"), show_default=True)
+@click.option("--bundle", type=click.Path(path_type=Path), default=None)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/validate"), show_default=True)
+def validate(device: str, dataset: Path, bundle: Path | None, out: Path) -> None:
+    """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines."""
+    from predictor.devices import resolve_device
+    from training.validate import scatter_plot, validate as run_validate
+
+    try:
+        spec = resolve_device(device)
+        report = run_validate(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
+    except (ValueError, BundleError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    report.predictions.to_csv(out / "predictions.csv", index=False)
+    report.table.to_csv(out / "by_mode_precision_batch.csv", index=False)
+    pct = lambda v: f"{v:.0%}"  # noqa: E731
+    click.echo(report.table.to_string(index=False, formatters={c: pct for c in report.table.columns
+                                                                 if "MAPE" in c or "within" in c}))
+    click.echo("")
+    click.echo(report.overall.to_string(index=False, formatters={"MAPE": pct, "median APE": pct, "within10": pct}))
+    click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png')}; tables in {out}")

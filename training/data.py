@@ -1,0 +1,80 @@
+"""Load a device's dataset for training: validated rows, features, targets and shape groups."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.catalogue import PARAMETERS
+from predictor.dataset_schema import validate_rows
+from predictor.devices import DeviceSpec, resolve_device
+from predictor.features import feature_frame
+from predictor.model_run_schema import validate_model_runs
+
+
+def shard_paths(directory: Path) -> list[Path]:
+    return sorted(Path(directory).glob("part-*.parquet"))
+
+
+def dataset_hash(dataset_dir: Path) -> str:
+    """sha256 over the shard files' bytes, in order: names the exact data a model saw."""
+    digest = hashlib.sha256()
+    for path in shard_paths(Path(dataset_dir) / "ops") + shard_paths(Path(dataset_dir) / "models"):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def read_frame(directory: Path, validate: object) -> pd.DataFrame:
+    paths = shard_paths(directory)
+    if not paths:
+        raise FileNotFoundError(f"no parquet shards in {directory}")
+    return validate(pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True))  # type: ignore[operator]
+
+
+def shape_group(rows: pd.DataFrame) -> pd.Series:
+    """One id per shape (family, variant, parameters): every precision, layout and batch of a
+    shape lands on the same side of a split, so no shape leaks from train to test."""
+    params = rows[list(PARAMETERS)].astype("Int64").fillna(-1).astype("int64").astype(str)
+    return rows["family"] + "|" + rows["variant"] + "|" + params.agg(",".join, axis=1)
+
+
+@dataclass
+class OpData:
+    """Measured rows with their features and targets."""
+
+    rows: pd.DataFrame
+    features: pd.DataFrame
+    groups: pd.Series
+    device: DeviceSpec
+
+    @property
+    def roofline_us(self) -> np.ndarray:
+        return np.power(10.0, self.features["log_roofline_us"].to_numpy())
+
+
+def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | None = None,
+             seed: int = 0) -> OpData:
+    """The ok operator rows of a dataset (optionally a family subset or a random sample)."""
+    dataset_dir = Path(dataset_dir)
+    fingerprint = json.loads((dataset_dir / "fingerprint.json").read_text())
+    device = resolve_device(fingerprint["device_id"])
+    rows = read_frame(dataset_dir / "ops", validate_rows)
+    rows = rows[rows["status"] == "ok"]
+    if families:
+        rows = rows[rows["family"].isin(families)]
+    if limit is not None and len(rows) > limit:
+        rows = rows.sample(n=limit, random_state=seed)
+    rows = rows.reset_index(drop=True)
+    return OpData(rows, feature_frame(rows, device), shape_group(rows), device)
+
+
+def load_model_runs(dataset_dir: Path) -> pd.DataFrame:
+    """The ok whole-model runs of a dataset."""
+    runs = read_frame(Path(dataset_dir) / "models", validate_model_runs)
+    return runs[runs["status"] == "ok"].reset_index(drop=True)

@@ -1,0 +1,109 @@
+"""``latpred train``: fit per-layer models, learn composition, validate, export, track.
+
+Both libraries are fitted for both targets on a grouped split and the better one is kept per
+target; composition constants are learned from the whole-model runs and checked
+leave-one-model-out; the bundle is exported and the run logged to MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.graph import Graph
+from predictor.predict import Predictor
+from predictor.zoo import load_zoo_graph, zoo_names
+from training.bundle_export import export_bundle, in_memory_bundle
+from training.composition import CompositionFit, leave_one_model_out, run_arrays
+from training.data import OpData, dataset_hash, load_model_runs, load_ops
+from training.fit import LIBRARIES, FitResult, better, fit_target
+from training.metrics import ape, grouped_metrics, summarize_ape
+
+
+@dataclass
+class TrainSettings:
+    dataset: Path = Path("datasets/nvidia-h200")
+    bundle_root: Path = DEFAULT_BUNDLE_DIR
+    store: Path = Path("mlruns/latpred.db")
+    threads: int = 2
+    limit: int | None = None
+    scale: float = 1.0
+    seed: int = 0
+    track: bool = True
+
+
+@dataclass
+class TrainReport:
+    chosen: dict[str, FitResult]
+    candidates: dict[str, dict[str, FitResult]]
+    composition: CompositionFit
+    bundle_dir: Path
+    tracking: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def zoo_graphs(models: list[str]) -> dict[str, Graph]:
+    names = set(zoo_names())
+    return {m: load_zoo_graph(m) for m in models if m in names}
+
+
+def validation_summary(predictions: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per mode x precision x batch: ours and both baselines, MAPE and share within +-10%."""
+    out = {}
+    keys = [predictions["mode"], predictions["precision"], predictions["batch"]]
+    for column in ("predicted_ms", "roofline_ms", "flops_ms"):
+        errors = ape(predictions[column], predictions["measured_ms"])
+        out[column] = grouped_metrics(errors, keys)
+    return out
+
+
+def train(settings: TrainSettings) -> TrainReport:
+    started = time.perf_counter()
+    data: OpData = load_ops(settings.dataset, limit=settings.limit, seed=settings.seed)
+    candidates: dict[str, dict[str, FitResult]] = {}
+    chosen: dict[str, FitResult] = {}
+    for target in ("kernel", "dispatch"):
+        candidates[target] = {lib: fit_target(data, target, lib, settings.threads, settings.seed, settings.scale)
+                              for lib in LIBRARIES}
+        chosen[target] = better(*candidates[target].values())
+    device_id = data.device.device_id
+    runs = load_model_runs(settings.dataset)
+    graphs = zoo_graphs(sorted(runs["model"].unique()))
+    predictor = Predictor(in_memory_bundle(device_id, chosen), data.device)
+    composition = leave_one_model_out(run_arrays(predictor, graphs, runs))
+    lomo = composition.predictions
+    metrics: dict[str, float] = {}
+    for target, fit in chosen.items():
+        metrics.update({f"{target}_{k}": v for k, v in fit.overall.items() if k != "count"})
+    for mode in ("eager", "cudagraph"):
+        errors = ape(lomo.loc[lomo["mode"] == mode, "predicted_ms"], lomo.loc[lomo["mode"] == mode, "measured_ms"])
+        metrics.update({f"lomo_{mode}_{k}": v for k, v in summarize_ape(errors).items() if k != "count"})
+    metrics["lomo_within_10pct"] = float((ape(lomo["predicted_ms"], lomo["measured_ms"]) <= 0.1).mean())
+    fingerprint = json.loads((Path(settings.dataset) / "fingerprint.json").read_text())
+    version = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    metadata = {
+        "version": version, "dataset_hash": dataset_hash(settings.dataset), "fingerprint": fingerprint,
+        "rows": len(data.rows), "metrics": metrics,
+        "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log},
+    }
+    bundle_dir = export_bundle(Path(settings.bundle_root) / device_id, device_id, chosen, metadata)
+    Bundle.load(bundle_dir)  # refuse to report success on a bundle that does not load
+    report = TrainReport(chosen, candidates, composition, bundle_dir)
+    if settings.track:
+        from training.tracking import track_training
+
+        params = {"dataset": str(settings.dataset), "rows": len(data.rows), "limit": settings.limit,
+                  "scale": settings.scale, "seed": settings.seed,
+                  **{f"{t}_library": f.library for t, f in chosen.items()}}
+        tags = {"dataset_hash": metadata["dataset_hash"], "fingerprint": fingerprint.get("fingerprint", ""),
+                "device_id": device_id, "bundle_version": version}
+        report.tracking = track_training(settings.store, device_id, params, metrics, tags, bundle_dir,
+                                         chosen["kernel"].library, chosen["kernel"].booster)
+    report.seconds = time.perf_counter() - started
+    return report

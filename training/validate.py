@@ -1,0 +1,84 @@
+"""``latpred validate``: predictions against the measured whole-model runs, leave-one-model-out.
+
+The bundle's per-layer models predict every node of each zoo model; composition constants are
+refitted without the model being predicted. Ours is reported beside two baselines from the same
+run (pure roofline, the static analysis most tools stop at; and latency proportional to FLOPs),
+per mode x precision x batch, with a predicted-vs-measured scatter plot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.bundle import Bundle
+from predictor.devices import resolve_device
+from predictor.predict import Predictor
+from training.composition import leave_one_model_out, run_arrays
+from training.data import load_model_runs
+from training.metrics import ape
+
+METHODS = {"predicted_ms": "latpred", "roofline_ms": "roofline", "flops_ms": "flops-proportional"}
+
+
+@dataclass
+class ValidationReport:
+    predictions: pd.DataFrame
+    table: pd.DataFrame  # mode, precision, batch, then MAPE and within-10% per method
+    overall: pd.DataFrame  # mode x method
+
+
+def score(predictions: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows, overall = [], []
+    for (mode, precision, batch), group in predictions.groupby(["mode", "precision", "batch"]):
+        row = {"mode": mode, "precision": precision, "batch": batch, "runs": len(group)}
+        for column, method in METHODS.items():
+            errors = ape(group[column], group["measured_ms"])
+            row[f"{method} MAPE"] = float(np.mean(errors))
+            row[f"{method} within10"] = float(np.mean(errors <= 0.1))
+        rows.append(row)
+    for mode, group in predictions.groupby("mode"):
+        for column, method in METHODS.items():
+            errors = ape(group[column], group["measured_ms"])
+            overall.append({"mode": mode, "method": method, "runs": len(group), "MAPE": float(np.mean(errors)),
+                            "median APE": float(np.median(errors)), "within10": float(np.mean(errors <= 0.1))})
+    return pd.DataFrame(rows), pd.DataFrame(overall)
+
+
+def validate(bundle_dir: Path, dataset: Path) -> ValidationReport:
+    from training.train import zoo_graphs
+
+    bundle = Bundle.load(bundle_dir)
+    predictor = Predictor(bundle, resolve_device(bundle.device_id))
+    runs = load_model_runs(dataset)
+    fit = leave_one_model_out(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs))
+    table, overall = score(fit.predictions)
+    return ValidationReport(fit.predictions, table, overall)
+
+
+def scatter_plot(predictions: pd.DataFrame, path: Path) -> Path:
+    """Predicted vs measured, log-log, one colour per mode, with the +-10% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6))
+    for mode, colour in (("cudagraph", "tab:blue"), ("eager", "tab:orange")):
+        part = predictions[predictions["mode"] == mode]
+        ax.scatter(part["measured_ms"], part["predicted_ms"], s=10, alpha=0.6, label=mode, color=colour)
+    lo = float(min(predictions["measured_ms"].min(), predictions["predicted_ms"].min()) * 0.8)
+    hi = float(max(predictions["measured_ms"].max(), predictions["predicted_ms"].max()) * 1.2)
+    line = np.array([lo, hi])
+    ax.plot(line, line, "k-", lw=1)
+    ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
+    ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)",
+           title="latpred, leave-one-model-out")
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
