@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= collect,dev
+EXTRAS ?= collect,train,dev
 
 .PHONY: run test clean-venv
 
@@ -14,13 +14,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-# The main job on the embedded defaults: fingerprint this machine's device, measure a one-minute
-# operator sweep on it into runs/, and write that dataset's card. Rerunning resumes the sweep.
+# The main job on the embedded defaults: predict shipped models on the H200 with the shipped
+# bundle (no GPU needed), then check the predictor against the measured zoo, leave-one-model-out.
 run: $(VENV)/.installed
-	$(VENV)/bin/latpred device
-	mkdir -p runs && cp datasets/layer_shapes.json runs/
-	$(VENV)/bin/latpred collect ops --out runs --target 2000 --budget-s 60 --max-bytes 3e7 --max-flops 3e9
-	for d in runs/*/; do $(VENV)/bin/latpred collect card $$d && sed -n '/^## Operator rows/,/^## Whole/p' $$d/README.md; done
+	$(VENV)/bin/latpred devices
+	$(VENV)/bin/latpred predict resnet50 vit_b_16 bert-base gpt2 --device h200 --precision fp16 --mode cudagraph --batch 8
+	$(VENV)/bin/latpred predict resnet50 vit_b_16 bert-base gpt2 --device h200 --precision fp16 --mode eager --batch 1
+	$(VENV)/bin/latpred validate --device h200 --out runs/validate
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
