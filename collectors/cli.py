@@ -85,6 +85,8 @@ def graphs(out: Path | None) -> None:
               help="configurations to draw")
 @click.option("--families", default="", help="comma-separated families (default: all)")
 @click.option("--precisions", default=",".join(PRECISIONS), show_default=True)
+@click.option("--variants", default="", help="measure every shape in these variants instead of its own")
+@click.option("--layouts", default="", help="only these layouts (e.g. nchw)")
 @click.option("--budget-s", type=click.FloatRange(min=0), default=None,
               help="stop cleanly after this many seconds (resume later)")
 @click.option("--flush-every", type=click.IntRange(min=1), default=1000, show_default=True)
@@ -92,8 +94,8 @@ def graphs(out: Path | None) -> None:
               help="skip batches whose fp32 working set exceeds this")
 @click.option("--max-flops", type=click.FloatRange(min=1), default=3e11, show_default=True,
               help="skip batches whose arithmetic exceeds this")
-def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str,
-        budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float) -> None:
+def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
+        layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float) -> None:
     """Sweep operator configurations; resumes where an earlier run stopped."""
     from collectors.campaign import collect_ops
     from collectors.sampler import SamplerSettings
@@ -106,7 +108,9 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
             get_family(f)
         precs = tuple(get_precision(p.strip()).name for p in precisions.split(",") if p.strip())
         settings = SamplerSettings(seed=seed, target_configs=target, families=fams,
-                                   precisions=precs, max_bytes=max_bytes, max_flops=max_flops)
+                                   precisions=precs, max_bytes=max_bytes, max_flops=max_flops,
+                                   variants=tuple(v.strip() for v in variants.split(",") if v.strip()) or None,
+                                   layouts=tuple(x.strip() for x in layouts.split(",") if x.strip()) or None)
         report = collect_ops(out, device, settings, budget_s, flush_every)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(exc)

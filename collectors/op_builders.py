@@ -80,7 +80,8 @@ def _module(spec: BuildSpec, module: nn.Module) -> nn.Module:
 def _conv(spec: BuildSpec) -> OpCall:
     p = spec.params
     conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], p["stride"],
-                                   padding=p["kernel"] // 2, groups=p["groups"], **_on(spec)))
+                                   padding=p["kernel"] // 2, groups=p["groups"],
+                                   bias=spec.variant != "nobias", **_on(spec)))
     x = _image(spec, p["c_in"], p["h"], p["w"])
     return lambda: conv(x)
 

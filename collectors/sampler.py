@@ -9,6 +9,7 @@ still covers every family evenly.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterable
@@ -47,6 +48,11 @@ RANDOM_SPACE: dict[str, dict[str, tuple[int, int] | list[int]]] = {
     "mean": {"rows": (1, 4096), "c": (16, 4096)},
 }
 
+#: Variants random shapes are drawn in, where not all of a family's: conv2d's 'nobias' came after
+#: the first H200 sweep, and drawing it here would change that sweep's configurations (measure
+#: it with ``variants=("nobias",)`` instead).
+RANDOM_VARIANTS: dict[str, tuple[str, ...]] = {"conv2d": ("",)}
+
 #: Families that few zoo layers exercise but transformers lean on get more random shapes.
 RANDOM_WEIGHT: dict[str, int] = {"linear": 3, "matmul": 2, "sdpa": 2, "layer_norm": 2, "softmax": 2}
 
@@ -64,6 +70,11 @@ class SamplerSettings:
     max_flops: float = 3e11
     precisions: tuple[str, ...] = tuple(PRECISIONS)
     families: tuple[str, ...] = field(default_factory=lambda: tuple(FAMILIES))
+    #: If set, every shape is measured in each of these variants (where its family has them)
+    #: instead of its own: e.g. the convolutions of an earlier sweep again without bias.
+    variants: tuple[str, ...] | None = None
+    #: If set, only these layouts (where a family has them).
+    layouts: tuple[str, ...] | None = None
 
 
 def _round_like(value: float, original: int) -> int:
@@ -138,7 +149,7 @@ def candidate_shapes(shapes: Iterable[Shape], settings: SamplerSettings) -> list
         for _ in range(settings.perturbations_per_shape):
             out.append((shape["family"], shape["variant"], _perturb(shape, rng), f"perturbed:{top_source}"))
     for family in settings.families:
-        variants = get_family(family).variants
+        variants = RANDOM_VARIANTS.get(family, get_family(family).variants)
         for _ in range(settings.random_shapes_per_family * RANDOM_WEIGHT.get(family, 1)):
             out.append((family, rng.choice(variants), _random_shape(family, rng), "random"))
     valid = []
@@ -160,11 +171,12 @@ def sample_configs(shapes: Iterable[Shape], settings: SamplerSettings) -> list[O
         if not allowed:
             continue
         batches = rng.sample(allowed, min(settings.batches_per_shape, len(allowed)))
-        for layout in get_family(family).layouts:
-            for precision in settings.precisions:
-                for batch in batches:
-                    cfg = OpConfig.make(family, params, variant, layout, precision, batch, source)
-                    configs.setdefault(cfg.config_id, cfg)
+        spec = get_family(family)
+        variants = [v for v in settings.variants if v in spec.variants] if settings.variants else [variant]
+        layouts = [x for x in spec.layouts if not settings.layouts or x in settings.layouts] or list(spec.layouts)
+        for variant_, layout, precision, batch in itertools.product(variants, layouts, settings.precisions, batches):
+            cfg = OpConfig.make(family, params, variant_, layout, precision, batch, source)
+            configs.setdefault(cfg.config_id, cfg)
     ordered = sorted(configs.values(), key=lambda c: c.config_id)
     rng.shuffle(ordered)
     return ordered[: settings.target_configs]

@@ -30,7 +30,21 @@ FEATURE_COLUMNS: tuple[str, ...] = (
     "family_code", "variant_code", "layout_code", "precision_code", "element_bytes",
     "log_batch", *[f"p_{p}" for p in PARAMETERS], "log_flops", "log_bytes", "log_intensity",
     "log_roofline_us", "compute_bound", "log_tiles", "waves", "wave_efficiency",
+    "log_gemm_m", "log_gemm_n", "log_gemm_k", "log_out_elements",
 )
+
+
+def _output_elements(family: str, p: Mapping[str, int], batch: int) -> float:
+    if family == "conv2d":
+        return float(batch * p["c_out"] * conv_out(p["h"], p["kernel"], p["stride"])
+                     * conv_out(p["w"], p["kernel"], p["stride"]))
+    if family == "linear":
+        return float(batch * p["tokens"] * p["n"])
+    if family == "matmul":
+        return float(batch * p["heads"] * p["m"] * p["n"])
+    if family == "sdpa":
+        return float(batch * p["heads"] * p["seq_q"] * p["head_dim"])
+    return 0.0
 
 
 def output_tiles(family: str, p: Mapping[str, int], batch: int) -> float:
@@ -48,6 +62,21 @@ def output_tiles(family: str, p: Mapping[str, int], batch: int) -> float:
     # Memory-bound families: blocks over the elements written or read.
     return max(1.0, bytes_moved(family, p, "relu" if family == "activation" else
                                 get_family(family).variants[0], batch, 1) / 2 / ELEMENTS_PER_BLOCK)
+
+
+def gemm_dims(family: str, p: Mapping[str, int], batch: int) -> tuple[float, float, float]:
+    """(M, N, K) of the matrix product a GEMM-like call runs, per group for grouped convs
+    (implicit GEMM for convolutions); zeros for other families."""
+    if family == "conv2d":
+        ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+        return (float(batch * ho * wo), p["c_out"] / p["groups"], p["c_in"] / p["groups"] * p["kernel"] ** 2)
+    if family == "linear":
+        return float(batch * p["tokens"]), float(p["n"]), float(p["k"])
+    if family == "matmul":
+        return float(p["m"]), float(p["n"]), float(p["k"])
+    if family == "sdpa":
+        return float(p["seq_q"]), float(p["seq_kv"]), float(p["head_dim"])
+    return 0.0, 0.0, 0.0
 
 
 def roofline_us(family: str, params: Mapping[str, int], variant: str, batch: int,
@@ -82,6 +111,9 @@ def feature_row(family: str, params: Mapping[str, int], variant: str, layout: st
         "log_tiles": math.log10(tiles), "waves": waves,
         "wave_efficiency": waves / math.ceil(waves),
     }
+    m, n, k = gemm_dims(family, params, batch)
+    row.update(log_gemm_m=math.log2(m + 1), log_gemm_n=math.log2(n + 1), log_gemm_k=math.log2(k + 1),
+               log_out_elements=math.log2(_output_elements(family, params, batch) + 1))
     return row
 
 

@@ -32,9 +32,9 @@ def _conv_flops(p: Params, _v: str, b: int) -> float:
     return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * p["kernel"] ** 2
 
 
-def _conv_bytes(p: Params, _v: str, b: int, e: int) -> float:
+def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:
     ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
-    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + p["c_out"]
+    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + (0 if v == "nobias" else p["c_out"])
     return float(e * (b * p["c_in"] * p["h"] * p["w"] + weights + b * p["c_out"] * ho * wo))
 
 
@@ -51,9 +51,11 @@ register(OpFamily(
     params=("c_in", "c_out", "h", "w", "kernel", "stride", "groups"),
     flops=_conv_flops,
     bytes_moved=_conv_bytes,
+    variants=("", "nobias"),
     layouts=("nchw", "nhwc"),
     validate=_conv_validate,
-    description="2-d convolution with bias, padding kernel//2 (dense, grouped and depthwise)",
+    description="2-d convolution, padding kernel//2 (dense, grouped and depthwise); variant '' has "
+                "a bias (nn.Conv2d's default), 'nobias' none (convolutions followed by a norm)",
 ))
 
 register(OpFamily(

@@ -4,7 +4,8 @@ Each ONNX node becomes a graph node (named by its ONNX name when that is set and
 ``"{index}:{op_type}"``), except where kernel detection merges a written-out pattern into the
 one fused kernel PyTorch runs for it, as nn-Meter detects fused kernels: attention written as
 MatMul -> [scale] -> [mask] -> Softmax -> MatMul becomes one ``sdpa`` node, GELU written with Erf
-one ``gelu``, ``x * Sigmoid(x)`` one ``silu``, and MatMul + bias Add one ``linear``. Views and
+one ``gelu``, ``x * Sigmoid(x)`` one ``silu``, MatMul + bias Add one ``linear``, and the
+Reshape -> InstanceNormalization -> Reshape of an exported GroupNorm one ``group_norm``. Views and
 shape arithmetic are ``free``; an elementwise op without a family is costed like ``activation``
 relu or ``binary`` add (keeping its own op name); anything else is a ``fallback``, never dropped.
 
@@ -42,6 +43,7 @@ ACTIVATIONS = {"Relu": "relu", "Gelu": "gelu", "Sigmoid": "sigmoid", "Tanh": "ta
                "HardSwish": "hardswish", "HardSigmoid": "hardsigmoid", "Clip": "clamp"}
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli"}
+STANDARD = ("", "ai.onnx")  # the default ONNX domain; other domains' ops are never mapped
 INT_TYPES = {2, 3, 4, 5, 6, 7, 9, 12, 13}  # uint8..int64, bool, uint32, uint64 (TensorProto codes)
 
 
@@ -71,6 +73,10 @@ def _load(source: bytes | str | Path) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{where} is not a valid ONNX model ({first})") from None
     return model
+
+
+def _opset(model: Any) -> int:
+    return next((o.version for o in model.opset_import if o.domain in STANDARD), 1)
 
 
 def _all_tensors(graph: Any) -> Iterator[Any]:
@@ -105,34 +111,131 @@ def _refuse_external_data(model: Any) -> None:
 
 
 def _fix_batch(model: Any, batch: int | None) -> int:
-    """Set symbolic or missing batch dims of the inputs to ``batch`` (default 1); return the batch
-    the shapes will carry (an input's fixed batch wins). Other symbolic dims are refused."""
-    graph = model.graph
-    weights = {t.name for t in graph.initializer}
-    traced: int | None = None
-    for vi in graph.input:
-        if vi.name in weights or not vi.type.HasField("tensor_type") \
-                or not vi.type.tensor_type.HasField("shape"):
-            continue
-        for axis, dim in enumerate(vi.type.tensor_type.shape.dim):
+    """Set symbolic or missing batch dims (axis 0) of the inputs and return the batch the shapes
+    will carry: an input's fixed batch if there is one (so the inputs stay consistent), else
+    ``batch`` (default 1). Symbolic dims elsewhere are refused: they leave the shapes unknown."""
+    weights = {t.name for t in model.graph.initializer}
+    dims = [(vi.name, list(vi.type.tensor_type.shape.dim)) for vi in model.graph.input
+            if vi.name not in weights and vi.type.tensor_type.HasField("shape")]
+    fixed = [d[0].dim_value for _, d in dims if d and d[0].HasField("dim_value") and d[0].dim_value > 0]
+    traced = fixed[0] if fixed else batch or 1
+    for name, shape in dims:
+        for axis, dim in enumerate(shape):
             if dim.HasField("dim_value") and dim.dim_value > 0:
-                if axis == 0 and traced is None:
-                    traced = dim.dim_value
-            elif axis == 0:
-                dim.Clear()
-                dim.dim_value = batch or 1
-                traced = traced or dim.dim_value
-            else:
-                raise ValueError(f"input {vi.name!r} has a symbolic dimension "
-                                 f"{dim.dim_param or '?'!r} at axis {axis}: only the batch "
-                                 "(axis 0) may be symbolic; export with fixed sizes")
+                continue
+            if axis:
+                raise ValueError(f"input {name!r} has a symbolic dimension {dim.dim_param or '?'!r} "
+                                 f"at axis {axis}: only the batch (axis 0) may be symbolic; "
+                                 "export the model with fixed sizes")
+            dim.Clear()
+            dim.dim_value = traced
     # Stale symbolic shapes inside the graph would fight the inferred ones: infer afresh.
-    del graph.value_info[:]
-    for vi in graph.output:
+    del model.graph.value_info[:]
+    for vi in model.graph.output:
         for dim in vi.type.tensor_type.shape.dim:
             if not dim.HasField("dim_value"):
                 dim.Clear()
-    return traced or batch or 1
+    return traced
+
+
+# ---------------------------------------------------------------------------- shapes
+
+FOLD_LIMIT = 1 << 16  # shape arithmetic is tiny; anything bigger is not folded
+
+
+def _constant_value(node: Any) -> Any:
+    from onnx import helper, numpy_helper
+
+    attr = node.attribute[0] if len(node.attribute) == 1 else None
+    if attr is None or attr.name not in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        return None
+    import numpy as np
+
+    return numpy_helper.to_array(attr.t) if attr.name == "value" else np.asarray(helper.get_attribute_value(attr))
+
+
+def _fold(nodes: list[Any], shapes: dict[str, list[int] | None], values: dict[str, Any], opset: int) -> bool:
+    """Evaluate shape arithmetic (Shape, Size and nodes reading only known values) into ``values``
+    with onnx's reference ops, so that a Reshape fed by it gets a known shape. True if any new."""
+    import numpy as np
+    from onnx.reference import ReferenceEvaluator
+
+    grew = False
+    for n in nodes:
+        if not n.output or n.output[0] in values or n.domain not in STANDARD or n.op_type in RANDOM_OPS:
+            continue
+        ins = [x for x in n.input if x]
+        out: list[Any] | None = None
+        if n.op_type == "Constant":
+            out = [_constant_value(n)]
+        elif n.op_type in ("Shape", "Size") and shapes.get(n.input[0]) is not None:
+            dims = shapes[n.input[0]]
+            a = _attrs(n)
+            out = [np.array(dims[a.get("start", 0):a.get("end", len(dims))] if n.op_type == "Shape"
+                            else math.prod(dims), dtype=np.int64)]
+        elif ins and all(x in values for x in ins) and sum(values[x].size for x in ins) <= FOLD_LIMIT \
+                and not any(a.HasField("g") or a.graphs for a in n.attribute):
+            try:
+                out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})
+            except Exception:
+                out = None  # an op the reference cannot run: leave it to shape inference
+        for name, value in zip(n.output, out or []):
+            if value is not None and np.asarray(value).size <= FOLD_LIMIT:
+                values[name] = np.asarray(value)
+                grew = True
+    return grew
+
+
+def _shapes(model: Any) -> dict[str, list[int] | None]:
+    shapes: dict[str, list[int] | None] = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+            shapes[vi.name] = None if None in dims else dims
+    for t in model.graph.initializer:
+        shapes[t.name] = list(t.dims)
+    return shapes
+
+
+def _infer(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
+    """Shape inference, repeated with the shape arithmetic folded into constants until it settles:
+    onnx's own data propagation stops at ops such as Div and Cast that exporters put in reshapes."""
+    from onnx import helper, numpy_helper, shape_inference
+
+    def infer(m: Any) -> Any:
+        try:
+            return shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+        except Exception as exc:
+            raise ValueError(f"ONNX shape inference failed: {str(exc).strip().splitlines()[0]}") from None
+
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+              if math.prod(t.dims) <= FOLD_LIMIT}
+    light = type(model)()  # the model without its weights' data: inference needs only their dims
+    light.CopyFrom(model)
+    for w in light.graph.initializer:
+        if w.name not in values:
+            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
+                w.ClearField(data)
+    inferred = infer(light)
+    for _ in range(8):
+        if not _fold(list(model.graph.node), _shapes(inferred), values, opset):
+            break
+        probe = type(light)()
+        probe.CopyFrom(light)
+        made = {w.name for w in probe.graph.initializer}
+        for n in probe.graph.node:
+            for k, x in enumerate(n.input):
+                if x in values and x not in made and n.op_type != "Constant":
+                    n.input[k] = f"latpred.folded:{x}"
+        for x, v in values.items():
+            if x not in made:
+                probe.graph.initializer.append(numpy_helper.from_array(v, f"latpred.folded:{x}"))
+                if model.ir_version < 4:  # initializers had to be listed as inputs then
+                    probe.graph.input.append(helper.make_tensor_value_info(
+                        f"latpred.folded:{x}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
+        inferred = infer(probe)
+    return inferred, values
 
 
 # ---------------------------------------------------------------------------- the tensors
@@ -140,24 +243,24 @@ def _fix_batch(model: Any, batch: int | None) -> int:
 class _Tensors:
     """Shapes, types, producers, consumers and constness of every tensor after shape inference."""
 
-    def __init__(self, model: Any, batch: int) -> None:
+    def __init__(self, model: Any, inferred: Any, values: dict[str, Any], batch: int) -> None:
         from onnx import numpy_helper
 
         self._to_array = numpy_helper.to_array
         graph = model.graph
         self.nodes = list(graph.node)
         self.batch = batch
-        self.shapes: dict[str, list[int] | None] = {}
+        self.values = values
+        self.opset = _opset(model)
+        #: indices of nodes fused into attention (their inputs are read strided, as views)
+        self.attention: set[int] = set()
+        self.shapes = _shapes(inferred)
         self.types: dict[str, int] = {}
-        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-            tt = vi.type.tensor_type
-            self.types[vi.name] = tt.elem_type
-            if tt.HasField("shape"):
-                dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-                self.shapes[vi.name] = None if None in dims else dims
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+            self.types[vi.name] = vi.type.tensor_type.elem_type
         self.weights = {t.name: t for t in graph.initializer}
         for t in graph.initializer:
-            self.shapes[t.name], self.types[t.name] = list(t.dims), t.data_type
+            self.types[t.name] = t.data_type
         self.constants = {n.output[0]: n for n in self.nodes if n.op_type == "Constant" and n.output}
         self.producer: dict[str, int] = {}
         self.consumers: dict[str, list[int]] = {}
@@ -193,23 +296,15 @@ class _Tensors:
         return name in self.static or (self.types.get(name) in INT_TYPES and s is not None and len(s) <= 1)
 
     def value(self, name: str) -> Any:
-        """The numpy value of a weight or Constant of up to a million elements, else None."""
+        """The numpy value of a weight, Constant or folded shape tensor (up to 2**20 elements), else None."""
+        if name in self.values:
+            return self.values[name]
         if (self.numel(name) or 0) > 1 << 20:
             return None
         if name in self.weights:
             return self._to_array(self.weights[name])
         node = self.constants.get(name)
-        if node is None or not node.attribute:
-            return None
-        import numpy as np
-        from onnx import helper
-
-        attr = node.attribute[0]
-        if attr.name == "value":
-            return self._to_array(attr.t)
-        if attr.name in ("value_float", "value_floats", "value_int", "value_ints"):
-            return np.asarray(helper.get_attribute_value(attr))
-        return None
+        return None if node is None else _constant_value(node)
 
     def scalar(self, name: str) -> float | None:
         v = self.value(name)
@@ -231,10 +326,6 @@ def _other(node: Any, name: str) -> str | None:
     if len(node.input) == 2 and name in node.input:
         return node.input[1] if node.input[0] == name else node.input[0]
     return None
-
-
-def _opset(model: Any) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
 
 
 # ---------------------------------------------------------------------------- kernel detection
@@ -288,9 +379,23 @@ def _causal(t: _Tensors, node: Any, scores: str) -> int:
     return int(bool((c == (~upper(c.shape) if then == scores else upper(c.shape))).all()))
 
 
+def _scores_operand(t: _Tensors, add: Any) -> str:
+    """Which input of a mask Add carries the attention scores (the other is the mask)."""
+    def scores(x: str) -> bool:
+        i = t.producer.get(x)
+        return x not in t.static and i is not None and t.nodes[i].op_type in ("MatMul", "Mul", "Div", "Where")
+
+    a, b = add.input
+    if scores(a) != scores(b):
+        return a if scores(a) else b
+    return b if t.shape(b) == t.shape(add.output[0]) != t.shape(a) else a
+
+
 def _find_sdpa(t: _Tensors, softmax: int) -> _Fused | None:
     """MatMul(Q, Transpose(K)) [-> scale] [-> mask] -> Softmax -> MatMul(., V) as one sdpa."""
     sm = t.nodes[softmax]
+    if _softmax(t, sm, _attrs(sm)) is None:
+        return None  # attention normalises over the keys: the last axis
     taken, causal = [softmax], 0
     j = t.only_consumer(sm.output[0])
     while j is not None and t.nodes[j].op_type in ("Dropout", "Identity"):
@@ -308,9 +413,8 @@ def _find_sdpa(t: _Tensors, softmax: int) -> _Fused | None:
         n = t.nodes[i]
         if n.op_type in ("Mul", "Div") and _scalar_operand(t, n):
             nxt = _scalar_operand(t, n)
-        elif n.op_type == "Add":
-            nxt = n.input[0] if t.producer.get(n.input[0]) is not None and \
-                t.nodes[t.producer[n.input[0]]].op_type in ("MatMul", "Mul", "Div") else n.input[1]
+        elif n.op_type == "Add" and len(n.input) == 2:
+            nxt = _scores_operand(t, n)
             causal = causal or _causal(t, n, nxt)
         elif n.op_type == "Where" and len(n.input) == 3:
             nxt = n.input[2] if t.numel(n.input[1]) == 1 else n.input[1]
@@ -324,6 +428,8 @@ def _find_sdpa(t: _Tensors, softmax: int) -> _Fused | None:
         return None
     taken.append(qk_i)
     q, k = t.nodes[qk_i].input
+    if q in t.static or k in t.static:
+        return None  # a product with weights, not attention
     for side, steps in ((q, ("Mul", "Div")), (k, ("Mul", "Div", "Transpose"))):
         for _ in range(2):  # torch's exported SDPA scales q and k; K arrives transposed
             i = _producer(t, side, steps)
@@ -404,8 +510,29 @@ def _find_linear_bias(t: _Tensors, mm: int) -> _Fused | None:
     return _Fused([mm, add], "MatMul+Add", hit)
 
 
+def _find_group_norm(t: _Tensors, inorm: int) -> _Fused | None:
+    """GroupNorm as exporters write it before opset 18: Reshape to [batch, groups, -1] ->
+    InstanceNormalization -> Reshape back [-> Mul weight -> Add bias], as one group_norm."""
+    r1 = _producer(t, t.nodes[inorm].input[0], ("Reshape",))
+    r2 = t.only_consumer(t.nodes[inorm].output[0])
+    if r1 is None or r2 is None or t.nodes[r2].op_type != "Reshape":
+        return None
+    x, grouped = t.shape(t.nodes[r1].input[0]), t.shape(t.nodes[r1].output[0])
+    if x is None or grouped is None or len(x) != 4 or t.shape(t.nodes[r2].output[0]) != x:
+        return None
+    taken, out = [r1, inorm, r2], t.nodes[r2].output[0]
+    for op_type in ("Mul", "Add"):  # the per-channel affine, when the module has one
+        j = t.only_consumer(out)
+        if j is None or t.nodes[j].op_type != op_type or _other(t.nodes[j], out) not in t.static:
+            break
+        taken.append(j)
+        out = t.nodes[j].output[0]
+    return _Fused(sorted(taken), "GroupNormalization", ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])))
+
+
 FUSIONS: dict[str, Callable[[_Tensors, int], _Fused | None]] = {
     "Softmax": _find_sdpa, "Erf": _find_gelu, "Sigmoid": _find_silu, "MatMul": _find_linear_bias,
+    "InstanceNormalization": _find_group_norm,
 }
 
 
@@ -421,8 +548,9 @@ def _conv(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     if w[3] != k or any(d != 1 for d in a.get("dilations", [1, 1])) or strides[0] != strides[1] \
             or not (same or list(pads) == [k // 2] * 4):
         return None
-    return "conv2d", "", dict(c_in=s[1], c_out=w[0], h=s[2], w=s[3], kernel=k, stride=strides[0],
-                              groups=a.get("group", 1))
+    has_bias = len(n.input) > 2 and bool(n.input[2])
+    return "conv2d", "" if has_bias else "nobias", dict(c_in=s[1], c_out=w[0], h=s[2], w=s[3], kernel=k,
+                                                       stride=strides[0], groups=a.get("group", 1))
 
 
 def _matmul(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
@@ -444,7 +572,7 @@ def _gemm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "linear", "", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
 
 
-def _last_axis(t: _Tensors, n: Any, axis: int) -> Hit | None:
+def _last_axis(t: _Tensors, n: Any, axis: int) -> list[int] | None:
     s = t.shape(n.input[0])
     if s is None or axis % max(len(s), 1) != len(s) - 1:
         return None
@@ -510,9 +638,10 @@ def _concat(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
 
 def _transpose(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = t.shape(n.input[0])
+    readers = t.consumers.get(n.output[0], [])
     if s is None or len(s) != 4 or list(a.get("perm", [])) != [0, 2, 1, 3] \
-            or all(t.nodes[c].op_type == "Attention" for c in t.consumers.get(n.output[0], [-1]) if c >= 0):
-        return None
+            or (readers and all(r in t.attention for r in readers)):
+        return None  # other permutations stay views; fused attention reads q and v strided
     return "transpose", "", dict(d1=s[1], d2=s[2], d3=s[3])
 
 
@@ -537,18 +666,39 @@ def _norm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
 
 
+def _attention(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+    """ONNX's own Attention (opset 23): q, k, v as [batch, heads, seq, head_dim] or [batch, seq, hidden]."""
+    q, k = t.shape(n.input[0]), t.shape(n.input[1])
+    if q is None or k is None or len(q) != len(k) or len(q) not in (3, 4):
+        return None
+    causal = int(bool(a.get("is_causal", 0))) if len(n.input) < 4 or not n.input[3] else 0
+    if len(q) == 4:
+        return "sdpa", "", dict(heads=q[1], seq_q=q[2], seq_kv=k[2], head_dim=q[3], causal=causal)
+    heads = a.get("q_num_heads", 0)
+    return None if not heads else ("sdpa", "", dict(heads=heads, seq_q=q[1], seq_kv=k[1],
+                                                    head_dim=q[2] // heads, causal=causal))
+
+
 def _global_avg(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = _nchw(t, n)
     return None if s is None else ("pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1))
 
 
 FAMILY_RULES: dict[str, Callable[[_Tensors, Any, dict[str, Any]], Hit | None]] = {
-    "Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "Softmax": _softmax,
+    "Conv": _conv, "MatMul": _matmul, "Attention": _attention, "Gemm": _gemm, "Softmax": _softmax,
     "LayerNormalization": _layer_norm, "BatchNormalization": _norm, "GroupNormalization": _norm,
     "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg, "ReduceMean": _mean,
     "Gather": _gather, "Concat": _concat, "Transpose": _transpose, "Add": _same_shape_binary,
     "Mul": _same_shape_binary, **{op: _activation for op in ACTIVATIONS},
 }
+
+
+def _safely(rule: Callable[..., Any], *args: Any) -> Any:
+    """Run a rule; a node too odd for it (a missing input, a strange attribute) just falls back."""
+    try:
+        return rule(*args)
+    except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
+        return None
 
 
 def _checked(hit: Hit | None) -> dict[str, Any] | None:
@@ -569,12 +719,12 @@ def _checked(hit: Hit | None) -> dict[str, Any] | None:
 def _classify(t: _Tensors, n: Any) -> dict[str, Any]:
     """How one unfused ONNX node is costed, as Node fields."""
     ins, outs = [x for x in n.input if x], [x for x in n.output if x]
-    standard = n.domain in ("", "ai.onnx")
+    standard = n.domain in STANDARD
     if standard and (n.op_type in ("Constant", "Shape", "Size")
                      or (all(t.shape_like(x) for x in ins) and all(t.shape_like(x) for x in outs))):
         return {"kind": "free"}  # shape arithmetic: computed on the host, or folded away
     rule = FAMILY_RULES.get(n.op_type) if standard else None
-    fields = _checked(rule(t, n, _attrs(n))) if rule else None
+    fields = _checked(_safely(rule, t, n, _attrs(n))) if rule else None
     if fields:
         return fields
     if standard and (n.op_type in VIEW_OPS or (n.op_type == "Gather" and n.input[1] in t.static
@@ -609,8 +759,44 @@ def _names(nodes: list[Any]) -> list[str]:
     for n in nodes:
         counts[n.name] = counts.get(n.name, 0) + 1
     names = [n.name if n.name and counts[n.name] == 1 else f"{i}:{n.op_type}" for i, n in enumerate(nodes)]
-    taken = {n.name for n in nodes if n.name and counts[n.name] == 1}
-    return [nm if nm in taken or nm not in taken else f"{nm}#{i}" for i, nm in enumerate(names)]
+    real = {n.name for n in nodes if n.name and counts[n.name] == 1}
+    return [nm if nm == n.name or nm not in real else f"{nm}#{i}" for i, (nm, n) in enumerate(zip(names, nodes))]
+
+
+def _detect_kernels(t: _Tensors) -> dict[int, _Fused]:
+    """Fused kernels found in the graph, keyed by the index of their last node (where each is
+    emitted); a node joins at most one, and attention is looked for first."""
+    fused: dict[int, _Fused] = {}
+    absorbed: set[int] = set()
+    for op_type, find in FUSIONS.items():
+        for i, n in enumerate(t.nodes):
+            if n.op_type != op_type or n.domain not in STANDARD or i in absorbed:
+                continue
+            found = _safely(find, t, i)
+            if found is None or absorbed & set(found.indices) or _checked(found.hit) is None:
+                continue
+            fused[max(found.indices)] = found
+            absorbed.update(found.indices)
+            if found.op == "Attention":
+                t.attention.update(found.indices)
+    return fused
+
+
+def _node(t: _Tensors, i: int, names: list[str], fused: _Fused | None) -> Node:
+    """The graph node for ONNX node ``i``, or for the fused kernel that ends there."""
+    n = t.nodes[i]
+    reads = [x for x in n.input if x]
+    if fused is None:
+        fields, op, merged = _classify(t, n), n.op_type, []
+    else:
+        fields, op, merged = _checked(fused.hit), fused.op, [names[j] for j in fused.indices]
+        inside = {o for j in fused.indices for o in t.nodes[j].output}
+        reads = list(dict.fromkeys(x for j in fused.indices for x in t.nodes[j].input
+                                   if x and x not in inside and x not in t.static))
+    outs = [x for x in n.output if x]
+    return Node(name=names[i], op=op, merged=merged, dtype=_dtype(t.types.get(outs[0]) if outs else None),
+                inputs=[s for s in map(t.shape, reads) if s is not None],
+                outputs=[s for s in map(t.shape, outs) if s is not None], **(fields or {}))
 
 
 def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: int | None = None) -> Graph:
@@ -620,51 +806,17 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     batch; a model with a fixed batch keeps its shapes and is divided by that batch. Invalid
     bytes, external data and symbolic non-batch dimensions raise ``ValueError`` naming the problem.
     """
-    from onnx import shape_inference
-
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     model = _load(source)
     traced = _fix_batch(model, batch)
-    try:
-        model = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:
-        raise ValueError(f"ONNX shape inference failed: {str(exc).splitlines()[0]}") from None
-    t = _Tensors(model, traced)
-    t.opset = _opset(model)
+    inferred, values = _infer(model, _opset(model))
+    t = _Tensors(model, inferred, values, traced)
+    fused = _detect_kernels(t)
+    absorbed = {j for f in fused.values() for j in f.indices}
     names = _names(t.nodes)
-
-    fused: dict[int, _Fused] = {}  # by the index where each is emitted
-    absorbed: set[int] = set()
-    for i, n in enumerate(t.nodes):
-        find = FUSIONS.get(n.op_type) if n.domain in ("", "ai.onnx") else None
-        found = find(t, i) if find and i not in absorbed else None
-        if found and not absorbed & set(found.indices) and _checked(found.hit):
-            fused[max(found.indices)] = found
-            absorbed.update(found.indices)
-            for j in found.indices:  # lets a Transpose feeding only fused attention stay a view
-                if found.op == "Attention":
-                    t.nodes[j] = _renamed(t.nodes[j], "Attention")
-
-    nodes: list[Node] = []
-    unknown: list[str] = []
-    for i, n in enumerate(t.nodes):
-        if i in fused:
-            f = fused[i]
-            fields = _checked(f.hit)
-            op, merged = f.op, [names[j] for j in f.indices]
-        elif i in absorbed:
-            continue
-        else:
-            fields, op, merged = _classify(t, n), n.op_type, []
-        outs = [x for x in n.output if x]
-        shapes = [t.shape(x) for x in outs]
-        if fields["kind"] != "free" and (not outs or shapes[0] is None):
-            unknown.append(names[i])
-        nodes.append(Node(name=names[i], op=op, merged=merged, dtype=_dtype(t.types.get(outs[0]) if outs else None),
-                          inputs=[s for s in (t.shape(x) for x in n.input if x) if s is not None],
-                          outputs=[s for s in shapes if s is not None], **fields))
-
+    nodes = [_node(t, i, names, fused.get(i)) for i in range(len(t.nodes)) if i in fused or i not in absorbed]
+    unknown = [n.name for n in nodes if n.kind != "free" and not n.outputs]
     if name is None:
         name = model.graph.name if isinstance(source, (bytes, bytearray)) else Path(source).stem
     meta: dict[str, Any] = {"opset": t.opset, "producer": f"{model.producer_name} {model.producer_version}".strip()}
@@ -674,10 +826,3 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     graph.check()
     return graph
 
-
-def _renamed(node: Any, op_type: str) -> Any:
-    """A copy of ``node`` marked as part of fused attention (so its readers know it is fused)."""
-    copy = type(node)()
-    copy.CopyFrom(node)
-    copy.op_type = op_type
-    return copy

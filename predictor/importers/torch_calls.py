@@ -60,7 +60,8 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str,
         padded_same = padding == "same" or _first(padding) == kernel // 2
         if w.shape[2] != w.shape[3] or dilation != 1 or not padded_same:
             return None  # not expressible in the catalogue (square, padding k//2, no dilation)
-        return "conv2d", "", dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
+        variant = "" if _arg(args, kwargs, 2, "bias") is not None else "nobias"
+        return "conv2d", variant, dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
                                   stride=_first(_arg(args, kwargs, 3, "stride", 1)),
                                   groups=int(_arg(args, kwargs, 6, "groups", 1)))
     if name == "addmm" and len(t) >= 3 and t[1].dim() == 2 and t[2].dim() == 2:

@@ -1,0 +1,178 @@
+"""Whole-model prediction with the committed H200 bundle, and the composition per mode."""
+
+from __future__ import annotations
+
+import pytest
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.compose import CompositionConstants, cudagraph_us, eager_us
+from predictor.devices import resolve_device
+from predictor.graph import Graph, Node
+from predictor.predict import MAX_BATCH, Predictor
+from predictor.zoo import load_zoo_graph
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+
+
+@pytest.fixture(scope="module")
+def resnet50() -> Graph:
+    return load_zoo_graph("resnet50")
+
+
+@pytest.mark.parametrize("name", ["resnet50", "bert-base", "mobilenet_v2"])
+@pytest.mark.parametrize("mode", ["cudagraph", "eager"])
+def test_prediction_is_complete_and_consistent(predictor: Predictor, name: str, mode: str) -> None:
+    graph = load_zoo_graph(name)
+    result = predictor.predict(graph, 4, "fp16", mode)
+    assert result.low_ms <= result.total_ms <= result.high_ms
+    assert result.low_ms < result.high_ms
+    assert (result.model, result.device, result.batch, result.precision, result.mode) == (
+        name, "nvidia-h200", 4, "fp16", mode)
+    assert result.model_version == predictor.bundle.version
+    assert len(result.layers) == len(graph.nodes)
+    assert [layer.name for layer in result.layers] == [n.name for n in graph.nodes]
+    for layer in result.layers:
+        if layer.kind == "kernel":
+            assert 0 < layer.low_us <= layer.kernel_us <= layer.high_us
+        elif layer.kind == "free":
+            assert layer.kernel_us == layer.low_us == layer.high_us == 0.0
+        assert layer.host_us >= 0
+    kernels = [layer.kernel_us for layer in result.layers]
+    if mode == "cudagraph":
+        assert result.total_ms * 1e3 == pytest.approx(cudagraph_us(kernels, predictor.constants))
+    assert result.total_ms * 1e3 >= sum(kernels)
+
+
+def test_graph_batch_is_the_default(predictor: Predictor, resnet50: Graph) -> None:
+    assert resnet50.batch == 1
+    assert predictor.predict(resnet50).total_ms == predictor.predict(resnet50, 1).total_ms
+    assert predictor.predict(resnet50).batch == 1
+
+
+def test_doubling_batch_costs_more_in_a_cuda_graph(predictor: Predictor, resnet50: Graph) -> None:
+    b32 = predictor.predict(resnet50, 32, "fp16", "cudagraph").total_ms
+    b64 = predictor.predict(resnet50, 64, "fp16", "cudagraph").total_ms
+    assert b64 > 1.3 * b32
+    assert b64 < 2.5 * b32
+
+
+def test_repeated_predictions_are_identical(predictor: Predictor, resnet50: Graph) -> None:
+    first = predictor.predict(resnet50, 16, "bf16", "eager")
+    predictor.predict(resnet50, 8, "bf16", "eager")  # fills the cache with other entries
+    again = predictor.predict(resnet50, 16, "bf16", "eager")
+    assert again.to_json() == first.to_json()
+
+
+@pytest.mark.parametrize("precision", ["fp16", "fp32"])
+def test_eager_is_host_bound_at_batch_one(predictor: Predictor, resnet50: Graph, precision: str) -> None:
+    eager = predictor.predict(resnet50, 1, precision, "eager")
+    graph = predictor.predict(resnet50, 1, precision, "cudagraph")
+    assert eager.total_ms >= graph.total_ms
+    host = sum(layer.host_us for layer in eager.layers)
+    assert eager.total_ms * 1e3 >= host  # eager can never beat issuing the calls
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"batch": 0}, "batch"),
+    ({"batch": -1}, "batch"),
+    ({"batch": 10**9}, "batch"),
+    ({"batch": MAX_BATCH + 1}, "batch"),
+    ({"batch": 2.0}, "batch"),
+    ({"batch": True}, "batch"),
+    ({"precision": "fp8"}, "precision 'fp8'"),
+    ({"mode": "jit"}, "mode 'jit'"),
+])
+def test_bad_requests_are_refused_naming_the_field(predictor: Predictor, resnet50: Graph,
+                                                   kwargs: dict, message: str) -> None:
+    args = {"batch": 2, "precision": "fp16", "mode": "cudagraph", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        predictor.predict(resnet50, **args)
+
+
+def hand_graph() -> Graph:
+    graph = Graph(name="hand", batch=2, nodes=[
+        Node(name="fc", op="linear", kind="kernel", family="linear", params={"tokens": 16, "k": 64, "n": 64}),
+        Node(name="view", op="view", kind="free"),
+        Node(name="roll", op="roll", kind="fallback", elements_per_sample=1 << 22),
+        Node(name="roll2", op="roll", kind="fallback", elements_per_sample=8),
+        Node(name="scan", op="cumsum", kind="fallback", elements_per_sample=4096),
+        Node(name="act", op="gelu", kind="kernel", family="activation", variant="gelu",
+             params={"elements": 1024}),
+    ])
+    graph.check()
+    return graph
+
+
+def test_fallback_nodes_are_costed_and_listed_never_dropped(predictor: Predictor) -> None:
+    graph = hand_graph()
+    result = predictor.predict(graph, 2, "fp16", "cudagraph")
+    assert len(result.layers) == len(graph.nodes)
+    assert result.unsupported == [
+        {"op": "roll", "count": 2, "costed_as": "roofline on bytes moved"},
+        {"op": "cumsum", "count": 1, "costed_as": "roofline on bytes moved"},
+    ]
+    assert len(result.warnings) == 1 and "3 call(s) of 2 op type(s)" in result.warnings[0]
+    layers = {layer.name: layer for layer in result.layers}
+    c = predictor.constants
+    scale = c.scale(None, "fallback")
+    # a big fallback is the bytes at the device's bandwidth; a small one the floor
+    big = (1 << 22) * 2 * 2 / predictor.device.memory_bandwidth * 1e6
+    assert layers["roll"].kernel_us == pytest.approx(max(big, c.min_kernel_us) * scale)
+    assert layers["roll2"].kernel_us == pytest.approx(c.min_kernel_us * scale)
+    assert layers["roll"].low_us < layers["roll"].kernel_us < layers["roll"].high_us
+    assert layers["view"].kernel_us == 0.0
+    assert result.total_ms * 1e3 >= sum(layer.kernel_us for layer in result.layers)
+
+
+def test_a_graph_without_fallbacks_has_no_warning(predictor: Predictor, resnet50: Graph) -> None:
+    result = predictor.predict(resnet50, 2, "fp16")
+    assert result.unsupported == [] and result.warnings == []
+
+
+def test_to_json_without_layers(predictor: Predictor) -> None:
+    data = predictor.predict(hand_graph(), 2).to_json(with_layers=False)
+    assert "layers" not in data and data["unsupported"][0]["op"] == "roll"
+
+
+def test_predictor_refuses_a_bundle_of_another_device() -> None:
+    bundle = Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200")
+    bundle.metadata = {**bundle.metadata, "device_id": "nvidia-a100"}
+    with pytest.raises(ValueError, match="nvidia-a100"):
+        Predictor(bundle, resolve_device("h200"))
+
+
+CONSTANTS = CompositionConstants(gap_us=1.5, sync_us=20.0)
+
+
+def test_eager_with_a_slow_host_is_the_host_time() -> None:
+    kernels = [1.0, 2.0, 0.0, 1.0, 3.0]
+    host = [100.0, 80.0, 50.0, 120.0, 90.0]
+    # every kernel finishes long before the next is issued: the host sets the pace,
+    # and only the last kernel runs after the last issue
+    assert eager_us(kernels, host, CONSTANTS) == pytest.approx(sum(host) + kernels[-1] + CONSTANTS.sync_us)
+
+
+def test_eager_with_slow_kernels_is_the_kernel_time() -> None:
+    kernels = [100.0, 250.0, 0.0, 80.0, 300.0]
+    host = [5.0, 4.0, 3.0, 6.0, 2.0]
+    # the GPU is always busy once the first call is issued
+    assert eager_us(kernels, host, CONSTANTS) == pytest.approx(host[0] + sum(kernels) + CONSTANTS.sync_us)
+
+
+def test_eager_overlaps_host_and_gpu() -> None:
+    kernels, host = [10.0, 10.0], [10.0, 15.0]
+    # kernel 1 runs 10-20; kernel 2 is issued at 25 and runs 25-35
+    assert eager_us(kernels, host, CONSTANTS) == pytest.approx(35.0 + CONSTANTS.sync_us)
+    # free nodes (no kernel) still cost host time
+    assert eager_us([10.0, 0.0, 10.0], [10.0, 15.0, 15.0], CONSTANTS) == pytest.approx(50.0 + CONSTANTS.sync_us)
+
+
+def test_cudagraph_adds_a_gap_per_launched_kernel() -> None:
+    kernels = [10.0, 0.0, 5.0, 0.0, 7.5]
+    assert cudagraph_us(kernels, CONSTANTS) == pytest.approx(22.5 + 3 * CONSTANTS.gap_us)
+    assert cudagraph_us([], CONSTANTS) == 0.0
+    wider = CompositionConstants(gap_us=4.0)
+    assert cudagraph_us(kernels, wider) - cudagraph_us(kernels, CONSTANTS) == pytest.approx(3 * 2.5)
