@@ -20,7 +20,8 @@ from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
 from training.data import OpData, dataset_hash, load_ops, shape_group, shard_paths
-from training.fit import better, fit_target, test_mask
+from training.fit import better, fit_target
+from training.fit import test_mask as fold_mask  # aliased: pytest would collect "test_mask"
 from training.tracking import CHAMPION, SCORE_METRIC, _maybe_promote, champion_version, registered_name, tracking_uri
 from training.train import TrainReport, TrainSettings, train
 
@@ -65,22 +66,22 @@ def test_shape_group_ignores_batch_precision_and_layout(ops: OpData) -> None:
 
 def test_grouped_split_never_puts_a_shape_on_both_sides(ops: OpData) -> None:
     groups = shape_group(ops.rows)
-    test = test_mask(groups)
+    test = fold_mask(groups)
     assert set(groups[test]).isdisjoint(set(groups[~test]))
     assert 0.1 < test.mean() < 0.3  # one fold of five
     # the split is meaningful: shapes measured several times (batches, precisions) exist
     assert groups.value_counts().max() > 1
     # deterministic and independent of row order
     shuffled = groups.sample(frac=1.0, random_state=1)
-    assert np.array_equal(test_mask(shuffled), test[shuffled.index.to_numpy()])
+    assert np.array_equal(fold_mask(shuffled), test[shuffled.index.to_numpy()])
     # every fold is used: the five folds partition the rows
-    folds = [test_mask(groups, test_fold=k) for k in range(5)]
+    folds = [fold_mask(groups, test_fold=k) for k in range(5)]
     assert np.array_equal(np.sum(folds, axis=0), np.ones(len(groups)))
 
 
 def test_fit_target_reports_held_out_metrics(ops: OpData, kernel_fit) -> None:  # noqa: ANN001
     fit = kernel_fit
-    test = test_mask(ops.groups)
+    test = fold_mask(ops.groups)
     o = fit.overall
     assert (fit.target, fit.library) == ("kernel", "lightgbm")
     assert 0.0 <= o["within_10pct"] <= 1.0
@@ -96,7 +97,7 @@ def test_fit_target_reports_held_out_metrics(ops: OpData, kernel_fit) -> None:  
 
 def test_intervals_exist_per_family(ops: OpData, kernel_fit) -> None:  # noqa: ANN001
     intervals = kernel_fit.interval_log
-    test_families = set(ops.rows["family"][test_mask(ops.groups)])
+    test_families = set(ops.rows["family"][fold_mask(ops.groups)])
     assert set(intervals) == test_families | {"*"}
     assert all(math.isfinite(v) and v > 0 for v in intervals.values())
     # the interval is a 90% quantile of log error: it must be wider than the median error

@@ -1,0 +1,124 @@
+"""The torch importer: one CPU forward of a small module becomes a checked graph, every call a node
+costed the right way (kernel, free view, or proxy); and predictor itself never imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from predictor.graph import Graph
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+from predictor.importers.torch_module import graph_from_module  # noqa: E402
+
+BATCH, TOKENS, EMBED, HEADS = 2, 6, 32, 4
+
+
+class Small(nn.Module):
+    """conv -> bn -> relu -> flatten -> linear -> view -> attention -> scale -> sin."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, kernel_size=3, padding=1, stride=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, TOKENS * EMBED)
+        self.attn = nn.MultiheadAttention(EMBED, HEADS, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = torch.relu(self.bn(self.conv(x)))
+        x = torch.flatten(x, 1)
+        x = self.fc(x).view(x.shape[0], TOKENS, EMBED)
+        x, _ = self.attn(x, x, x, need_weights=False)
+        x = x * 0.5
+        return torch.sin(x)
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    model = Small().eval()
+    return graph_from_module(model, torch.randn(BATCH, 3, 4, 4), name="small")
+
+
+def kernels(graph: Graph, family: str) -> list:
+    return [n for n in graph.nodes if n.kind == "kernel" and n.family == family]
+
+
+def test_graph_checks_and_keeps_issue_order(graph: Graph) -> None:
+    graph.check()
+    assert (graph.name, graph.batch, graph.source) == ("small", BATCH, "torch")
+    families = [n.family for n in graph.nodes if n.kind == "kernel"]
+    assert families == ["conv2d", "batch_norm", "activation", "linear",
+                        "linear", "sdpa", "linear", "activation", "activation"]
+    assert len({n.name for n in graph.nodes}) == len(graph.nodes)
+
+
+def test_conv_bn_relu_linear_have_per_sample_params(graph: Graph) -> None:
+    (conv,) = kernels(graph, "conv2d")
+    assert conv.params == dict(c_in=3, c_out=8, h=4, w=4, kernel=3, stride=1, groups=1)
+    assert conv.layout == "nchw"
+    (bn,) = kernels(graph, "batch_norm")
+    assert bn.params == dict(c=8, h=4, w=4)
+    relu = kernels(graph, "activation")[0]
+    assert (relu.op, relu.variant, relu.params) == ("relu", "relu", {"elements": 8 * 4 * 4})
+    fc = kernels(graph, "linear")[0]
+    assert fc.op == "linear" and fc.params == {"tokens": 1, "k": 128, "n": TOKENS * EMBED}
+    assert fc.outputs == [[BATCH, TOKENS * EMBED]]
+
+
+def test_views_are_free_nodes(graph: Graph) -> None:
+    free = {n.op for n in graph.nodes if n.kind == "free"}
+    assert {"flatten", "view"} <= free
+    for node in graph.nodes:
+        if node.kind == "free":
+            assert node.family is None and node.params == {}
+    assert not [n for n in graph.nodes if n.kind == "fallback"]
+
+
+def test_multihead_attention_becomes_projection_attention_projection(graph: Graph) -> None:
+    parts = [n for n in graph.nodes if n.merged]
+    assert [n.family for n in parts] == ["linear", "sdpa", "linear"]
+    assert [n.name.rsplit("/", 1)[1] for n in parts] == ["qkv", "attention", "out_proj"]
+    assert len({tuple(n.merged) for n in parts}) == 1  # one source call
+    qkv, attention, out = parts
+    assert qkv.params == {"tokens": TOKENS, "k": EMBED, "n": 3 * EMBED}
+    assert attention.params == dict(heads=HEADS, seq_q=TOKENS, seq_kv=TOKENS, head_dim=EMBED // HEADS, causal=0)
+    assert out.params == {"tokens": TOKENS, "k": EMBED, "n": EMBED}
+
+
+def test_elementwise_calls_without_a_family_are_costed_as_proxies(graph: Graph) -> None:
+    scale, sin = kernels(graph, "activation")[1:]
+    assert sin.op == "sin"
+    assert (sin.family, sin.variant) == ("activation", "relu")
+    assert sin.params == {"elements": TOKENS * EMBED}
+    assert scale.op in ("mul", "__mul__") and scale.params == {"elements": TOKENS * EMBED}
+
+
+def test_importer_counts_do_not_depend_on_the_batch() -> None:
+    model = Small().eval()
+    one = graph_from_module(model, torch.randn(1, 3, 4, 4), name="b1")
+    five = graph_from_module(model, torch.randn(5, 3, 4, 4), name="b5")
+    assert one.batch == 1 and five.batch == 5
+    assert [(n.kind, n.family, n.params) for n in one.nodes] == [(n.kind, n.family, n.params) for n in five.nodes]
+    assert Counter(n.kind for n in one.nodes) == Counter(n.kind for n in five.nodes)
+
+
+def test_the_imported_graph_round_trips_as_json(graph: Graph, tmp_path: Path) -> None:
+    path = tmp_path / "small.json"
+    graph.save(path)
+    assert Graph.load(path).nodes == graph.nodes
+
+
+def test_predictor_does_not_import_torch() -> None:
+    code = ("import predictor.predict, predictor.graph, predictor.bundle, predictor.zoo, "
+            "predictor.graph_sources, predictor.cli_predict, predictor.importers.torch_module, sys; "
+            "print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
