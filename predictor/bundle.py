@@ -40,10 +40,23 @@ class TargetModel:
         return np.asarray(self.booster.predict(x.to_numpy(dtype=np.float64)))
 
 
-def load_booster(library: str, path: Path) -> Any:
-    """Load a native model file, turning library errors into a BundleError naming the file."""
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def load_booster(library: str, path: Path, sha256: str | None = None) -> Any:
+    """Load a native model file, turning library errors into a BundleError naming the file.
+
+    The checksum is verified first: LightGBM crashes the whole process (a segfault, no
+    exception) on some truncated model files, so a half-copied bundle must never reach it.
+    """
     if not path.exists():
         raise BundleError(f"model bundle is incomplete: {path} is missing")
+    if sha256 is not None and file_sha256(path) != sha256:
+        raise BundleError(f"model file {path} is corrupt or truncated: its sha256 does not match "
+                          "the bundle's metadata.json")
     try:
         if library == "xgboost":
             import xgboost
@@ -92,6 +105,10 @@ class Bundle:
             metadata = json.loads(meta_path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise BundleError(f"{meta_path} is corrupt: {exc}") from None
+        if not isinstance(metadata, dict):
+            raise BundleError(f"{meta_path} is corrupt: expected a JSON object")
+        if not isinstance(metadata.get("feature_columns"), list):
+            raise BundleError(f"{meta_path} is corrupt: 'feature_columns' is missing")
         if metadata.get("bundle_version") != BUNDLE_VERSION:
             raise BundleError(f"{meta_path}: bundle version {metadata.get('bundle_version')!r} "
                               f"is not {BUNDLE_VERSION}; retrain with this latpred")
@@ -100,8 +117,12 @@ class Bundle:
             spec = metadata.get("targets", {}).get(name)
             if spec is None:
                 raise BundleError(f"{meta_path}: target {name!r} is missing")
-            targets[name] = TargetModel(spec["library"], load_booster(spec["library"], directory / spec["file"]),
-                                        spec["interval_log"], metadata["feature_columns"])
+            if not isinstance(spec, dict) or not {"library", "file", "interval_log"} <= set(spec):
+                raise BundleError(f"{meta_path}: target {name!r} needs 'library', 'file' and 'interval_log'")
+            if "sha256" not in spec:
+                raise BundleError(f"{meta_path}: target {name!r} has no sha256: retrain with this latpred")
+            booster = load_booster(spec["library"], directory / spec["file"], spec["sha256"])
+            targets[name] = TargetModel(spec["library"], booster, spec["interval_log"], metadata["feature_columns"])
         return Bundle(directory, metadata, targets)
 
 

@@ -41,6 +41,16 @@ class Node:
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the node if it breaks the IR's rules."""
+        for name, kind in (("name", str), ("op", str), ("variant", str), ("layout", str)):
+            if not isinstance(getattr(self, name), kind):
+                raise ValueError(f"node {self.name!r}: field '{name}' must be a string")
+        if self.family is not None and not isinstance(self.family, str):
+            raise ValueError(f"node {self.name!r}: field 'family' must be a string")
+        if not isinstance(self.params, dict):
+            raise ValueError(f"node {self.name!r}: field 'params' must be an object")
+        if not isinstance(self.elements_per_sample, int) or isinstance(self.elements_per_sample, bool) \
+                or self.elements_per_sample < 0:
+            raise ValueError(f"node {self.name!r}: field 'elements_per_sample' must be an integer >= 0")
         if self.kind not in NODE_KINDS:
             raise ValueError(f"node {self.name!r}: kind {self.kind!r} is not one of {NODE_KINDS}")
         if self.kind == "kernel":
@@ -106,8 +116,11 @@ class Graph:
         batch = data.get("batch", 1)
         if not isinstance(batch, int) or batch < 1:
             raise ValueError(f"graph field 'batch' must be a positive integer, got {batch!r}")
+        meta = data.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError("graph field 'meta' must be an object")
         graph = Graph(name=str(data.get("name") or "graph"), nodes=nodes, batch=batch,
-                      source=str(data.get("source", "")), meta=dict(data.get("meta") or {}))
+                      source=str(data.get("source", "")), meta=meta)
         graph.check()
         return graph
 

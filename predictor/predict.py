@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from predictor.bundle import Bundle
+from predictor.bundle import Bundle, BundleError
 from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us
 from predictor.devices import DeviceSpec
 from predictor.features import FEATURE_COLUMNS, feature_row
@@ -85,6 +85,10 @@ class Predictor:
     def __init__(self, bundle: Bundle, device: DeviceSpec) -> None:
         if bundle.device_id != device.device_id:
             raise ValueError(f"bundle was trained on {bundle.device_id}, not {device.device_id}")
+        missing = [c for c in bundle.metadata.get("feature_columns", []) if c not in FEATURE_COLUMNS]
+        if missing:
+            raise BundleError(f"bundle {bundle.directory} needs features this latpred does not compute "
+                              f"({', '.join(missing)}): retrain it with 'latpred train'")
         self.bundle = bundle
         self.device = device
         self.constants = CompositionConstants(**bundle.composition.get("constants", {}))

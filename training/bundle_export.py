@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from predictor.bundle import BUNDLE_VERSION, Bundle, TargetModel
+from predictor.bundle import BUNDLE_VERSION, Bundle, TargetModel, file_sha256
 from predictor.features import FEATURE_COLUMNS
 from training.fit import FitResult
 
@@ -42,7 +42,8 @@ def export_bundle(target_dir: Path, device_id: str, fits: dict[str, FitResult], 
     for name, fit in fits.items():
         filename = f"{name}.{EXTENSIONS[fit.library]}"
         save_booster(fit.library, fit.booster, staging / filename)
-        targets[name] = {"library": fit.library, "file": filename, "interval_log": fit.interval_log}
+        targets[name] = {"library": fit.library, "file": filename, "interval_log": fit.interval_log,
+                         "sha256": file_sha256(staging / filename)}
     full = {"bundle_version": BUNDLE_VERSION, "device_id": device_id,
             "feature_columns": list(FEATURE_COLUMNS), **metadata, "targets": targets}
     (staging / "metadata.json").write_text(json.dumps(full, indent=1, sort_keys=True))

@@ -34,7 +34,12 @@ def track_training(store: Path, device_id: str, params: dict[str, Any], metrics:
 
     mlflow.set_tracking_uri(tracking_uri(store))
     mlflow.set_registry_uri(tracking_uri(store))
-    mlflow.set_experiment(f"latpred-{device_id}")
+    experiment = f"latpred-{device_id}"
+    if mlflow.get_experiment_by_name(experiment) is None:
+        # Artifacts beside the store, not in ./mlruns of whatever folder training runs from.
+        artifacts = (Path(store).resolve().parent / "artifacts").as_uri()
+        mlflow.create_experiment(experiment, artifact_location=artifacts)
+    mlflow.set_experiment(experiment)
     name = registered_name(device_id)
     with mlflow.start_run() as run:
         mlflow.log_params(params)

@@ -107,10 +107,6 @@ def test_load_names_the_file_of_invalid_json(tmp_path: Path) -> None:
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": "many"},
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": -5},
 ])
-@pytest.mark.xfail(strict=True, raises=(AssertionError, pytest.fail.Exception), reason=(
-    "BUG: Graph.from_json (predictor/graph.py, from_json/Node.check) never checks a fallback node's "
-    "elements_per_sample, though json_schema() publishes it as an integer >= 0: a string is accepted "
-    "and Predictor.predict then dies with TypeError; a negative count is costed silently"))
 def test_from_json_refuses_a_bad_fallback_size(node: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="elements_per_sample"):
         Graph.from_json(graph_json(nodes=[LINEAR, node]))
@@ -120,9 +116,6 @@ def test_from_json_refuses_a_bad_fallback_size(node: dict[str, Any]) -> None:
     (graph_json(nodes=[{**LINEAR, "family": ["linear"]}]), "family"),
     (graph_json(meta=[1, 2]), "meta"),
 ])
-@pytest.mark.xfail(strict=True, raises=(TypeError, AssertionError), reason=(
-    "BUG: Graph.from_json (predictor/graph.py) lets a non-string 'family' reach get_family (TypeError: "
-    "unhashable) and a non-object 'meta' reach dict() (TypeError): malformed JSON must be a ValueError"))
 def test_from_json_refuses_wrongly_typed_fields_with_value_error(data: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
         Graph.from_json(data)

@@ -20,7 +20,7 @@ from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
 from training.data import OpData, dataset_hash, load_ops, shape_group, shard_paths
-from training.fit import better, fit_target
+from training.fit import FitResult, better, fit_target
 from training.fit import test_mask as fold_mask  # aliased: pytest would collect "test_mask"
 from training.tracking import CHAMPION, SCORE_METRIC, _maybe_promote, champion_version, registered_name, tracking_uri
 from training.train import TrainReport, TrainSettings, train
@@ -35,7 +35,7 @@ def ops() -> OpData:
 
 
 @pytest.fixture(scope="module")
-def kernel_fit(ops: OpData):  # noqa: ANN201
+def kernel_fit(ops: OpData) -> FitResult:
     return fit_target(ops, "kernel", "lightgbm", threads=1, scale=0.1)
 
 
@@ -79,7 +79,7 @@ def test_grouped_split_never_puts_a_shape_on_both_sides(ops: OpData) -> None:
     assert np.array_equal(np.sum(folds, axis=0), np.ones(len(groups)))
 
 
-def test_fit_target_reports_held_out_metrics(ops: OpData, kernel_fit) -> None:  # noqa: ANN001
+def test_fit_target_reports_held_out_metrics(ops: OpData, kernel_fit: FitResult) -> None:
     fit = kernel_fit
     test = fold_mask(ops.groups)
     o = fit.overall
@@ -95,7 +95,7 @@ def test_fit_target_reports_held_out_metrics(ops: OpData, kernel_fit) -> None:  
     assert per_family["within_10pct"].between(0, 1).all()
 
 
-def test_intervals_exist_per_family(ops: OpData, kernel_fit) -> None:  # noqa: ANN001
+def test_intervals_exist_per_family(ops: OpData, kernel_fit: FitResult) -> None:
     intervals = kernel_fit.interval_log
     test_families = set(ops.rows["family"][fold_mask(ops.groups)])
     assert set(intervals) == test_families | {"*"}
@@ -104,7 +104,7 @@ def test_intervals_exist_per_family(ops: OpData, kernel_fit) -> None:  # noqa: A
     assert intervals["*"] > math.log1p(kernel_fit.overall["median_ape"]) * 0.9
 
 
-def test_dispatch_fit_and_choosing_the_better_library(ops: OpData, kernel_fit) -> None:  # noqa: ANN001
+def test_dispatch_fit_and_choosing_the_better_library(ops: OpData, kernel_fit: FitResult) -> None:
     xgb = fit_target(ops, "kernel", "xgboost", threads=1, scale=0.1)
     dispatch = fit_target(ops, "dispatch", "lightgbm", threads=1, scale=0.1)
     assert dispatch.target == "dispatch" and 0.0 <= dispatch.overall["within_10pct"] <= 1.0
@@ -191,11 +191,6 @@ def test_train_registers_a_version_per_run_with_a_champion(trained: Trained) -> 
     assert champion_version(store, "nvidia-nonexistent") is None
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: training/tracking.py track_training sets a sqlite store but never an artifact location "
-    "(mlflow.set_experiment without artifact_location): MLflow then writes every run's bundle and "
-    "model under ./mlruns of whatever directory train() runs in, not beside --store; a run from the "
-    "repo root drops untracked (and since committed) files into mlruns/ of the repository"))
 def test_train_keeps_artifacts_beside_the_store(trained: Trained) -> None:
     assert not (trained.cwd / "mlruns").exists(), "artifacts were written under the working directory"
 
