@@ -54,6 +54,16 @@ class Campaign:
             f.write(json.dumps(entry) + "\n")
 
 
+def require_validation() -> None:
+    """Fail before measuring, not at the first flush, where shards cannot be validated."""
+    try:
+        import pandera.pandas  # noqa: F401
+    except ImportError:
+        raise RuntimeError("pandera is not installed, so no shard could be validated and written: "
+                           "install latpred[collect] (on a machine without a registry, carry its "
+                           "wheels: see the README)") from None
+
+
 def shapes_path(root: Path) -> Path:
     return Path(root) / SHAPES_FILE
 
@@ -61,6 +71,7 @@ def shapes_path(root: Path) -> Path:
 def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: float | None,
                 flush_every: int = 1000, progress: bool | None = None) -> SweepReport:
     """Sample the configurations for ``settings`` and measure those not yet on disk."""
+    require_validation()
     path = shapes_path(root)
     if not path.exists():
         raise FileNotFoundError(
@@ -83,6 +94,7 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
                    precisions: tuple[str, ...], budget_s: float | None,
                    progress: bool | None = None) -> SweepReport:
     """Measure whole-model units of the zoo not yet on disk."""
+    require_validation()
     fp = read_fingerprint(device)
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()

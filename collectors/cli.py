@@ -106,11 +106,22 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
         fams = tuple(f.strip() for f in families.split(",") if f.strip()) or tuple(FAMILIES)
         for f in fams:
             get_family(f)
-        precs = tuple(get_precision(p.strip()).name for p in precisions.split(",") if p.strip())
+        precs = tuple(dict.fromkeys(get_precision(p.strip()).name for p in precisions.split(",") if p.strip()))
+        wanted_variants = tuple(v.strip() for v in variants.split(",") if v.strip()) or None
+        wanted_layouts = tuple(x.strip() for x in layouts.split(",") if x.strip()) or None
+        known_variants = {v for f in fams for v in get_family(f).variants}
+        known_layouts = {x for f in fams for x in get_family(f).layouts}
+        for v in wanted_variants or ():
+            if v not in known_variants:
+                raise ValueError(f"--variants: {v!r} is not a variant of {', '.join(fams)} "
+                                 f"(known: {', '.join(sorted(x for x in known_variants if x))})")
+        for x in wanted_layouts or ():
+            if x not in known_layouts:
+                raise ValueError(f"--layouts: {x!r} is not a layout of {', '.join(fams)} "
+                                 f"(known: {', '.join(sorted(known_layouts))})")
         settings = SamplerSettings(seed=seed, target_configs=target, families=fams,
                                    precisions=precs, max_bytes=max_bytes, max_flops=max_flops,
-                                   variants=tuple(v.strip() for v in variants.split(",") if v.strip()) or None,
-                                   layouts=tuple(x.strip() for x in layouts.split(",") if x.strip()) or None)
+                                   variants=wanted_variants, layouts=wanted_layouts)
         report = collect_ops(out, device, settings, budget_s, flush_every)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(exc)
@@ -133,13 +144,13 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str,
     from predictor.precision import get_precision
 
     try:
-        names = [m.strip() for m in models.split(",") if m.strip()] or list(ZOO)
+        names = list(dict.fromkeys(m.strip() for m in models.split(",") if m.strip())) or list(ZOO)
         for name in names:
             get_zoo_model(name)
-        batch_sizes = tuple(int(b) for b in batches.split(","))
+        batch_sizes = tuple(dict.fromkeys(int(b) for b in batches.split(",")))
         if any(b < 1 for b in batch_sizes):
             raise ValueError(f"--batches must be positive integers, got {batches!r}")
-        precs = tuple(get_precision(p.strip()).name for p in precisions.split(","))
+        precs = tuple(dict.fromkeys(get_precision(p.strip()).name for p in precisions.split(",")))
         report = collect_models(out, device, names, batch_sizes, precs, budget_s)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)

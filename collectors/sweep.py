@@ -83,7 +83,11 @@ def run_sweep(
                 # Hand the rows over before writing: an interrupt landing after the shard is
                 # renamed into place must not make the ``finally`` below write them again.
                 pending, buffer = buffer, []
-                store.write(pending)
+                try:
+                    store.write(pending)
+                except BaseException:
+                    buffer = pending + buffer  # the ``finally`` below writes what is not on disk
+                    raise
                 last_flush = time.perf_counter()
     except KeyboardInterrupt:
         stopped = "interrupted"
@@ -91,5 +95,10 @@ def run_sweep(
         signal.signal(signal.SIGTERM, previous)
         bar.close()
         if buffer:
-            store.write(buffer)
+            # An interrupt can land after a shard was renamed into place but before its rows
+            # left the buffer: write only what is not on disk yet.
+            on_disk = store.completed_ids()
+            remaining = [row for row in buffer if row.get(store.key) not in on_disk]
+            if remaining:
+                store.write(remaining)
     return SweepReport(len(configs), len(done), measured, failed, time.perf_counter() - started, stopped)

@@ -52,26 +52,29 @@ def load_booster(library: str, path: Path, sha256: str | None = None) -> Any:
     The checksum is verified first: LightGBM crashes the whole process (a segfault, no
     exception) on some truncated model files, so a half-copied bundle must never reach it.
     """
+    if library not in ("xgboost", "lightgbm"):
+        raise BundleError(f"{path}: unknown model library {library!r}")
     if not path.exists():
         raise BundleError(f"model bundle is incomplete: {path} is missing")
     if sha256 is not None and file_sha256(path) != sha256:
         raise BundleError(f"model file {path} is corrupt or truncated: its sha256 does not match "
                           "the bundle's metadata.json")
     try:
+        module = __import__(library)
+    except ImportError:
+        raise BundleError(f"{path} is a {library} model but {library} is not installed: "
+                          "pip install 'latpred[predict]'") from None
+    try:
         if library == "xgboost":
-            import xgboost
-
-            booster = xgboost.Booster()
+            booster = module.Booster()
             booster.load_model(str(path))
             booster.set_param({"nthread": 1})
             return booster
         if library == "lightgbm":
-            import lightgbm
-
-            return lightgbm.Booster(model_file=str(path))
+            return module.Booster(model_file=str(path))
     except Exception as exc:
         raise BundleError(f"model file {path} is corrupt or unreadable: {exc}") from None
-    raise BundleError(f"{path}: unknown model library {library!r}")
+    raise AssertionError("unreachable")
 
 
 class Bundle:

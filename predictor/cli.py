@@ -43,6 +43,17 @@ class LazyGroup(click.Group):
             ) from None
         return getattr(module, attribute)
 
+    def invoke(self, ctx: click.Context) -> object:
+        # Commands import their heavy dependencies (torch, xgboost, mlflow) when they run.
+        try:
+            return super().invoke(ctx)
+        except ImportError as exc:
+            raise click.ClickException(
+                f"this command needs {exc.name or exc}, which is not installed: install latpred with "
+                "the extra for the job: 'latpred[collect]' (measuring), 'latpred[train]' (training) or "
+                "'latpred[predict]' (predicting)"
+            ) from None
+
 
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="latpred")

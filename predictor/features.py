@@ -26,6 +26,13 @@ LAYOUT_CODES = {"contiguous": 0, "nchw": 1, "nhwc": 2}
 TILE = 128  # output tile edge of a typical tensor-core GEMM kernel
 ELEMENTS_PER_BLOCK = 4096  # elements one block of an elementwise kernel covers (rough)
 
+def feature_codes() -> dict[str, dict[str, int]]:
+    """The integer codes categorical features use; a bundle records them, and a bundle whose
+    codes differ from this latpred's (a family or variant added since) must be retrained."""
+    return {"family": FAMILY_CODES, "variant": VARIANT_CODES, "layout": LAYOUT_CODES,
+            "precision": PRECISION_CODES}
+
+
 FEATURE_COLUMNS: tuple[str, ...] = (
     "family_code", "variant_code", "layout_code", "precision_code", "element_bytes",
     "log_batch", *[f"p_{p}" for p in PARAMETERS], "log_flops", "log_bytes", "log_intensity",

@@ -14,6 +14,10 @@ def load_graph(source: str, batch: int | None = None) -> Graph:
     if path.suffix.lower() == ".onnx":
         if not path.is_file():
             raise ValueError(f"{source}: no such ONNX file")
+        try:
+            import onnx  # noqa: F401
+        except ImportError:
+            raise ValueError("reading ONNX needs the onnx package: pip install 'latpred[predict]'") from None
         from predictor.importers.onnx_graph import graph_from_onnx
 
         return graph_from_onnx(path, name=path.stem, batch=batch)

@@ -19,7 +19,7 @@ import pandas as pd
 from predictor.bundle import Bundle, BundleError
 from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us
 from predictor.devices import DeviceSpec
-from predictor.features import FEATURE_COLUMNS, feature_row
+from predictor.features import FEATURE_COLUMNS, feature_codes, feature_row
 from predictor.graph import Graph
 from predictor.precision import get_precision
 
@@ -89,6 +89,9 @@ class Predictor:
         if missing:
             raise BundleError(f"bundle {bundle.directory} needs features this latpred does not compute "
                               f"({', '.join(missing)}): retrain it with 'latpred train'")
+        if bundle.metadata.get("feature_codes") != feature_codes():
+            raise BundleError(f"bundle {bundle.directory} was trained with other operator codes (a family "
+                              "or variant was added since): retrain it with 'latpred train'")
         self.bundle = bundle
         self.device = device
         self.constants = CompositionConstants(**bundle.composition.get("constants", {}))
@@ -101,15 +104,16 @@ class Predictor:
         spreadsheets ask for the same layers again and again, so each configuration is
         evaluated once and remembered: the boosters dominate prediction time otherwise.
         """
-        wanted = {}
+        needed: dict[tuple, Any] = {}
         for n in graph.nodes:
             if n.kind == "kernel":
-                key = _signature(n, batch, precision)
-                if key not in self._cache and key not in wanted:
-                    wanted[key] = n
+                needed.setdefault(_signature(n, batch, precision), n)
+        cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
+        if len(cache) + len(needed) > CACHE_LIMIT:
+            cache = self._cache = {}
+        found = {key: cache[key] for key in needed if key in cache}
+        wanted = {key: n for key, n in needed.items() if key not in found}
         if wanted:
-            if len(self._cache) + len(wanted) > CACHE_LIMIT:
-                self._cache.clear()
             nodes = list(wanted.values())
             features = pd.DataFrame.from_records(
                 [feature_row(n.family, n.params, n.variant, n.layout, batch, precision, self.device) for n in nodes],
@@ -122,8 +126,8 @@ class Predictor:
             for key, node, r, k, d in zip(wanted, nodes, roof, k_log, d_log):
                 q = widths.get(node.family, default)
                 t = float(r * math.exp(k))
-                self._cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
-        return self._cache
+                found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
+        return found
 
     def layers(self, graph: Graph, batch: int, precision: str) -> list[LayerPrediction]:
         """Per-node predictions at ``batch`` and ``precision``, in graph order."""

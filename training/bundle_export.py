@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.bundle import BUNDLE_VERSION, Bundle, TargetModel, file_sha256
-from predictor.features import FEATURE_COLUMNS
+from predictor.features import FEATURE_COLUMNS, feature_codes
 from training.fit import FitResult
 
 EXTENSIONS = {"xgboost": "json", "lightgbm": "txt"}
@@ -22,7 +22,7 @@ EXTENSIONS = {"xgboost": "json", "lightgbm": "txt"}
 def in_memory_bundle(device_id: str, fits: dict[str, FitResult], extra: dict[str, Any] | None = None) -> Bundle:
     """A Bundle over freshly fitted boosters, before anything is written."""
     metadata = {"bundle_version": BUNDLE_VERSION, "device_id": device_id,
-                "feature_columns": list(FEATURE_COLUMNS), **(extra or {})}
+                "feature_columns": list(FEATURE_COLUMNS), "feature_codes": feature_codes(), **(extra or {})}
     targets = {name: TargetModel(fit.library, fit.booster, fit.interval_log, list(FEATURE_COLUMNS))
                for name, fit in fits.items()}
     return Bundle(Path("."), metadata, targets)
@@ -45,7 +45,8 @@ def export_bundle(target_dir: Path, device_id: str, fits: dict[str, FitResult], 
         targets[name] = {"library": fit.library, "file": filename, "interval_log": fit.interval_log,
                          "sha256": file_sha256(staging / filename)}
     full = {"bundle_version": BUNDLE_VERSION, "device_id": device_id,
-            "feature_columns": list(FEATURE_COLUMNS), **metadata, "targets": targets}
+            "feature_columns": list(FEATURE_COLUMNS), "feature_codes": feature_codes(), **metadata,
+            "targets": targets}
     (staging / "metadata.json").write_text(json.dumps(full, indent=1, sort_keys=True))
     old = target_dir.with_name(target_dir.name + ".old")
     shutil.rmtree(old, ignore_errors=True)

@@ -20,13 +20,15 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
 @click.option("--scale", type=click.FloatRange(min=0.05, max=4), default=1.0, show_default=True,
               help="multiplies the number of trees")
 @click.option("--no-track", is_flag=True, help="skip MLflow")
-def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: float, no_track: bool) -> None:
+@click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
+def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: float, no_track: bool,
+          force: bool) -> None:
     """Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."""
     from training.train import TrainSettings, train as run_train
 
     try:
         report = run_train(TrainSettings(dataset=dataset, bundle_root=bundles, store=store, limit=limit,
-                                         scale=scale, track=not no_track))
+                                         scale=scale, track=not no_track, force=force))
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     for target, candidates in report.candidates.items():
@@ -43,6 +45,8 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
         within = ((part["predicted_ms"] - part["measured_ms"]).abs() / part["measured_ms"] <= 0.1).mean()
         click.echo(f"whole models, {mode}, leave-one-model-out: {within:.1%} within ±10% ({len(part)} runs)")
     click.echo(f"bundle: {report.bundle_dir}  ({report.seconds:.0f} s)")
+    if not report.installed:
+        click.echo("the served bundle validates better and was kept; this one is a candidate (--force installs it)")
     if report.tracking:
         t = report.tracking
         click.echo(f"mlflow: run {t['run_id']}, {t['registered_model']} v{t['version']}"

@@ -36,6 +36,8 @@ class TrainSettings:
     scale: float = 1.0
     seed: int = 0
     track: bool = True
+    #: Install the new bundle where predictions load it even if it validates worse than the one there.
+    force: bool = False
 
 
 @dataclass
@@ -46,6 +48,16 @@ class TrainReport:
     bundle_dir: Path
     tracking: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    #: False when the served bundle validated better and this one went to '<device>.candidate'.
+    installed: bool = True
+
+
+def served_score(bundle_dir: Path) -> float:
+    """Whole-model accuracy the served bundle recorded (-1 if there is none, or it is unreadable)."""
+    try:
+        return float(json.loads((bundle_dir / "metadata.json").read_text())["metrics"]["lomo_within_10pct"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return -1.0
 
 
 def zoo_graphs(models: list[str]) -> dict[str, Graph]:
@@ -92,9 +104,12 @@ def train(settings: TrainSettings) -> TrainReport:
         "rows": len(data.rows), "metrics": metrics,
         "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log},
     }
-    bundle_dir = export_bundle(Path(settings.bundle_root) / device_id, device_id, chosen, metadata)
+    served = Path(settings.bundle_root) / device_id
+    installed = settings.force or metrics["lomo_within_10pct"] >= served_score(served)
+    target = served if installed else served.with_name(f"{device_id}.candidate")
+    bundle_dir = export_bundle(target, device_id, chosen, metadata)
     Bundle.load(bundle_dir)  # refuse to report success on a bundle that does not load
-    report = TrainReport(chosen, candidates, composition, bundle_dir)
+    report = TrainReport(chosen, candidates, composition, bundle_dir, installed=installed)
     if settings.track:
         from training.tracking import track_training
 

@@ -32,12 +32,21 @@ def _first(value: Any) -> int:
     return int(value[0] if isinstance(value, (tuple, list)) else value)
 
 
-def _per_sample(shape: Any) -> int:
-    return math.prod(shape[1:]) if len(shape) > 1 else 1
+def _per_sample(shape: Any, batch: int) -> int:
+    """Elements per sample: all elements over the batch, wherever the batch sits (models fold
+    it into other dimensions: OPT's [B*T, C], Swin's windows in dim 0)."""
+    return max(1, math.prod(shape) // batch)
 
 
-def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str, dict[str, int]] | None:
-    """Map one torch call onto (family, variant, per-sample params), or None if not costed here."""
+def _rows(shape: Any, batch: int, trailing: int = 1) -> int:
+    """Rows per sample of a tensor whose last ``trailing`` dims form one row."""
+    return max(1, math.prod(shape[:-trailing]) // batch) if len(shape) > trailing else 1
+
+
+def recognize(name: str, args: tuple, kwargs: dict, out: Any,
+              batch: int = 1) -> tuple[str, str, dict[str, int]] | None:
+    """Map one torch call onto (family, variant, per-sample params), or None if not costed here.
+    ``batch`` is the batch size the model was traced at."""
     import torch
 
     if name == "cat":
@@ -65,35 +74,35 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str,
                                   stride=_first(_arg(args, kwargs, 3, "stride", 1)),
                                   groups=int(_arg(args, kwargs, 6, "groups", 1)))
     if name == "addmm" and len(t) >= 3 and t[1].dim() == 2 and t[2].dim() == 2:
-        # bias + x @ W with x flattened to 2-d (GPT-2's Conv1D); rows include the batch, so
-        # the per-sample token count is exact when traced at batch 1, as the zoo graphs are.
-        return "linear", "", dict(tokens=t[1].shape[0], k=t[1].shape[1], n=t[2].shape[1])
+        # bias + x @ W with x flattened to 2-d (GPT-2's Conv1D): the rows include the batch.
+        return "linear", "", dict(tokens=_rows(t[1].shape, batch), k=t[1].shape[1], n=t[2].shape[1])
     if name == "linear":
         w = _arg(args, kwargs, 1, "weight")
-        return "linear", "", dict(tokens=max(1, math.prod(s[1:-1])), k=s[-1], n=w.shape[0])
+        return "linear", "", dict(tokens=_rows(s, batch), k=s[-1], n=w.shape[0])
     if name in ("matmul", "__matmul__", "bmm") and len(t) >= 2:
         a, b = t[0], t[1]
         if b.dim() == 2:
-            return "linear", "", dict(tokens=max(1, math.prod(a.shape[1:-1])), k=a.shape[-1], n=b.shape[-1])
+            return "linear", "", dict(tokens=_rows(a.shape, batch), k=a.shape[-1], n=b.shape[-1])
         if a.dim() >= 3:
-            return "matmul", "", dict(heads=max(1, math.prod(a.shape[1:-2])), m=a.shape[-2],
+            return "matmul", "", dict(heads=_rows(a.shape, batch, 2), m=a.shape[-2],
                                       k=a.shape[-1], n=b.shape[-1])
     if name == "scaled_dot_product_attention" and x.dim() == 4:
         k = t[1]
         causal = int(bool(_arg(args, kwargs, 5, "is_causal", False)))
-        return "sdpa", "", dict(heads=s[1], seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3], causal=causal)
+        return "sdpa", "", dict(heads=_rows(s, batch, 2), seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3],
+                                causal=causal)
     if name == "batch_norm" and x.dim() == 4:
         return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
     if name == "layer_norm":
-        return "layer_norm", "", dict(tokens=max(1, math.prod(s[1:-1])), c=s[-1])
+        return "layer_norm", "", dict(tokens=_rows(s, batch), c=s[-1])
     if name == "group_norm" and x.dim() == 4:
         return "group_norm", "", dict(c=s[1], h=s[2], w=s[3], groups=int(_arg(args, kwargs, 1, "num_groups")))
     if name == "softmax" and _arg(args, kwargs, 1, "dim", -1) in (-1, x.dim() - 1):
-        return "softmax", "", dict(rows=max(1, math.prod(s[1:-1])), c=s[-1])
+        return "softmax", "", dict(rows=_rows(s, batch), c=s[-1])
     if name in ACTIVATION_NAMES:
-        return "activation", ACTIVATION_NAMES[name], dict(elements=_per_sample(s))
+        return "activation", ACTIVATION_NAMES[name], dict(elements=_per_sample(s, batch))
     if name in BINARY_NAMES and len(t) >= 2 and isinstance(out, torch.Tensor):
-        return "binary", BINARY_NAMES[name], dict(elements=_per_sample(out.shape))
+        return "binary", BINARY_NAMES[name], dict(elements=_per_sample(out.shape, batch))
     if name in ("max_pool2d", "avg_pool2d") and x.dim() == 4:
         kernel = _first(_arg(args, kwargs, 1, "kernel_size"))
         stride = _arg(args, kwargs, 2, "stride", None)
@@ -103,14 +112,14 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any) -> tuple[str, str,
         return "pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1)
     if name == "embedding":
         w = _arg(args, kwargs, 1, "weight")
-        return "embedding", "", dict(vocab=w.shape[0], c=w.shape[1], tokens=_per_sample(s))
+        return "embedding", "", dict(vocab=w.shape[0], c=w.shape[1], tokens=_per_sample(s, batch))
     if name == "contiguous" and x.dim() == 4 and not x.is_contiguous():
         return "transpose", "", dict(d1=s[2], d2=s[1], d3=s[3])
     if name == "mean" and isinstance(out, torch.Tensor):
         dim = _arg(args, kwargs, 1, "dim")
         dims = tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
         if dims in ((-1,), (x.dim() - 1,)):
-            return "mean", "", dict(rows=max(1, math.prod(s[1:-1])), c=s[-1])
+            return "mean", "", dict(rows=_rows(s, batch), c=s[-1])
         if x.dim() == 4 and sorted(d % 4 for d in dims) == [2, 3]:
             return "mean", "", dict(rows=s[1], c=s[2] * s[3])
     return None
@@ -191,13 +200,14 @@ def attention_block(name: str, args: tuple) -> list[dict[str, Any]] | None:
     ]
 
 
-def classify(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] | None:
+def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> dict[str, Any] | None:
     """How to cost one call: a dict of Node fields, or None for calls that are not operators
-    (attribute reads such as ``.shape``) and so are left out of the graph."""
+    (attribute reads such as ``.shape``) and so are left out of the graph. ``batch`` is the
+    batch size the model was traced at."""
     if name in ("__get__", "__set__", "size", "dim", "numel", "__len__", "is_contiguous",
                 "is_floating_point", "__bool__", "item", "tolist", "__index__", "__format__"):
         return None
-    hit = recognize(name, args, kwargs, out)
+    hit = recognize(name, args, kwargs, out, batch)
     if hit is not None:
         family, variant, params = hit
         from predictor.catalogue import get_family
@@ -218,7 +228,6 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any) -> dict[str, Any] |
     in_storages = {_storage(t) for t in ins if t.numel()}
     if all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
         return {"kind": "free"}  # a view (or the input itself): no kernel runs
-    batch = max(1, outs[0].shape[0]) if outs[0].dim() else 1
     out_elements = sum(t.numel() for t in outs)
     if name in UNARY_ELEMENTWISE and len(outs) == 1:
         big_inputs = [t for t in ins if t.numel() == out_elements]

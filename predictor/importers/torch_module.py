@@ -17,6 +17,7 @@ def graph_from_module(model: Any, example: Any, name: str, source: str = "torch"
     import torch
 
     nodes: list[Node] = []
+    batch = int(example.shape[0]) if isinstance(example, torch.Tensor) and example.dim() else 1
 
     def on_call(op: str, args: tuple, kwargs: dict, out: Any) -> None:
         block = attention_block(op, args)
@@ -25,7 +26,7 @@ def graph_from_module(model: Any, example: Any, name: str, source: str = "torch"
             for part, fields in zip(("qkv", "attention", "out_proj"), block):
                 nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **fields))
             return
-        fields = classify(op, args, kwargs, out)
+        fields = classify(op, args, kwargs, out, batch)
         if fields is None:
             return
         outs = _tensors(out)
@@ -36,7 +37,6 @@ def graph_from_module(model: Any, example: Any, name: str, source: str = "torch"
             **fields,
         ))
 
-    batch = example.shape[0] if isinstance(example, torch.Tensor) and example.dim() else 1
     model = model.eval()
     with torch.inference_mode(), call_recorder(on_call):
         model(example)
