@@ -109,6 +109,12 @@ def _sdpa(spec: BuildSpec) -> OpCall:
     k = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
     v = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
     causal = bool(p["causal"])
+    if spec.variant == "masked":
+        # What transformers builds while a CUDA graph is captured: an additive float mask.
+        mask = torch.zeros(spec.batch, 1, p["seq_q"], p["seq_kv"], device=spec.device, dtype=spec.dtype)
+        if causal:
+            mask = mask.masked_fill(torch.ones_like(mask, dtype=torch.bool).triu(1), float("-inf"))
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 

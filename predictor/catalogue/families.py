@@ -90,9 +90,13 @@ register(OpFamily(
     flops=_sdpa_flops,
     bytes_moved=lambda p, v, b, e: float(
         e * b * p["heads"] * p["head_dim"] * (2 * p["seq_q"] + 2 * p["seq_kv"])
+        + (e * b * p["seq_q"] * p["seq_kv"] if v == "masked" else 0)
     ),
+    variants=("", "masked"),
     validate=lambda p, v: None if p["causal"] in (0, 1) else "causal must be 0 or 1",
-    description="scaled-dot-product attention (PyTorch's fused kernel), q/k/v [batch, heads, seq, head_dim]",
+    description="scaled-dot-product attention (PyTorch's fused kernels), q/k/v [batch, heads, seq, "
+                "head_dim]; 'masked' passes an explicit additive mask [batch, 1, seq_q, seq_kv] "
+                "(causal or not), which rules out the flash kernel",
 ))
 
 register(OpFamily(
