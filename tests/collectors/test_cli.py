@@ -111,3 +111,17 @@ def test_collect_card_counts_rows(runner: CliRunner, tmp_path: Path) -> None:
 def test_collect_card_refuses_a_missing_folder(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(main, ["collect", "card", str(tmp_path / "nowhere")])
     assert result.exit_code != 0 and "nowhere" in result.output
+
+
+def test_collect_ops_refuses_an_unknown_variant_or_layout(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from predictor.cli import main
+
+    runner = CliRunner()
+    result = runner.invoke(main, ["collect", "ops", "--out", str(tmp_path), "--families", "conv2d",
+                                  "--variants", "no-bias"])
+    assert result.exit_code != 0 and "no-bias" in result.output and "nobias" in result.output
+    result = runner.invoke(main, ["collect", "ops", "--out", str(tmp_path), "--families", "conv2d",
+                                  "--layouts", "nwhc"])
+    assert result.exit_code != 0 and "nwhc" in result.output and "nhwc" in result.output
