@@ -44,6 +44,8 @@ class LayerPrediction:
     low_us: float
     high_us: float
     host_us: float
+    #: source nodes kernel detection merged into this one (e.g. ONNX's MatMul/Softmax/MatMul).
+    merged: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -147,7 +149,8 @@ class Predictor:
             else:
                 t = lo = hi = 0.0
                 host = c.call_host_us
-            out.append(LayerPrediction(n.name, n.op, n.kind, n.family, t * scale, lo * scale, hi * scale, host))
+            out.append(LayerPrediction(n.name, n.op, n.kind, n.family, t * scale, lo * scale, hi * scale, host,
+                                       list(n.merged)))
         return out
 
     def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
