@@ -26,18 +26,39 @@ class BundleError(ValueError):
 
 @dataclass
 class TargetModel:
-    """One fitted target: which library, the booster, and its conformal interval widths."""
+    """One fitted target: which library, its booster (or one per operator family), and its
+    conformal interval widths."""
 
     library: str
-    booster: Any
+    booster: Any  # one booster, or {family: booster} for per-family models
     interval_log: dict[str, float]  # family -> half-width of a 90% interval in log space
     feature_columns: list[str]
 
-    def predict_log(self, features: pd.DataFrame) -> np.ndarray:
-        x = features[self.feature_columns]
+    @property
+    def structure(self) -> str:
+        return "per_family" if isinstance(self.booster, dict) else "single"
+
+    def _predict(self, booster: Any, x: np.ndarray) -> np.ndarray:
         if self.library == "xgboost":
-            return np.asarray(self.booster.inplace_predict(x.to_numpy(dtype=np.float32)))
-        return np.asarray(self.booster.predict(x.to_numpy(dtype=np.float64)))
+            return np.asarray(booster.inplace_predict(x.astype(np.float32)))
+        return np.asarray(booster.predict(x, num_threads=1))
+
+    def predict_log(self, features: pd.DataFrame) -> np.ndarray:
+        x = features[self.feature_columns].to_numpy(dtype=np.float64)
+        if not isinstance(self.booster, dict):
+            return self._predict(self.booster, x)
+        from predictor.features import FAMILY_CODES
+
+        names = {code: name for name, code in FAMILY_CODES.items()}
+        codes = features["family_code"].to_numpy()
+        out = np.empty(len(features))
+        for code in np.unique(codes):
+            rows = codes == code
+            family = names[int(code)]
+            if family not in self.booster:
+                raise BundleError(f"the bundle has no model for family {family!r}: retrain it")
+            out[rows] = self._predict(self.booster[family], x[rows])
+        return out
 
 
 def file_sha256(path: Path) -> str:
@@ -120,11 +141,16 @@ class Bundle:
             spec = metadata.get("targets", {}).get(name)
             if spec is None:
                 raise BundleError(f"{meta_path}: target {name!r} is missing")
-            if not isinstance(spec, dict) or not {"library", "file", "interval_log"} <= set(spec):
-                raise BundleError(f"{meta_path}: target {name!r} needs 'library', 'file' and 'interval_log'")
-            if "sha256" not in spec:
-                raise BundleError(f"{meta_path}: target {name!r} has no sha256: retrain with this latpred")
-            booster = load_booster(spec["library"], directory / spec["file"], spec["sha256"])
+            if not isinstance(spec, dict) or not {"library", "files", "interval_log"} <= set(spec):
+                raise BundleError(f"{meta_path}: target {name!r} needs 'library', 'files' and 'interval_log'")
+            files = spec["files"]
+            if not isinstance(files, dict) or not files or not all(
+                    isinstance(f, dict) and {"file", "sha256"} <= set(f) for f in files.values()):
+                raise BundleError(f"{meta_path}: target {name!r}: 'files' must map models to "
+                                  "{'file', 'sha256'}; retrain with this latpred")
+            boosters = {key: load_booster(spec["library"], directory / f["file"], f["sha256"])
+                        for key, f in files.items()}
+            booster = boosters["*"] if spec.get("structure", "single") == "single" else boosters
             targets[name] = TargetModel(spec["library"], booster, spec["interval_log"], metadata["feature_columns"])
         return Bundle(directory, metadata, targets)
 

@@ -40,10 +40,14 @@ def export_bundle(target_dir: Path, device_id: str, fits: dict[str, FitResult], 
     staging.mkdir(parents=True)
     targets = {}
     for name, fit in fits.items():
-        filename = f"{name}.{EXTENSIONS[fit.library]}"
-        save_booster(fit.library, fit.booster, staging / filename)
-        targets[name] = {"library": fit.library, "file": filename, "interval_log": fit.interval_log,
-                         "sha256": file_sha256(staging / filename)}
+        boosters = fit.booster if isinstance(fit.booster, dict) else {"*": fit.booster}
+        files = {}
+        for key, booster in boosters.items():
+            filename = f"{name}.{EXTENSIONS[fit.library]}" if key == "*" else f"{name}-{key}.{EXTENSIONS[fit.library]}"
+            save_booster(fit.library, booster, staging / filename)
+            files[key] = {"file": filename, "sha256": file_sha256(staging / filename)}
+        targets[name] = {"library": fit.library, "structure": fit.structure, "files": files,
+                         "interval_log": fit.interval_log}
     full = {"bundle_version": BUNDLE_VERSION, "device_id": device_id,
             "feature_columns": list(FEATURE_COLUMNS), "feature_codes": feature_codes(), **metadata,
             "targets": targets}

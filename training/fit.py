@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from predictor.bundle import TargetModel
 from predictor.features import FEATURE_COLUMNS
 from training.data import OpData
 from training.metrics import ape, grouped_metrics, summarize_ape
@@ -34,16 +35,29 @@ def test_mask(groups: pd.Series, folds: int = 5, test_fold: int = 0) -> np.ndarr
     return (fold == test_fold).to_numpy()
 
 
+STRUCTURES = ("single", "per_family")
+#: Per-family models each see a fraction of the rows: half the trees fit them as well.
+PER_FAMILY_SCALE = 0.5
+
+
 @dataclass
 class FitResult:
-    """One fitted target with one library, and how it did on the held-out shapes."""
+    """One fitted target with one library and structure, and how it did on held-out shapes."""
 
     target: str
     library: str
-    booster: Any
+    booster: Any  # one booster, or {family: booster}
     overall: dict[str, float]
     per_family: pd.DataFrame
     interval_log: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def structure(self) -> str:
+        return "per_family" if isinstance(self.booster, dict) else "single"
+
+    @property
+    def label(self) -> str:
+        return f"{self.library}/{self.structure}"
 
 
 def _fit(library: str, x: pd.DataFrame, y: np.ndarray, threads: int, seed: int,
@@ -73,15 +87,28 @@ TARGET_SCALE = {"kernel": 1.0, "dispatch": 0.35}
 
 
 def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: int = 0,
-               scale: float = 1.0) -> FitResult:
-    """Fit ``target`` ('kernel' or 'dispatch') with ``library`` on the train fold, score on test."""
+               scale: float = 1.0, structure: str = "single") -> FitResult:
+    """Fit ``target`` ('kernel' or 'dispatch') with ``library`` on the train fold, score on test.
+
+    ``structure`` is one model with the family as a feature ('single'), or one model per
+    operator family ('per_family'); ``train`` fits both and keeps whichever validates better.
+    """
     measured = data.rows["kernel_us" if target == "kernel" else "dispatch_us"].to_numpy(dtype=float)
     offset = np.log(data.roofline_us) if target == "kernel" else np.zeros(len(measured))
     y = np.log(measured) - offset
     test = test_mask(data.groups)
     x = data.features[list(FEATURE_COLUMNS)]
-    booster = _fit(library, x[~test], y[~test], threads, seed, scale * TARGET_SCALE[target])
-    log_pred = predict_log(library, booster, x[test]) + offset[test]
+    trees = scale * TARGET_SCALE[target]
+    if structure == "single":
+        booster: Any = _fit(library, x[~test], y[~test], threads, seed, trees)
+    elif structure == "per_family":
+        families = data.rows["family"].to_numpy()
+        booster = {f: _fit(library, x[~test & (families == f)], y[~test & (families == f)], threads, seed,
+                           trees * PER_FAMILY_SCALE) for f in sorted(set(families[~test]))}
+    else:
+        raise ValueError(f"unknown model structure {structure!r}: expected one of {STRUCTURES}")
+    model = TargetModel(library, booster, {}, list(FEATURE_COLUMNS))
+    log_pred = model.predict_log(x[test]) + offset[test]
     errors = ape(np.exp(log_pred), measured[test])
     families = data.rows["family"][test].rename("family")
     residual = pd.Series(np.abs(log_pred - np.log(measured[test])), index=families.index)

@@ -1,7 +1,7 @@
 """MLflow tracking and registry for ``latpred train`` (embedded sqlite store, no server).
 
 Each run logs its parameters, metrics, the dataset hash and the device fingerprint, and the
-bundle as artifacts; the kernel-time model is registered under ``latpred-<device>``. The alias
+bundle as artifacts; the bundle is registered under ``latpred-<device>``. The alias
 ``champion`` moves to the new version only if it is at least as accurate (share of held-out
 whole-model predictions within +-10%) as the current champion: a worse retrain never
 replaces the served model.
@@ -26,9 +26,15 @@ def tracking_uri(store: Path) -> str:
     return f"sqlite:///{store}"
 
 
+REGISTRY_MODEL_CODE = Path(__file__).with_name("registry_model.py")
+
+
 def track_training(store: Path, device_id: str, params: dict[str, Any], metrics: dict[str, float],
-                   tags: dict[str, str], bundle_dir: Path, kernel_library: str, kernel_booster: Any) -> dict[str, Any]:
-    """Log one training run, register its kernel model, move ``champion`` if it is no worse."""
+                   tags: dict[str, str], bundle_dir: Path) -> dict[str, Any]:
+    """Log one training run, register its bundle, move ``champion`` if it is no worse.
+
+    The registered model is the whole bundle (what is served), as an MLflow pyfunc defined from
+    code (``registry_model.py``), so nothing is pickled."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -46,8 +52,9 @@ def track_training(store: Path, device_id: str, params: dict[str, Any], metrics:
         mlflow.log_metrics(metrics)
         mlflow.set_tags(tags)
         mlflow.log_artifacts(str(bundle_dir), artifact_path="bundle")
-        flavor = mlflow.xgboost if kernel_library == "xgboost" else mlflow.lightgbm
-        info = flavor.log_model(kernel_booster, name="kernel_model")
+        info = mlflow.pyfunc.log_model(name="bundle_model", python_model=str(REGISTRY_MODEL_CODE),
+                                       artifacts={"bundle": str(bundle_dir)},
+                                       pip_requirements=["latpred[predict]"])
     version = mlflow.register_model(info.model_uri, name, tags={SCORE_METRIC: str(metrics.get(SCORE_METRIC, 0.0)),
                                                                 "run_id": run.info.run_id})
     client = MlflowClient(tracking_uri=tracking_uri(store), registry_uri=tracking_uri(store))

@@ -77,9 +77,10 @@ def test_export_writes_native_files_and_metadata(exported: Path, fits: dict[str,
     assert sorted(p.name for p in exported.parent.iterdir()) == [DEVICE]  # no staging left behind
     meta = json.loads((exported / "metadata.json").read_text())
     assert meta["bundle_version"] == BUNDLE_VERSION and meta["device_id"] == DEVICE
-    assert meta["targets"]["kernel"] == {"library": library_of(fits), "file": f"kernel.{ext}",
-                                         "interval_log": fits["kernel"].interval_log,
-                                         "sha256": file_sha256(exported / f"kernel.{ext}")}
+    assert meta["targets"]["kernel"] == {"library": library_of(fits), "structure": "single",
+                                         "files": {"*": {"file": f"kernel.{ext}",
+                                                         "sha256": file_sha256(exported / f"kernel.{ext}")}},
+                                         "interval_log": fits["kernel"].interval_log}
     assert meta["composition"] == METADATA["composition"]
     # native formats, never pickle
     head = (exported / f"kernel.{ext}").read_bytes()[:64]
@@ -221,3 +222,28 @@ def test_metadata_of_the_wrong_shape_is_refused(all_exported: dict[str, Path], t
 
 def test_default_bundle_dir_is_inside_the_package() -> None:
     assert DEFAULT_BUNDLE_DIR.parent.name == "predictor"
+
+
+def test_per_family_models_round_trip(tmp_path: Path) -> None:
+    """Per-family kernel models export one file per family and predict the same after loading."""
+    from training.bundle_export import export_bundle, in_memory_bundle
+    from training.data import load_ops
+    from training.fit import fit_target
+
+    from predictor.devices import resolve_device
+    from predictor.predict import Predictor
+    from predictor.zoo import load_zoo_graph
+
+    data = load_ops(Path("datasets/nvidia-h200"), limit=3000)
+    fits = {"kernel": fit_target(data, "kernel", "lightgbm", threads=1, scale=0.1, structure="per_family"),
+            "dispatch": fit_target(data, "dispatch", "lightgbm", threads=1, scale=0.1)}
+    assert fits["kernel"].structure == "per_family" and len(fits["kernel"].booster) > 5
+    target = export_bundle(tmp_path / DEVICE, DEVICE, fits, {"version": "t"})
+    meta = json.loads((target / "metadata.json").read_text())
+    assert meta["targets"]["kernel"]["structure"] == "per_family"
+    assert set(meta["targets"]["kernel"]["files"]) == set(fits["kernel"].booster)
+    graph = load_zoo_graph("resnet50")
+    device = resolve_device(DEVICE)
+    before = [x.kernel_us for x in Predictor(in_memory_bundle(DEVICE, fits), device).layers(graph, 8, "fp16")]
+    after = [x.kernel_us for x in Predictor(Bundle.load(target), device).layers(graph, 8, "fp16")]
+    assert np.allclose(before, after, rtol=1e-6)
