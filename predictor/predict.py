@@ -117,9 +117,9 @@ class Predictor:
         wanted = {key: n for key, n in needed.items() if key not in found}
         if wanted:
             nodes = list(wanted.values())
-            features = pd.DataFrame.from_records(
-                [feature_row(n.family, n.params, n.variant, n.layout, batch, precision, self.device) for n in nodes],
-                columns=list(FEATURE_COLUMNS))
+            columns = list(FEATURE_COLUMNS)
+            rows = [feature_row(n.family, n.params, n.variant, n.layout, batch, precision, self.device) for n in nodes]
+            features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
             roof = np.power(10.0, features["log_roofline_us"].to_numpy())
             k_log = self.bundle.targets["kernel"].predict_log(features)
             d_log = self.bundle.targets["dispatch"].predict_log(features)
