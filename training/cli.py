@@ -59,14 +59,17 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
               default=Path("datasets/nvidia-h200"), show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs/validate"), show_default=True)
-def validate(device: str, dataset: Path, bundle: Path | None, out: Path) -> None:
+@click.option("--strict", is_flag=True,
+              help="also refit the per-layer models without each held-out model's layer shapes (minutes)")
+def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict: bool) -> None:
     """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines."""
     from predictor.devices import resolve_device
-    from training.validate import scatter_plot, validate as run_validate
+    from training.validate import scatter_plot, strict_validate, validate as run_validate
 
     try:
         spec = resolve_device(device)
-        report = run_validate(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
+        run = strict_validate if strict else run_validate
+        report = run(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
     except (ValueError, BundleError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
