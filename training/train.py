@@ -104,6 +104,9 @@ def train(settings: TrainSettings) -> TrainReport:
     metrics: dict[str, float] = {}
     for target, fit in chosen.items():
         metrics.update({f"{target}_{k}": v for k, v in fit.overall.items() if k != "count"})
+        for row in fit.per_family.to_dict("records"):  # per family, as the issue asks to report
+            metrics.update({f"{target}_{row['family']}_{k}": float(row[k])
+                            for k in ("mape", "median_ape", "p90_ape", "within_10pct")})
     for mode in ("eager", "cudagraph"):
         errors = ape(lomo.loc[lomo["mode"] == mode, "predicted_ms"], lomo.loc[lomo["mode"] == mode, "measured_ms"])
         metrics.update({f"lomo_{mode}_{k}": v for k, v in summarize_ape(errors).items() if k != "count"})
