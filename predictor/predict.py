@@ -84,7 +84,8 @@ def check_request(batch: int, precision: str, mode: str) -> None:
 class Predictor:
     """Predicts graphs on one device with one bundle."""
 
-    def __init__(self, bundle: Bundle, device: DeviceSpec) -> None:
+    def __init__(self, bundle: Bundle, device: DeviceSpec, constants: CompositionConstants | None = None) -> None:
+        """``constants`` overrides the bundle's composition constants (training refits them)."""
         if bundle.device_id != device.device_id:
             raise ValueError(f"bundle was trained on {bundle.device_id}, not {device.device_id}")
         missing = [c for c in bundle.metadata.get("feature_columns", []) if c not in FEATURE_COLUMNS]
@@ -96,7 +97,7 @@ class Predictor:
                               "or variant was added since): retrain it with 'latpred train'")
         self.bundle = bundle
         self.device = device
-        self.constants = CompositionConstants(**bundle.composition.get("constants", {}))
+        self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         self._cache: dict[tuple, tuple[float, float, float, float]] = {}
 
     def _kernel_predictions(self, graph: Graph, batch: int, precision: str) -> dict[tuple, tuple[float, float, float, float]]:

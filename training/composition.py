@@ -54,7 +54,7 @@ class RunArrays:
 def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFrame) -> list[RunArrays]:
     """Predict every node of every run's graph once, with neutral constants."""
     neutral = CompositionConstants(host_scale=1.0, call_host_us=0.0, fallback_host_us=0.0)
-    predictor = _with_constants(predictor, neutral)
+    predictor = Predictor(predictor.bundle, predictor.device, constants=neutral)
     cache: dict[tuple[str, int, str], tuple] = {}
     out = []
     for r in runs.itertuples(index=False):
@@ -80,13 +80,6 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
         out.append(RunArrays(r.model, int(r.batch), r.precision, r.mode, float(r.latency_ms) * 1e3,
                              k, g, d, fb, roof, flops))
     return out
-
-
-def _with_constants(predictor: Predictor, constants: CompositionConstants) -> Predictor:
-    clone = object.__new__(Predictor)
-    clone.__dict__.update(predictor.__dict__)
-    clone.constants = constants
-    return clone
 
 
 def fit_graph_constants(runs: list[RunArrays]) -> tuple[dict[str, float], float]:

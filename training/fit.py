@@ -76,12 +76,6 @@ def _fit(library: str, x: pd.DataFrame, y: np.ndarray, threads: int, seed: int,
     return model.booster_
 
 
-def predict_log(library: str, booster: Any, x: pd.DataFrame) -> np.ndarray:
-    if library == "xgboost":
-        return np.asarray(booster.inplace_predict(x.to_numpy(dtype=np.float32)))
-    return np.asarray(booster.predict(x.to_numpy(dtype=np.float64)))
-
-
 #: Host dispatch times are noisy (CV tens of percent): 90 trees fit them as well as 210 did
 #: (18% within +-10% either way) and predict in half the time.
 TARGET_SCALE = {"kernel": 1.0, "dispatch": 0.15}

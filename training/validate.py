@@ -94,10 +94,9 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
     dropped, the per-layer models are fitted on the rest, and the composition constants on the
     other models' runs. Slower (one fit per model), and closer to a model never seen at all; a
     shape shared by several models is attributed to one of them only, so some overlap remains."""
-    from predictor.compose import CompositionConstants  # noqa: F401  (documents the constants refitted)
     from training.bundle_export import in_memory_bundle
     from training.composition import fit_constants, predict_run
-    from training.data import OpData, load_ops
+    from training.data import load_ops
     from training.fit import FitResult, _fit
     from training.train import zoo_graphs
 
