@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= collect,train,dev
+EXTRAS ?= collect,train,serve,dev
 
 .PHONY: run test clean-venv
 

@@ -19,6 +19,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "predict": "predictor.cli_predict:predict",
     "train": "training.cli:train",
     "validate": "training.cli:validate",
+    "serve": "service.cli:serve",
 }
 
 
@@ -39,7 +40,7 @@ class LazyGroup(click.Group):
             raise click.ClickException(
                 f"'latpred {cmd_name}' needs a part of latpred that is not installed here "
                 f"({exc.name or exc}); install the extra it needs: pip install 'latpred[collect]' "
-                f"(measuring) or 'latpred[train]' (training)"
+                f"(measuring), 'latpred[train]' (training) or 'latpred[serve]' (serving)"
             ) from None
         return getattr(module, attribute)
 
@@ -50,8 +51,8 @@ class LazyGroup(click.Group):
         except ImportError as exc:
             raise click.ClickException(
                 f"this command needs {exc.name or exc}, which is not installed: install latpred with "
-                "the extra for the job: 'latpred[collect]' (measuring), 'latpred[train]' (training) or "
-                "'latpred[predict]' (predicting)"
+                "the extra for the job: 'latpred[collect]' (measuring), 'latpred[train]' (training), "
+                "'latpred[predict]' (predicting) or 'latpred[serve]' (serving)"
             ) from None
 
 

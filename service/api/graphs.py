@@ -1,0 +1,61 @@
+"""``POST /v1/graphs`` stores a graph; ``GET /v1/graphs/{graph_id}`` returns it.
+
+A stored graph is named by the sha256 of its canonical IR JSON, so a spreadsheet can name a
+custom model in a short URL (``/v1/latency?graph=<id>``) and a NAS loop can send an id instead
+of the same node list again. An ONNX upload is converted to IR on upload.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, request
+from flask_openapi3 import APIBlueprint, Tag
+
+from service.auth import guarded
+from service.content import JSON
+from service.openapi import problem_ref, problems, request_bodies
+from service.problems import ProblemError
+from service.schemas.graphs import GraphIRBody, GraphPath, GraphStored, GraphUploadForm
+from service.state import state
+
+api = APIBlueprint("graphs", __name__, url_prefix="/v1",
+                   abp_tags=[Tag(name="graphs", description="stored graphs, named by content hash")])
+
+
+@api.post("/graphs", responses={200: GraphStored, 201: GraphStored, **problems(400, 401, 413, 415, 422)})
+@request_bodies(json=GraphIRBody, form=GraphUploadForm)
+@guarded
+def upload_graph() -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Store a graph (JSON IR body, or an ONNX file in multipart field `onnx`); returns its id.
+
+    The id is the sha256 of the graph's canonical IR JSON: storing the same graph again returns
+    the same id (200 instead of 201). Needs the API key when the server has one.
+    """
+    st = state()
+    if request.mimetype == JSON:
+        graph = st.resolver.from_ir(GraphIRBody.model_validate(request.get_json()).root, field="graph")
+    else:
+        upload = request.files.get("onnx")
+        if upload is None:
+            raise ProblemError(422, "a multipart upload needs the ONNX file in field 'onnx'", field="onnx")
+        form = GraphUploadForm.model_validate({**request.form.to_dict(), "onnx": upload})
+        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch)
+    gid, created = st.store.put(graph)
+    url = f"/v1/graphs/{gid}"
+    body = {"id": gid, "name": graph.name, "nodes": len(graph.nodes), "batch": graph.batch, "created": created,
+            "url": url}
+    return body, 201 if created else 200, {"Location": url}
+
+
+@api.get("/graphs/<graph_id>", responses={200: {"description": "the stored graph IR", "content": {
+    "application/json": {"schema": {"type": "object"}}}}, 404: {"description": "Not Found",
+                                                                "content": problem_ref()}, **problems(400)})
+def get_graph(path: GraphPath) -> Response:
+    """The stored graph's canonical IR JSON."""
+    try:
+        data = state().store.raw(path.graph_id)
+    except KeyError:
+        raise ProblemError(404, f"no stored graph with id {path.graph_id}", field="graph_id") from None
+    return Response(data, mimetype="application/json",
+                    headers={"Cache-Control": "public, max-age=31536000, immutable"})

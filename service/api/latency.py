@@ -1,0 +1,149 @@
+"""``GET /v1/latency``: predictions for spreadsheets, in a URL short enough for Excel.
+
+Excel's ``WEBSERVICE`` only GETs (URLs up to 2,048 characters) and wants one value:
+``format=txt`` answers one plain number. Google Sheets' ``IMPORTDATA`` reads CSV:
+``format=csv`` answers a header and one row per combination of the comma-separated values.
+Answers carry an ETag (from the normalised query and the model versions) and Cache-Control, and
+a matching If-None-Match gets a 304 without predicting anything.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+from typing import Any
+
+from flask import Response, jsonify, request
+from flask_openapi3 import APIBlueprint, Tag
+
+from predictor.compose import MODES
+from predictor.precision import PRECISIONS
+from predictor.predict import MAX_BATCH
+from service import predictions
+from service.openapi import documents, problems
+from service.problems import TITLES, ProblemError
+from service.schemas.common import DEFAULT_MODE, DEFAULT_PRECISION
+from service.schemas.latency import CSV_COLUMNS, LatencyQuery, LatencyRow
+from service.state import state
+
+api = APIBlueprint("latency", __name__, url_prefix="/v1",
+                   abp_tags=[Tag(name="spreadsheets", description="GET URLs for Excel and Google Sheets")])
+
+OK_RESPONSE = {
+    "description": "json: a list of rows; csv: a header and one row per combination; txt: one number (ms)",
+    "content": {
+        "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/LatencyRow"}}},
+        "text/csv": {"schema": {"type": "string"}},
+        "text/plain": {"schema": {"type": "string"}},
+    },
+}
+
+
+def _split(value: str | None, field: str) -> list[str]:
+    if value is None:
+        return []
+    parts = [p.strip() for p in value.split(",")]
+    if any(not p for p in parts):
+        raise ProblemError(400, f"'{field}' has an empty item in {value!r}", field=field)
+    return parts
+
+
+def _choices(value: str | None, field: str, allowed: tuple[str, ...], default: str) -> list[str]:
+    items = [p.lower() for p in _split(value, field)] or [default]
+    for item in items:
+        if item not in allowed:
+            raise ProblemError(400, f"unknown {field} {item!r}: expected one of {', '.join(allowed)}", field=field)
+    return items
+
+
+def _batches(value: str | None) -> list[int | None]:
+    out: list[int | None] = []
+    for item in _split(value, "batch"):
+        if not item.isdigit() or not 1 <= int(item) <= MAX_BATCH:
+            raise ProblemError(400, f"batch must be an integer from 1 to {MAX_BATCH}, got {item!r}", field="batch")
+        out.append(int(item))
+    return out or [None]
+
+
+@api.get("/latency", responses={200: OK_RESPONSE, 304: {"description": "Not Modified (ETag matched)"},
+                                **problems(400, 503)})
+@documents(LatencyRow)
+def latency(query: LatencyQuery) -> Response:
+    """Latency for spreadsheets: every combination of the comma-separated parameter values.
+
+    `model` (zoo names) and/or `graph` (stored ids); `device`, `batch` (default: the graph's own),
+    `precision` (default fp16), `mode` (default cudagraph). `format=csv` answers the columns
+    model, device, batch, precision, mode, total_ms, low_ms, high_ms, model_version;
+    `format=txt` one number (total_ms; 400 if the parameters make more than one combination).
+    """
+    try:
+        return _latency(query)
+    except ProblemError as exc:
+        if exc.status == 422:  # a query string's bad value is a Bad Request, whatever shared code said
+            exc.status, exc.title = 400, TITLES[400]
+        raise
+
+
+def _latency(query: LatencyQuery) -> Response:
+    st = state()
+    models = _split(query.model, "model")
+    graph_ids = _split(query.graph, "graph")
+    if not models and not graph_ids:
+        raise ProblemError(400, "name a model (zoo name) or a graph (stored id)", field="model")
+    # Resolve everything before predicting anything: a typo in the last value costs nothing.
+    graphs = [("model", m, st.resolver.from_zoo(m, "model")) for m in models] + \
+             [("graph", gid, st.resolver.from_id(gid, "graph")) for gid in graph_ids]
+    devices = [predictions.resolve_device_id(st.registry, d) for d in (_split(query.device, "device") or [None])]
+    batches = _batches(query.batch)
+    precisions = _choices(query.precision, "precision", tuple(PRECISIONS), DEFAULT_PRECISION)
+    modes = _choices(query.mode, "mode", MODES, DEFAULT_MODE)
+    count = len(graphs) * len(devices) * len(batches) * len(precisions) * len(modes)
+    if query.format == "txt" and count != 1:
+        raise ProblemError(400, f"format=txt answers one number, but these parameters make {count} combinations; "
+                                "use format=csv or json for a grid", field="format")
+    if count > st.config.max_results:
+        raise ProblemError(400, f"these parameters make {count} combinations; at most {st.config.max_results} "
+                                "per request (LATPRED_MAX_RESULTS)", field="batch")
+    variants = {}
+    for spec in devices:
+        for b, p, m in itertools.product(batches, precisions, modes):
+            variants[(spec.device_id, b, p, m)] = predictions.resolve_variant(st.registry, spec.device_id, b, p, m)
+    versions = sorted({v.predictor.bundle.version for v in variants.values()})
+    canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [[d.device_id for d in devices], batches,
+                           precisions, modes, query.format, versions])
+    etag = '"' + hashlib.sha256(canonical.encode()).hexdigest()[:32] + '"'
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
+    if _matches(request.headers.get("If-None-Match"), etag):
+        return Response(status=304, headers=headers)
+    rows = []
+    for (_, _, graph), spec in itertools.product(graphs, devices):
+        for b, p, m in itertools.product(batches, precisions, modes):
+            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)])
+            predictions.record(st.metrics, result)
+            rows.append({c: getattr(result, c) for c in CSV_COLUMNS})
+    response = _render(rows, query.format)
+    response.headers.update(headers)
+    return response
+
+
+def _matches(header: str | None, etag: str) -> bool:
+    if not header:
+        return False
+    tags = [t.strip() for t in header.split(",")]
+    return "*" in tags or etag in tags or f"W/{etag}" in tags
+
+
+def _render(rows: list[dict[str, Any]], fmt: str) -> Response:
+    if fmt == "txt":
+        return Response(f"{rows[0]['total_ms']:.4f}", mimetype="text/plain")
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\r\n")
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            writer.writerow([f"{row[c]:.4f}" if isinstance(row[c], float) else row[c] for c in CSV_COLUMNS])
+        return Response(out.getvalue(), mimetype="text/csv")
+    return jsonify(rows)

@@ -1,0 +1,120 @@
+"""``POST /v1/predict`` (one graph) and ``POST /v1/predict/batch`` (many graphs x many variants).
+
+A graph comes as JSON IR, a zoo name or a stored id in a JSON body, or as an ONNX file in a
+multipart/form-data upload (file field ``onnx``, the variant in form fields). The batch endpoint
+is for NAS loops: every graph is resolved once and every variant checked once, then each pair is
+predicted; a pair that fails carries a problem object in its place and the others still run.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import request
+from flask_openapi3 import APIBlueprint, Tag
+
+from predictor.graph import Graph
+from service import predictions
+from service.content import JSON
+from service.openapi import problems, request_bodies
+from service.predictions import Variant
+from service.problems import ProblemError
+from service.schemas.predict import BatchRequest, BatchResponse, PredictForm, PredictRequest
+from service.schemas.common import PredictionOut
+from service.state import state
+
+log = logging.getLogger("latpred.service")
+api = APIBlueprint("predict", __name__, url_prefix="/v1",
+                   abp_tags=[Tag(name="predict", description="latency of graphs on devices")])
+
+
+@api.post("/predict", responses={200: PredictionOut, **problems(400, 401, 413, 415, 422, 503)})
+@request_bodies(json=PredictRequest, form=PredictForm)
+def predict() -> dict[str, Any]:
+    """Predict one graph's latency on one device, batch, precision and mode.
+
+    JSON body: exactly one of `graph` (JSON IR), `model` (zoo name) or `graph_id` (stored), plus
+    the variant. Or multipart/form-data with the ONNX file in field `onnx` and the variant as
+    form fields. Answers the total with its interval, the per-layer breakdown (unless
+    `layers` is false), the operators no model covers, warnings, and the inputs that produced it.
+    """
+    st = state()
+    if request.mimetype == JSON:
+        body = PredictRequest.model_validate(request.get_json())
+        graph = st.resolver.resolve(body)
+    else:
+        fields: dict[str, Any] = {k: v for k, v in request.form.items()}
+        upload = request.files.get("onnx")
+        extra_files = [k for k in request.files if k != "onnx"]
+        if extra_files:
+            raise ProblemError(422, f"unexpected file field(s) {extra_files}: the ONNX file goes in 'onnx'",
+                               field=extra_files[0])
+        if upload is None:
+            raise ProblemError(422, "a multipart request needs the ONNX file in field 'onnx'", field="onnx")
+        body = PredictForm.model_validate({**fields, "onnx": upload})
+        graph = st.resolver.from_onnx(upload.read(), body.name, body.batch)
+    variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
+    result = predictions.predict(graph, variant)
+    predictions.record(st.metrics, result)
+    return predictions.to_json(result, body.layers)
+
+
+@api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 401, 413, 415, 422, 503)})
+@request_bodies(json=BatchRequest)
+def predict_batch() -> dict[str, Any]:
+    """Predict many graphs, each on every variant, in one request (for NAS loops).
+
+    One result per (graph, variant), graph-major: `results[i * len(variants) + j]` is graph i on
+    variant j. A graph or variant that cannot be predicted gives `problem` objects in its results
+    instead of failing the request; a malformed request is still a 4xx.
+    """
+    st = state()
+    body = BatchRequest.model_validate(request.get_json())
+    total = len(body.graphs) * len(body.variants)
+    if total > st.config.max_results:
+        raise ProblemError(422, f"{len(body.graphs)} graphs x {len(body.variants)} variants = {total} results; "
+                                f"this server answers at most {st.config.max_results} per request "
+                                "(LATPRED_MAX_RESULTS)", field="graphs", kind="too-many-results")
+    st.registry.wait_first_load(st.registry.load_wait_s)
+    if not st.registry.snapshot.loaded:
+        raise predictions.not_ready(st.registry.state_detail())
+    variants: list[Variant | ProblemError] = []
+    for j, v in enumerate(body.variants):
+        try:
+            variants.append(predictions.resolve_variant(st.registry, v.device, v.batch, v.precision, v.mode,
+                                                        prefix=f"variants[{j}]"))
+        except ProblemError as exc:
+            if exc.status == 503:
+                raise
+            variants.append(exc)
+    results: list[dict[str, Any]] = []
+    failed = 0
+    for i, source in enumerate(body.graphs):
+        graph: Graph | ProblemError
+        try:
+            graph = st.resolver.resolve(source, prefix=f"graphs[{i}]")
+        except ProblemError as exc:
+            graph = exc
+        for j, variant in enumerate(variants):
+            item: dict[str, Any] = {"graph": i, "variant": j}
+            problem = graph if isinstance(graph, ProblemError) else variant if isinstance(variant, ProblemError) \
+                else None
+            if problem is None:
+                try:
+                    result = predictions.predict(graph, variant, field=f"graphs[{i}]")  # type: ignore[arg-type]
+                    predictions.record(st.metrics, result)
+                    item["prediction"] = predictions.to_json(result, body.layers)
+                except ProblemError as exc:
+                    problem = exc
+                except Exception as exc:  # one item's bug must not lose the other results
+                    log.exception("batch item graphs[%d] x variants[%d] failed", i, j)
+                    problem = ProblemError(500, f"unexpected {type(exc).__name__}: the error was logged",
+                                           field=f"graphs[{i}]")
+            if problem is not None:
+                failed += 1
+                item["problem"] = problem.to_dict()
+            results.append(item)
+    if failed:
+        st.metrics.prediction_errors.inc(failed)
+    return {"results": results, "count": len(results), "failed": failed}

@@ -1,0 +1,79 @@
+"""Request bodies: which media types a view takes, and JSON parsing that cannot be made to crash.
+
+JSON is parsed by pydantic-core's parser, which refuses nesting deeper than 200 levels with a
+ValueError (Python's json raises RecursionError there, or worse, succeeds and leaves a structure
+that later overflows the stack when it is dumped) and refuses NaN and Infinity, which are not
+JSON. A malformed body becomes a 400 problem naming the line and column; a media type the view
+does not take, a 415.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pydantic_core
+from flask import Flask, Request, current_app, request
+from flask.json.provider import DefaultJSONProvider
+
+from service.problems import ProblemError
+
+F = TypeVar("F", bound=Callable[..., Any])
+JSON = "application/json"
+MULTIPART = "multipart/form-data"
+
+
+class StrictJSONProvider(DefaultJSONProvider):
+    """Flask's JSON, with loads done by pydantic-core (bounded depth, no NaN); keys keep their
+    order in answers (a prediction reads better total first than alphabetically)."""
+
+    sort_keys = False
+
+    def loads(self, s: str | bytes, **kwargs: Any) -> Any:
+        try:
+            return pydantic_core.from_json(s, allow_inf_nan=False)
+        except ValueError as exc:
+            raise ValueError(f"the body is not valid JSON: {exc}") from None
+
+
+def accepts(*mimetypes: str) -> Callable[[F], F]:
+    """Declare the media types a view's body may have; others get a 415 before the view runs."""
+
+    def mark(func: F) -> F:
+        func.__latpred_accepts__ = tuple(mimetypes)  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+def view_attribute(name: str) -> Any:
+    view = current_app.view_functions.get(request.endpoint or "")
+    return getattr(view, name, None)
+
+
+def check_body(req: Request) -> None:
+    """415 for a media type the view does not take; 400 for malformed JSON (parsed once here
+    and cached, so the view and flask-openapi3 read the parsed body)."""
+    wanted = view_attribute("__latpred_accepts__")
+    if not wanted or req.method not in ("POST", "PUT", "PATCH"):
+        return
+    if req.mimetype not in wanted:
+        got = req.mimetype or "no Content-Type"
+        raise ProblemError(415, f"this endpoint takes {' or '.join(wanted)}, not {got}", field="Content-Type")
+    if req.mimetype == JSON:
+        req.get_json()  # LatpredRequest turns a failure into a 400 problem
+
+
+class LatpredRequest(Request):
+    """Flask's request, with JSON failures as problems instead of HTML error pages."""
+
+    def on_json_loading_failed(self, e: ValueError | None) -> Any:
+        if e is None:
+            raise ProblemError(415, "the body must be application/json", field="Content-Type")
+        raise ProblemError(400, str(e), kind="malformed-json")
+
+
+def install(app: Flask) -> None:
+    """Use the strict JSON parser and the problem-raising request class in ``app``."""
+    app.json = StrictJSONProvider(app)
+    app.request_class = LatpredRequest

@@ -1,0 +1,65 @@
+"""gunicorn settings: ``gunicorn -c service/gunicorn_conf.py service.wsgi:app``.
+
+- gthread workers, and no ``preload_app``: XGBoost's and LightGBM's boosters (and the thread that
+  loads them) do not survive a fork, so each worker imports the app and loads its own bundles.
+- One worker per core the process may use, a few threads each: a prediction holds the GIL, so
+  threads only overlap network I/O, and more workers than cores would only contend.
+- Booster and BLAS threads capped at one per worker thread (set here, before any worker imports
+  xgboost or lightgbm; predictor also passes nthread=1 / num_threads=1 when it predicts).
+- Prometheus multiprocess mode: every worker writes its metrics to a folder made here, so
+  ``/metrics`` adds up all workers whichever one answers.
+
+Environment: LATPRED_BIND (default 127.0.0.1:8000), LATPRED_WORKERS (default: the cores),
+LATPRED_THREADS (default 4), LATPRED_ACCESS_LOG ("-" stdout, a path, or "" for none),
+LATPRED_CONTROL_SOCKET (gunicornc's socket; off by default), and the app's LATPRED_* settings
+(service/config.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_made_metrics_dir = None
+if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    _made_metrics_dir = tempfile.mkdtemp(prefix="latpred-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _made_metrics_dir
+
+bind = os.environ.get("LATPRED_BIND", "127.0.0.1:8000")
+worker_class = "gthread"
+workers = int(os.environ.get("LATPRED_WORKERS", _cores()))
+threads = int(os.environ.get("LATPRED_THREADS", 4))
+preload_app = False
+timeout = 60  # a 64 MiB ONNX upload's import is the slowest request: seconds, not a minute
+graceful_timeout = 30
+keepalive = 5
+accesslog = os.environ.get("LATPRED_ACCESS_LOG", "-") or None  # "" turns it off
+# gunicorn >= 25.1 opens a control socket at one fixed path per user, which a second server on the
+# same machine (a test, a benchmark) would take over: off unless a path is given.
+control_socket = os.environ.get("LATPRED_CONTROL_SOCKET") or "gunicorn.ctl"
+control_socket_disable = not os.environ.get("LATPRED_CONTROL_SOCKET")
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Drop a dead worker's live gauges from the metrics."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def on_exit(server: Any) -> None:
+    if _made_metrics_dir:
+        shutil.rmtree(_made_metrics_dir, ignore_errors=True)

@@ -1,0 +1,117 @@
+"""The OpenAPI 3.1 document: flask-openapi3's, generated from the pydantic models, finished here.
+
+flask-openapi3 documents one body media type per operation and its own validation-error shape;
+this app also takes multipart uploads on the JSON endpoints and answers every error as RFC 9457
+problem+json. So after flask-openapi3 has built the document, ``LatpredOpenAPI`` adds the extra
+request bodies views declare with :func:`request_bodies`, replaces the validation-error responses
+by the Problem schema, and marks the key-guarded operations with their security requirement.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask_openapi3 import OpenAPI
+from pydantic import BaseModel
+
+from service.auth import SECURITY
+from service.content import accepts
+from service.problems import PROBLEM_JSON, TITLES
+from service.schemas.common import Problem
+
+F = TypeVar("F", bound=Callable[..., Any])
+REF = "#/components/schemas/{model}"
+
+
+def problem_ref() -> dict[str, Any]:
+    return {PROBLEM_JSON: {"schema": {"$ref": REF.format(model="Problem")}}}
+
+
+def problems(*codes: int) -> dict[int, dict[str, Any]]:
+    """``responses=`` entries for the problems an operation can answer with."""
+    return {code: {"description": TITLES.get(code, "error"), "content": problem_ref()} for code in codes}
+
+
+def request_bodies(**by_mimetype: type[BaseModel]) -> Callable[[F], F]:
+    """Declare a view's bodies by media type, e.g. ``json=PredictRequest, form=PredictForm``;
+    the view parses them itself, and only these media types are let through."""
+    names = {"json": "application/json", "form": "multipart/form-data"}
+    bodies = {names[k]: model for k, model in by_mimetype.items()}
+
+    def mark(func: F) -> F:
+        func.__latpred_bodies__ = bodies  # type: ignore[attr-defined]
+        return accepts(*bodies)(func)
+
+    return mark
+
+
+def documents(*models: type[BaseModel]) -> Callable[[F], F]:
+    """Put models a view's responses refer to by $ref (not as a pydantic response) into the document."""
+
+    def mark(func: F) -> F:
+        func.__latpred_models__ = models  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+def add_model(schemas: dict[str, Any], model: type[BaseModel]) -> str:
+    """Put ``model`` (and the models it uses) into the components; returns its name."""
+    schema = model.model_json_schema(ref_template=REF)
+    for name, sub in schema.pop("$defs", {}).items():
+        schemas.setdefault(name, sub)
+    name = model.__name__
+    schemas[name] = schema
+    return name
+
+
+def describe(view: Callable[..., Any]) -> dict[str, str]:
+    """Summary (the docstring's first line) and description (its other paragraphs, unwrapped:
+    flask-openapi3 would put a line break at every wrapped line)."""
+    doc = inspect.getdoc(view) or ""
+    paragraphs = [" ".join(p.split()) for p in doc.split("\n\n") if p.strip()]
+    if not paragraphs:
+        return {}
+    out = {"summary": paragraphs[0]}
+    if len(paragraphs) > 1:
+        out["description"] = "\n\n".join(paragraphs[1:])
+    return out
+
+
+class LatpredOpenAPI(OpenAPI):
+    """flask-openapi3's app whose document tells the truth about bodies, errors and keys."""
+
+    def generate_spec_json(self) -> None:
+        super().generate_spec_json()
+        spec = self.spec_json
+        schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+        schemas.pop("ValidationErrorModel", None)
+        add_model(schemas, Problem)
+        ops = spec.get("paths", {})
+        for op in (o for item in ops.values() for o in item.values() if isinstance(o, dict)):
+            for status, response in list(op.get("responses", {}).items()):
+                content = response.get("content", {})
+                if "application/json" in content and "ValidationErrorModel" in str(content["application/json"]):
+                    op["responses"][status] = {"description": TITLES.get(int(status), "error"),
+                                               "content": problem_ref()}
+        for rule in self.url_map.iter_rules():
+            view = self.view_functions.get(rule.endpoint)
+            uri = re.sub(r"<([^<:]+:)?", "{", rule.rule).replace(">", "}")
+            for method in (rule.methods or set()) - {"HEAD", "OPTIONS"}:
+                op = ops.get(uri, {}).get(method.lower())
+                if op is None or view is None:
+                    continue
+                op["operationId"] = view.__name__
+                op.update(describe(view))
+                for model in getattr(view, "__latpred_models__", ()):
+                    add_model(schemas, model)
+                bodies = getattr(view, "__latpred_bodies__", None)
+                if bodies:
+                    op["requestBody"] = {"required": True, "content": {
+                        mimetype: {"schema": {"$ref": REF.format(model=add_model(schemas, model))}}
+                        for mimetype, model in bodies.items()}}
+                if getattr(view, "__latpred_guarded__", False):
+                    op["security"] = SECURITY

@@ -1,0 +1,105 @@
+"""Running the predictor for a request: resolve the variant, predict, serialize.
+
+No latency is computed here: ``Predictor.predict`` does it all. This module resolves the names a
+request uses (a device by part of its name, the default device), turns predictor's ValueErrors
+into problems that name the field, and serializes a Prediction without copying its layers
+twice (``dataclasses.asdict`` deep-copies hundreds of layers, several milliseconds a graph, which
+a batch of thousands cannot afford).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from predictor.devices import DEVICES, DeviceSpec, resolve_device
+from predictor.graph import Graph
+from predictor.predict import Prediction, Predictor, check_request
+from service.metrics import Metrics
+from service.problems import ProblemError, join_path
+from service.registry import ModelRegistry, NotReady
+
+_SUMMARY_FIELDS = tuple(f.name for f in fields(Prediction) if f.name != "layers")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A resolved (device, batch, precision, mode), with the predictor that serves the device."""
+
+    predictor: Predictor
+    device: DeviceSpec
+    batch: int | None
+    precision: str
+    mode: str
+
+
+def not_ready(detail: str) -> ProblemError:
+    return ProblemError(503, detail, headers={"Retry-After": "2"}, kind="not-ready")
+
+
+def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = "device") -> DeviceSpec:
+    """A device by id or part of its name; without one, the only device that has a bundle."""
+    if device is None:
+        registry.wait_first_load(registry.load_wait_s)
+        loaded = list(registry.snapshot.predictors)
+        if not registry.snapshot.loaded:
+            raise not_ready(registry.state_detail())
+        if len(loaded) != 1:
+            raise ProblemError(422, f"name a device: one of {', '.join(loaded) or 'none loaded'}", field=field)
+        return DEVICES[loaded[0]]
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        raise ProblemError(422, str(exc), field=field, kind="unknown-device") from None
+
+
+def resolve_variant(registry: ModelRegistry, device: str | None, batch: int | None, precision: str, mode: str,
+                    prefix: str = "") -> Variant:
+    """Check a variant once, so a batch of many graphs does not re-check it per graph."""
+    spec = resolve_device_id(registry, device, join_path(prefix, "device"))
+    try:
+        predictor = registry.predictor(spec.device_id)
+    except NotReady as exc:
+        raise not_ready(str(exc)) from None
+    if predictor is None:
+        raise ProblemError(422, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
+                                "GET /v1/devices lists the devices that have one",
+                           field=join_path(prefix, "device"), kind="no-bundle")
+    precision = precision.lower()
+    for name, args in (("precision", (1, precision, "eager")), ("mode", (1, "fp32", mode)),
+                       ("batch", (batch if batch is not None else 1, "fp32", "eager"))):
+        try:
+            check_request(*args)
+        except ValueError as exc:
+            raise ProblemError(422, str(exc), field=join_path(prefix, name)) from None
+    return Variant(predictor, spec, batch, precision, mode)
+
+
+def predict(graph: Graph, variant: Variant, field: str = "") -> Prediction:
+    """Predict, turning predictor's refusals (a bad batch, parameters out of range) into a 422."""
+    try:
+        result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode)
+    except (ValueError, ArithmeticError) as exc:
+        # The one refusal that names a request field: the graph's own batch out of range.
+        where = join_path(field, "batch") if str(exc).startswith("batch") else (field or None)
+        raise ProblemError(422, str(exc) or type(exc).__name__, field=where, kind="cannot-predict") from None
+    if not (math.isfinite(result.total_ms) and math.isfinite(result.low_ms) and math.isfinite(result.high_ms)):
+        raise ProblemError(422, "the graph's sizes are outside the range the models can predict (the result "
+                                "is not a finite number)", field=field or None, kind="cannot-predict")
+    return result
+
+
+def to_json(result: Prediction, layers: bool) -> dict[str, Any]:
+    """The prediction's JSON (Prediction.to_json's shape), layers shallow-copied or left out."""
+    data = {name: getattr(result, name) for name in _SUMMARY_FIELDS}
+    if layers:
+        data["layers"] = [dict(vars(layer)) for layer in result.layers]
+    return data
+
+
+def record(metrics: Metrics, result: Prediction) -> None:
+    """Count a prediction and the unsupported operators it met."""
+    metrics.predictions.labels(result.device, result.mode).inc()
+    if result.unsupported:
+        metrics.count_unsupported(result.unsupported)

@@ -1,0 +1,43 @@
+"""``/v1/graphs``: storing a graph once and naming it by id in short URLs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field, RootModel
+
+from service.schemas.common import GraphId, RequestModel, ResponseModel
+from service.schemas.graph_ir import GraphIR
+
+
+class GraphPath(RequestModel):
+    LOCATION = "path"
+
+    graph_id: GraphId
+
+
+class GraphIRBody(RootModel[GraphIR]):
+    """The JSON body of POST /v1/graphs: the graph IR itself (a graph.json file as it is)."""
+
+
+class GraphUploadForm(RequestModel):
+    """An ONNX model uploaded as multipart/form-data (file field 'onnx'), converted to IR on upload."""
+
+    LOCATION = "form"
+
+    onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
+                               description="the .onnx file (weights inside it)")]
+    name: Annotated[str, Field(max_length=200)] | None = None
+    batch: Annotated[int, Field(ge=1, le=65536)] | None = Field(
+        None, description="fixes a symbolic batch dimension (default 1)")
+
+
+class GraphStored(ResponseModel):
+    """Where a stored graph can be found again: its id is the sha256 of its canonical IR JSON."""
+
+    id: str
+    name: str
+    nodes: int
+    batch: int
+    created: bool = Field(description="false when the same graph was already stored")
+    url: str

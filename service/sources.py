@@ -1,0 +1,102 @@
+"""Turn what a request names (JSON IR, ONNX bytes, a zoo name, a stored id) into a checked Graph.
+
+Parsing and checking are predictor's (``Graph.from_json``, ``graph_from_onnx``, the zoo); this
+module adds what a server needs on top: limits on a graph's size, errors that name the request
+field, and caches, since NAS loops and spreadsheets name the same zoo and stored graphs again
+and again and re-reading a 60 KB JSON file would cost more than predicting it.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from predictor.graph import Graph
+from predictor.zoo import load_zoo_graph, zoo_names
+from service.graph_store import ID_PATTERN, GraphStore
+from service.problems import ProblemError
+
+
+class GraphResolver:
+    """Resolves graph sources with the server's node cap; thread-safe, shared by the app."""
+
+    def __init__(self, store: GraphStore, max_nodes: int) -> None:
+        self.store = store
+        self.max_nodes = max_nodes
+        self._zoo: dict[str, Graph] = {}
+        self._zoo_names = {n.lower(): n for n in zoo_names()}
+        self._lock = threading.Lock()
+
+    def zoo_names(self) -> list[str]:
+        return sorted(self._zoo_names.values())
+
+    def check_size(self, count: int, field: str) -> None:
+        if count > self.max_nodes:
+            raise ProblemError(422, f"the graph has {count} nodes; this server accepts at most {self.max_nodes} "
+                                    "(LATPRED_MAX_NODES)", field=field, kind="graph-too-large")
+
+    def from_ir(self, data: dict[str, Any], field: str = "graph") -> Graph:
+        """A graph from its (schema-validated) JSON IR; predictor's checks name the node."""
+        nodes = data.get("nodes")
+        self.check_size(len(nodes) if isinstance(nodes, list) else 0, f"{field}.nodes")
+        try:
+            return Graph.from_json(data)
+        except (ValueError, TypeError) as exc:
+            raise ProblemError(422, str(exc), field=field, kind="invalid-graph") from None
+
+    def from_zoo(self, name: str, field: str = "model") -> Graph:
+        key = name.strip().lower()
+        canonical = self._zoo_names.get(key)
+        if canonical is None:
+            raise ProblemError(422, f"no zoo graph named {name!r}: GET /v1/models lists them", field=field,
+                               kind="unknown-model")
+        graph = self._zoo.get(canonical)
+        if graph is None:
+            graph = load_zoo_graph(canonical)
+            with self._lock:
+                self._zoo[canonical] = graph
+        return graph
+
+    def from_id(self, gid: str, field: str = "graph_id") -> Graph:
+        if not ID_PATTERN.match(gid):
+            raise ProblemError(422, f"{gid!r} is not a graph id (64 lowercase hex digits)", field=field)
+        try:
+            return self.store.get(gid)
+        except KeyError:
+            raise ProblemError(422, f"no stored graph with id {gid}: store it first with POST /v1/graphs",
+                               field=field, kind="unknown-graph") from None
+
+    def from_onnx(self, data: bytes, name: str | None, batch: int | None, field: str = "onnx") -> Graph:
+        """Import ONNX bytes (never reading a file the model points at: predictor refuses
+        external data); the node count is checked before the costly shape inference."""
+        if not data:
+            raise ProblemError(422, "the uploaded ONNX file is empty", field=field, kind="invalid-onnx")
+        self.check_size(_onnx_node_count(data), field)
+        from predictor.importers.onnx_graph import graph_from_onnx
+
+        try:
+            return graph_from_onnx(data, name=name, batch=batch)
+        except (ValueError, TypeError) as exc:
+            raise ProblemError(422, str(exc), field=field, kind="invalid-onnx") from None
+
+    def resolve(self, source: Any, prefix: str = "") -> Graph:
+        """A GraphSource-like object (graph, model or graph_id set) to its graph."""
+        p = f"{prefix}." if prefix else ""
+        if getattr(source, "graph", None) is not None:
+            return self.from_ir(source.graph, f"{p}graph")
+        if getattr(source, "model", None) is not None:
+            return self.from_zoo(source.model, f"{p}model")
+        return self.from_id(source.graph_id, f"{p}graph_id")
+
+
+def _onnx_node_count(data: bytes) -> int:
+    """Top-level nodes of an ONNX model, 0 if it does not parse (the importer then says why)."""
+    try:
+        import onnx
+    except ImportError:
+        raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
+    try:
+        model = onnx.load_from_string(data)
+    except Exception:
+        return 0
+    return len(model.graph.node)

@@ -1,0 +1,27 @@
+"""What one app holds (settings, bundles, stored graphs, metrics), reachable from any handler."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import current_app
+
+from service.config import ServiceConfig
+from service.graph_store import GraphStore
+from service.metrics import Metrics
+from service.registry import ModelRegistry
+from service.sources import GraphResolver
+
+
+@dataclass
+class ServiceState:
+    config: ServiceConfig
+    registry: ModelRegistry
+    store: GraphStore
+    resolver: GraphResolver
+    metrics: Metrics
+
+
+def state() -> ServiceState:
+    """The current app's state (``app.extensions['latpred']``)."""
+    return current_app.extensions["latpred"]

@@ -1,0 +1,62 @@
+"""Helpers shared by the service tests (a module of its own: conftest is for fixtures)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR
+from service.problems import PROBLEM_JSON
+
+DEVICE = "nvidia-h200"
+
+
+def assert_problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:
+    """The response is an RFC 9457 problem with ``status`` (and naming ``field`` if given)."""
+    assert response.status_code == status, (response.status_code, response.get_data(as_text=True)[:500])
+    assert response.mimetype == PROBLEM_JSON, response.mimetype
+    body = response.get_json(force=True)
+    assert body["status"] == status and body["title"] and body["detail"] and body["type"].startswith("urn:")
+    if field is not None:
+        assert body.get("field") == field, body
+    return body
+
+
+def bundle_version() -> str:
+    return str(json.loads((DEFAULT_BUNDLE_DIR / DEVICE / "metadata.json").read_text())["version"])
+
+
+def small_onnx(batch: int | str = 1, name: str = "tiny_cnn") -> bytes:
+    """A small CNN as ONNX bytes, built with onnx.helper (no torch needed): conv, relu, pool, gemm."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "B"),
+        numpy_helper.from_array(rng.standard_normal((10, 8)).astype(np.float32), "Wfc"),
+        numpy_helper.from_array(np.zeros(10, np.float32), "Bfc"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], name="conv", pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "Wfc", "Bfc"], ["y"], name="fc", transB=1),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])
+    graph = helper.make_graph(nodes, name, [x], [y], initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def sha256_of_canonical(ir: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(ir, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()

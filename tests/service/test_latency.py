@@ -1,0 +1,108 @@
+"""GET /v1/latency: the spreadsheet formats, the grid of combinations, ETag and Cache-Control."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+from typing import Any
+
+import pytest
+from service_helpers import DEVICE, assert_problem, bundle_version
+
+from predictor.zoo import load_zoo_graph
+from service.schemas.latency import CSV_COLUMNS
+
+
+def test_csv_is_a_header_and_one_row_per_combination(client: Any) -> None:
+    r = client.get("/v1/latency?model=resnet50,bert-base&device=h200&batch=1,8,32&precision=fp16,bf16"
+                   "&mode=cudagraph&format=csv")
+    assert r.status_code == 200 and r.mimetype == "text/csv"
+    rows = list(csv.reader(io.StringIO(r.get_data(as_text=True))))
+    assert tuple(rows[0]) == CSV_COLUMNS
+    expected = list(itertools.product(["resnet50", "bert-base"], [DEVICE], ["1", "8", "32"], ["fp16", "bf16"],
+                                      ["cudagraph"]))
+    assert [tuple(row[:5]) for row in rows[1:]] == expected
+    for row in rows[1:]:
+        total, low, high = float(row[5]), float(row[6]), float(row[7])
+        assert 0 < low < total < high
+        assert row[8] == bundle_version()
+    by_batch = {int(row[2]): float(row[5]) for row in rows[1:] if row[0] == "resnet50" and row[3] == "fp16"}
+    assert by_batch[1] < by_batch[8] < by_batch[32]
+
+
+def test_txt_is_one_plain_number_equal_to_the_json_total(client: Any) -> None:
+    r = client.get("/v1/latency?model=resnet50&device=h200&batch=8&precision=bf16&mode=eager&format=txt")
+    assert r.status_code == 200 and r.mimetype == "text/plain"
+    value = float(r.get_data(as_text=True))
+    single = client.post("/v1/predict", json={"model": "resnet50", "batch": 8, "precision": "bf16",
+                                              "mode": "eager", "layers": False}).get_json()
+    assert value == pytest.approx(single["total_ms"], abs=1e-4)
+
+
+def test_txt_refuses_a_grid(client: Any) -> None:
+    body = assert_problem(client.get("/v1/latency?model=resnet50&batch=1,8&format=txt"), 400, "format")
+    assert "2 combinations" in body["detail"]
+
+
+def test_json_is_a_list_of_rows_and_defaults_apply(client: Any) -> None:
+    rows = client.get("/v1/latency?model=resnet18").get_json()
+    assert rows == [{**rows[0], "model": "resnet18", "device": DEVICE, "batch": load_zoo_graph("resnet18").batch,
+                     "precision": "fp16", "mode": "cudagraph", "model_version": bundle_version()}]
+    assert set(rows[0]) == set(CSV_COLUMNS)
+
+
+def test_a_stored_graph_by_id_in_a_short_url(client: Any) -> None:
+    ir = load_zoo_graph("mobilenet_v2").to_json()
+    ir["name"] = "my_mobilenet"
+    gid = client.post("/v1/graphs", json=ir).get_json()["id"]
+    url = f"/v1/latency?graph={gid}&batch=4&format=txt"
+    assert len(url) < 2048
+    by_id = float(client.get(url).get_data(as_text=True))
+    by_name = float(client.get("/v1/latency?model=mobilenet_v2&batch=4&format=txt").get_data(as_text=True))
+    assert by_id == by_name
+    rows = client.get(f"/v1/latency?model=resnet18&graph={gid}&format=json").get_json()
+    assert [row["model"] for row in rows] == ["resnet18", "my_mobilenet"]
+
+
+def test_etag_and_cache_control_and_304(client: Any) -> None:
+    url = "/v1/latency?model=resnet50&batch=1,8&format=csv"
+    first = client.get(url)
+    etag = first.headers["ETag"]
+    assert etag.startswith('"') and "max-age=" in first.headers["Cache-Control"]
+    again = client.get(url)
+    assert again.headers["ETag"] == etag and again.data == first.data
+    cached = client.get(url, headers={"If-None-Match": etag})
+    assert cached.status_code == 304 and cached.data == b"" and cached.headers["ETag"] == etag
+    assert client.get(url, headers={"If-None-Match": '"other", ' + etag}).status_code == 304
+    assert client.get(url, headers={"If-None-Match": '"stale"'}).status_code == 200
+    # Another query (or the same query spelt in another case) has its own tag.
+    assert client.get("/v1/latency?model=resnet50&batch=1,16&format=csv").headers["ETag"] != etag
+    assert client.get("/v1/latency?model=RESNET50&batch=1,8&format=csv&precision=FP16").headers["ETag"] == etag
+
+
+@pytest.mark.parametrize("query, field", [
+    ("model=resnet50&batch=0", "batch"),
+    ("model=resnet50&batch=-1", "batch"),
+    ("model=resnet50&batch=99999999", "batch"),
+    ("model=resnet50&batch=1,,8", "batch"),
+    ("model=resnet50&precision=fp8", "precision"),
+    ("model=resnet50&mode=jit", "mode"),
+    ("model=resnet50&device=tpu", "device"),
+    ("model=no-such-net", "model"),
+    ("graph=" + "f" * 64, "graph"),
+    ("graph=../../etc/passwd", "graph"),
+    ("model=resnet50&format=xml", "format"),
+    ("", "model"),
+])
+def test_bad_parameters_are_400_naming_the_field(client: Any, query: str, field: str) -> None:
+    assert_problem(client.get("/v1/latency?" + query), 400, field)
+
+
+def test_grid_cap(registry: Any, tmp_path: Any) -> None:
+    from service.app import create_app
+    from service.config import ServiceConfig
+
+    client = create_app(ServiceConfig(graph_store=tmp_path, max_results=3), registry=registry).test_client()
+    assert_problem(client.get("/v1/latency?model=resnet18&batch=1,2,4,8"), 400)
+    assert client.get("/v1/latency?model=resnet18&batch=1,2,4").status_code == 200

@@ -1,0 +1,88 @@
+"""GET /v1/devices, GET /v1/models and POST /v1/models/reload (an atomic swap, followed by all workers)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from service_helpers import DEVICE, bundle_version
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR
+from predictor.devices import DEVICES
+from predictor.zoo import zoo_names
+from service import registry as registry_module
+from service.app import create_app
+from service.config import ServiceConfig
+from service.registry import ModelRegistry
+
+
+def test_devices_say_which_have_a_bundle(client: Any) -> None:
+    devices = client.get("/v1/devices").get_json()["devices"]
+    assert [d["id"] for d in devices] == list(DEVICES)
+    h200 = next(d for d in devices if d["id"] == DEVICE)
+    assert h200["bundle_loaded"] is True and h200["model_version"] == bundle_version()
+    assert h200["name"] == "NVIDIA H200" and h200["sm_count"] == 132
+
+
+def test_models_lists_the_zoo_and_the_bundles(client: Any) -> None:
+    body = client.get("/v1/models").get_json()
+    assert body["zoo"] == zoo_names() and "resnet50" in body["zoo"]
+    assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()}]
+    assert body["errors"] == {}
+
+
+def _copy_bundles(tmp_path: Path) -> Path:
+    root = tmp_path / "bundles"
+    shutil.copytree(DEFAULT_BUNDLE_DIR / DEVICE, root / DEVICE)
+    return root
+
+
+def test_reload_swaps_in_a_new_version_atomically(tmp_path: Path) -> None:
+    root = _copy_bundles(tmp_path)
+    config = ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs")
+    app = create_app(config, load=False)
+    reg = app.extensions["latpred"].registry
+    reg.load()
+    client = app.test_client()
+    before = reg.snapshot
+    meta = root / DEVICE / "metadata.json"
+    meta.write_text(meta.read_text().replace(bundle_version(), "2099-new"))
+    r = client.post("/v1/models/reload")
+    assert r.status_code == 200
+    assert r.get_json()["bundles"] == [{"device": DEVICE, "version": "2099-new"}]
+    assert reg.snapshot is not before and before.versions() == {DEVICE: bundle_version()}
+    assert client.get("/readyz").get_json()["model_version"] == "2099-new"
+    assert 'latpred_model_info{device="nvidia-h200",version="2099-new"} 1.0' in client.get("/metrics").get_data(
+        as_text=True)
+    assert (config.graph_store / ".reload").exists()
+
+
+def test_a_failed_reload_keeps_the_old_bundle_and_says_why(tmp_path: Path) -> None:
+    root = _copy_bundles(tmp_path)
+    app = create_app(ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs"), load=False)
+    app.extensions["latpred"].registry.load()
+    client = app.test_client()
+    victim = next((root / DEVICE).glob("kernel-*.txt"))
+    victim.write_bytes(victim.read_bytes()[:100])  # truncated: its checksum no longer matches
+    body = client.post("/v1/models/reload").get_json()
+    assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()}]
+    assert "corrupt or truncated" in body["errors"][DEVICE]
+    assert client.post("/v1/predict", json={"model": "resnet18"}).status_code == 200
+
+
+def test_other_workers_follow_a_reload(tmp_path: Path, monkeypatch: Any) -> None:
+    """Two apps on one store stand for two gunicorn workers: a reload on one reaches the other."""
+    monkeypatch.setattr(registry_module, "MARKER_CHECK_S", 0.0)
+    root = _copy_bundles(tmp_path)
+    config = ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs")
+    first, second = create_app(config, load=False), create_app(config, load=False)
+    for app in (first, second):
+        app.extensions["latpred"].registry.load()
+    meta = root / DEVICE / "metadata.json"
+    meta.write_text(meta.read_text().replace(bundle_version(), "2099-next"))
+    assert first.test_client().post("/v1/models/reload").status_code == 200
+    other: ModelRegistry = second.extensions["latpred"].registry
+    second.test_client().get("/livez")  # any request checks the marker and starts a background reload
+    assert other.wait(timeout=30)
+    assert other.snapshot.versions() == {DEVICE: "2099-next"}

@@ -1,0 +1,98 @@
+"""The OpenAPI 3.1 document: valid, generated from the models, and truthful about bodies and errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from openapi_spec_validator import validate
+
+from predictor.catalogue import FAMILIES
+from service.problems import PROBLEM_JSON
+
+
+@pytest.fixture
+def spec(client: Any) -> dict[str, Any]:
+    r = client.get("/openapi.json")
+    assert r.status_code == 200 and r.mimetype == "application/json"
+    return r.get_json()
+
+
+def test_the_document_is_valid_openapi_3_1(spec: dict[str, Any]) -> None:
+    assert spec["openapi"].startswith("3.1")
+    validate(spec)  # raises on any violation of the 3.1 schema
+
+
+def test_every_endpoint_is_documented(spec: dict[str, Any]) -> None:
+    assert set(spec["paths"]) == {"/livez", "/readyz", "/metrics", "/v1/predict", "/v1/predict/batch",
+                                  "/v1/latency", "/v1/graphs", "/v1/graphs/{graph_id}", "/v1/devices",
+                                  "/v1/models", "/v1/models/reload"}
+    ids = [op["operationId"] for item in spec["paths"].values() for op in item.values()]
+    assert len(ids) == len(set(ids)) and "predict_batch" in ids
+
+
+def test_errors_are_documented_as_problem_json(spec: dict[str, Any]) -> None:
+    problem = spec["components"]["schemas"]["Problem"]
+    assert {"type", "title", "status", "detail", "field", "errors"} <= set(problem["properties"])
+    assert "ValidationErrorModel" not in spec["components"]["schemas"]
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            for status, response in op["responses"].items():
+                if int(status) >= 400:
+                    assert list(response["content"]) == [PROBLEM_JSON], (path, method, status)
+
+
+def test_predict_takes_json_or_a_multipart_onnx_upload(spec: dict[str, Any]) -> None:
+    body = spec["paths"]["/v1/predict"]["post"]["requestBody"]["content"]
+    assert body["application/json"]["schema"]["$ref"].endswith("/PredictRequest")
+    assert body["multipart/form-data"]["schema"]["$ref"].endswith("/PredictForm")
+    form = spec["components"]["schemas"]["PredictForm"]["properties"]["onnx"]
+    assert form["format"] == "binary"
+    request = spec["components"]["schemas"]["PredictRequest"]
+    assert {"graph", "model", "graph_id", "device", "batch", "precision", "mode", "layers"} <= set(request["properties"])
+
+
+def test_the_graph_ir_schema_names_the_catalogue_families(spec: dict[str, Any]) -> None:
+    node = spec["components"]["schemas"]["NodeIR"]
+    family = next(s for s in node["properties"]["family"]["anyOf"] if "enum" in s)
+    assert family["enum"] == list(FAMILIES)
+    assert set(node["required"]) == {"name", "op", "kind"}
+
+
+def test_writing_endpoints_declare_the_api_key(spec: dict[str, Any]) -> None:
+    assert set(spec["components"]["securitySchemes"]) == {"ApiKey", "Bearer"}
+    assert spec["paths"]["/v1/graphs"]["post"]["security"] == [{"ApiKey": []}, {"Bearer": []}]
+    assert spec["paths"]["/v1/models/reload"]["post"]["security"]
+    assert "security" not in spec["paths"]["/v1/predict"]["post"]
+
+
+def test_latency_documents_its_three_formats(spec: dict[str, Any]) -> None:
+    op = spec["paths"]["/v1/latency"]["get"]
+    assert set(op["responses"]["200"]["content"]) == {"application/json", "text/csv", "text/plain"}
+    assert "304" in op["responses"] and "LatencyRow" in spec["components"]["schemas"]
+    assert {p["name"] for p in op["parameters"]} == {"model", "graph", "device", "batch", "precision", "mode",
+                                                     "format"}
+
+
+def test_the_docs_page_is_served_with_its_own_assets(client: Any) -> None:
+    page = client.get("/docs/swagger")
+    assert page.status_code == 200 and page.mimetype == "text/html"
+    html = page.get_data(as_text=True)
+    assert "https://" not in html and "http://" not in html  # nothing fetched from the internet
+    for asset in ("swagger/js/swagger-ui-bundle.js", "swagger/css/swagger-ui.css"):
+        assert asset in html
+        r = client.get(f"/docs/{asset}")
+        assert r.status_code == 200 and len(r.data) > 10_000
+    assert client.get("/docs/openapi.json").get_json() == client.get("/openapi.json").get_json()
+
+
+def test_every_zoo_graph_passes_the_request_schema_and_its_node_fields_follow_predictor() -> None:
+    import dataclasses
+
+    from predictor.graph import Node
+    from predictor.zoo import load_zoo_graph, zoo_names
+    from service.schemas.graph_ir import GRAPH_IR, NodeIR
+
+    assert set(NodeIR.__annotations__) == {f.name for f in dataclasses.fields(Node)}
+    for name in zoo_names():
+        GRAPH_IR.validate_python(load_zoo_graph(name).to_json())
