@@ -55,11 +55,6 @@ class ProblemError(Exception):
         body.update(self.extra)
         return body
 
-    def at(self, prefix: str) -> "ProblemError":
-        """The same problem with its field path under ``prefix`` (a batch item's position)."""
-        self.field = prefix if self.field is None else join_path(prefix, self.field)
-        return self
-
 
 def _default_kind(status: int) -> str:
     return {400: "bad-request", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",

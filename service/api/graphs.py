@@ -13,7 +13,7 @@ from flask import Response, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from service.auth import guarded
-from service.content import JSON
+from service.content import JSON, json_body
 from service.openapi import problem_ref, problems, request_bodies
 from service.problems import ProblemError
 from service.schemas.graphs import GraphIRBody, GraphPath, GraphStored, GraphUploadForm
@@ -34,7 +34,7 @@ def upload_graph() -> tuple[dict[str, Any], int, dict[str, str]]:
     """
     st = state()
     if request.mimetype == JSON:
-        graph = st.resolver.from_ir(GraphIRBody.model_validate(request.get_json()).root, field="graph")
+        graph = st.resolver.from_ir(json_body(GraphIRBody).root, field="graph")
     else:
         upload = request.files.get("onnx")
         if upload is None:

@@ -30,9 +30,10 @@ def models() -> dict[str, Any]:
 @api.post("/models/reload", responses={200: ReloadResponse, **problems(401)})
 @guarded
 def reload_models() -> dict[str, Any]:
-    """Reload the model bundles from disk and swap them in at once (all gunicorn workers follow
-    within about a second). A device whose new bundle fails keeps the old one; `errors` says why.
-    Needs the API key when the server has one.
+    """Reload the model bundles from disk and swap them in at once.
+
+    Every gunicorn worker follows within about a second. A device whose new bundle fails to load
+    keeps the old one, and `errors` says why. Needs the API key when the server has one.
     """
     registry = state().registry
     snap = registry.load()

@@ -16,7 +16,7 @@ from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.graph import Graph
 from service import predictions
-from service.content import JSON
+from service.content import JSON, json_body
 from service.openapi import problems, request_bodies
 from service.predictions import Variant
 from service.problems import ProblemError
@@ -41,7 +41,7 @@ def predict() -> dict[str, Any]:
     """
     st = state()
     if request.mimetype == JSON:
-        body = PredictRequest.model_validate(request.get_json())
+        body = json_body(PredictRequest)
         graph = st.resolver.resolve(body)
     else:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
@@ -70,7 +70,7 @@ def predict_batch() -> dict[str, Any]:
     instead of failing the request; a malformed request is still a 4xx.
     """
     st = state()
-    body = BatchRequest.model_validate(request.get_json())
+    body = json_body(BatchRequest)
     total = len(body.graphs) * len(body.variants)
     if total > st.config.max_results:
         raise ProblemError(422, f"{len(body.graphs)} graphs x {len(body.variants)} variants = {total} results; "
