@@ -109,8 +109,28 @@ def _sdpa(spec: BuildSpec) -> OpCall:
     k = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
     v = _randn(spec, spec.batch, p["heads"], p["seq_kv"], p["head_dim"])
     causal = bool(p["causal"])
+    if spec.variant == "math":
+        # What transformers 5's encoders pass while a CUDA graph is captured (is_tracing() is true
+        # then, so the all-ones padding mask cannot be skipped): a bool mask built by vmap with
+        # strides (0, seq_q, 1, 0). Its last dim is not contiguous, so no fused kernel takes it and
+        # PyTorch runs the math path (measured in distilbert's captured graph on the H200).
+        mask = torch.ones(p["seq_q"], device=spec.device, dtype=torch.bool)[None, None, :, None] \
+            .expand(spec.batch, 1, p["seq_q"], p["seq_kv"])
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if spec.variant == "bool_padding":
+        # A padding mask [batch, 1, 1, seq_kv] expanded over the queries (stride 0, last dim
+        # contiguous), as other transformers versions build it.
+        padding = torch.ones(spec.batch, p["seq_kv"], device=spec.device, dtype=torch.bool)
+        mask = padding[:, None, None, :].expand(spec.batch, 1, p["seq_q"], p["seq_kv"])
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if spec.variant == "bool_full":
+        # Decoders under capture: causal and padding masks combined into one materialised bool mask.
+        mask = torch.ones(spec.batch, 1, p["seq_q"], p["seq_kv"], device=spec.device, dtype=torch.bool)
+        if causal:
+            mask = mask.tril()
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     if spec.variant == "masked":
-        # What transformers builds while a CUDA graph is captured: an additive float mask.
+        # An explicit additive float mask (older transformers and hand-written models pass these).
         mask = torch.zeros(spec.batch, 1, p["seq_q"], p["seq_kv"], device=spec.device, dtype=spec.dtype)
         if causal:
             mask = mask.masked_fill(torch.ones_like(mask, dtype=torch.bool).triu(1), float("-inf"))

@@ -29,6 +29,10 @@ class Node:
     kind: str
     family: str | None = None
     variant: str = ""
+    #: the variant this kernel runs in when the model is captured into a CUDA graph, where that
+    #: differs: transformers cannot skip attention masks while a stream captures, so a captured
+    #: encoder's attention takes PyTorch's masked (math) path instead of flash attention.
+    capture_variant: str = ""
     layout: str = "contiguous"
     params: dict[str, int] = field(default_factory=dict)
     #: fallback nodes: bytes moved per sample (inputs read plus outputs written), in elements.
@@ -39,9 +43,14 @@ class Node:
     outputs: list[list[int]] = field(default_factory=list)
     dtype: str = ""
 
+    def variant_in(self, mode: str) -> str:
+        """The variant that runs in execution ``mode`` ('eager' or 'cudagraph')."""
+        return self.capture_variant if mode == "cudagraph" and self.capture_variant else self.variant
+
     def check(self) -> None:
         """Raise ``ValueError`` naming the node if it breaks the IR's rules."""
-        for name, kind in (("name", str), ("op", str), ("variant", str), ("layout", str)):
+        for name, kind in (("name", str), ("op", str), ("variant", str), ("capture_variant", str),
+                           ("layout", str)):
             if not isinstance(getattr(self, name), kind):
                 raise ValueError(f"node {self.name!r}: field '{name}' must be a string")
         if self.family is not None and not isinstance(self.family, str):
@@ -58,6 +67,8 @@ class Node:
                 raise ValueError(f"node {self.name!r}: a kernel node needs a family")
             try:
                 get_family(self.family).check(self.params, self.variant, self.layout)
+                if self.capture_variant:
+                    get_family(self.family).check(self.params, self.capture_variant, self.layout)
             except ValueError as exc:
                 raise ValueError(f"node {self.name!r}: {exc}") from None
 
@@ -153,6 +164,9 @@ def json_schema() -> dict[str, Any]:
                     "kind": {"enum": list(NODE_KINDS)},
                     "family": {"enum": list(FAMILIES)},
                     "variant": {"type": "string"}, "layout": {"type": "string"},
+                    "capture_variant": {"type": "string", "description":
+                                        "variant run when the model is captured into a CUDA graph, "
+                                        "where it differs from 'variant'"},
                     "params": {"type": "object", "additionalProperties": False, "properties": {
                         p: {"type": "integer", "minimum": 0, "description": d}
                         for p, d in PARAMETERS.items()}},

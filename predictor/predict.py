@@ -27,9 +27,9 @@ MAX_BATCH = 65_536
 CACHE_LIMIT = 200_000  # remembered kernel configurations (about 100 bytes each)
 
 
-def _signature(node: Any, batch: int, precision: str) -> tuple:
+def _signature(node: Any, variant: str, batch: int, precision: str) -> tuple:
     """What a kernel prediction depends on: the node's configuration, batch and precision."""
-    return (node.family, node.variant, node.layout, tuple(sorted(node.params.items())), batch, precision)
+    return (node.family, variant, node.layout, tuple(sorted(node.params.items())), batch, precision)
 
 
 @dataclass
@@ -100,26 +100,29 @@ class Predictor:
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         self._cache: dict[tuple, tuple[float, float, float, float]] = {}
 
-    def _kernel_predictions(self, graph: Graph, batch: int, precision: str) -> dict[tuple, tuple[float, float, float, float]]:
+    def _kernel_predictions(self, graph: Graph, batch: int, precision: str,
+                            mode: str) -> dict[tuple, tuple[float, float, float, float]]:
         """(kernel, low, high, dispatch) per distinct kernel configuration of the graph.
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
         spreadsheets ask for the same layers again and again, so each configuration is
         evaluated once and remembered: the boosters dominate prediction time otherwise.
         """
-        needed: dict[tuple, Any] = {}
+        needed: dict[tuple, tuple[Any, str]] = {}
         for n in graph.nodes:
             if n.kind == "kernel":
-                needed.setdefault(_signature(n, batch, precision), n)
+                variant = n.variant_in(mode)
+                needed.setdefault(_signature(n, variant, batch, precision), (n, variant))
         cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
         if len(cache) + len(needed) > CACHE_LIMIT:
             cache = self._cache = {}
         found = {key: cache[key] for key in needed if key in cache}
         wanted = {key: n for key, n in needed.items() if key not in found}
         if wanted:
-            nodes = list(wanted.values())
+            nodes = [n for n, _ in wanted.values()]
             columns = list(FEATURE_COLUMNS)
-            rows = [feature_row(n.family, n.params, n.variant, n.layout, batch, precision, self.device) for n in nodes]
+            rows = [feature_row(n.family, n.params, v, n.layout, batch, precision, self.device)
+                    for n, v in wanted.values()]
             features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
             roof = np.power(10.0, features["log_roofline_us"].to_numpy())
             k_log = self.bundle.targets["kernel"].predict_log(features)
@@ -132,16 +135,17 @@ class Predictor:
                 found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
         return found
 
-    def layers(self, graph: Graph, batch: int, precision: str) -> list[LayerPrediction]:
-        """Per-node predictions at ``batch`` and ``precision``, in graph order."""
+    def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> list[LayerPrediction]:
+        """Per-node predictions at ``batch`` and ``precision``, in graph order, for ``mode``
+        (a node may run another kernel variant when the model is captured as a CUDA graph)."""
         prec = get_precision(precision)
-        kernel_us = self._kernel_predictions(graph, batch, prec.name)
+        kernel_us = self._kernel_predictions(graph, batch, prec.name, mode)
         c = self.constants
         out = []
         for n in graph.nodes:
             scale = c.scale(n.family, n.kind)
             if n.kind == "kernel":
-                t, lo, hi, host = kernel_us[_signature(n, batch, prec.name)]
+                t, lo, hi, host = kernel_us[_signature(n, n.variant_in(mode), batch, prec.name)]
                 host = host * c.host_scale + c.call_host_us
             elif n.kind == "fallback":
                 t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes
@@ -159,7 +163,7 @@ class Predictor:
         """Latency of ``graph`` (at its own batch unless ``batch`` overrides it)."""
         batch = graph.batch if batch is None else batch
         check_request(batch, precision, mode)
-        layers = self.layers(graph, batch, precision)
+        layers = self.layers(graph, batch, precision, mode)
         kernels = [layer.kernel_us for layer in layers]
         c = self.constants
         if mode == "cudagraph":

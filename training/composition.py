@@ -26,9 +26,9 @@ from predictor.graph import Graph
 from predictor.predict import Predictor
 from predictor.precision import get_precision
 
-HOST_SCALES = (0.75, 1.0, 1.5, 2.0, 3.0)
-CALL_HOST_US = (0.0, 5.0, 10.0, 15.0, 20.0, 30.0)
-MAX_SYNC_US = 200.0
+HOST_SCALES = (0.4, 0.5, 0.6, 0.75, 1.0, 1.25, 1.5, 2.0, 3.0)
+CALL_HOST_US = (0.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0)
+MAX_SYNC_US = 500.0
 
 
 @dataclass
@@ -55,20 +55,20 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
     """Predict every node of every run's graph once, with neutral constants."""
     neutral = CompositionConstants(host_scale=1.0, call_host_us=0.0, fallback_host_us=0.0)
     predictor = Predictor(predictor.bundle, predictor.device, constants=neutral)
-    cache: dict[tuple[str, int, str], tuple] = {}
+    cache: dict[tuple[str, int, str, str], tuple] = {}
     out = []
     for r in runs.itertuples(index=False):
         if r.model not in graphs:
             continue
-        key = (r.model, int(r.batch), r.precision)
+        key = (r.model, int(r.batch), r.precision, r.mode)
         if key not in cache:
             graph = graphs[r.model]
-            layers = predictor.layers(graph, int(r.batch), r.precision)
+            layers = predictor.layers(graph, int(r.batch), r.precision, r.mode)
             prec = get_precision(r.precision)
             kernel_nodes = [n for n in graph.nodes if n.kind == "kernel"]
-            roof = sum(roofline_us(n.family, n.params, n.variant, int(r.batch), prec.name, predictor.device)
-                       for n in kernel_nodes)
-            flops = sum(op_flops(n.family, n.params, n.variant, int(r.batch)) for n in kernel_nodes)
+            roof = sum(roofline_us(n.family, n.params, n.variant_in(r.mode), int(r.batch), prec.name,
+                                   predictor.device) for n in kernel_nodes)
+            flops = sum(op_flops(n.family, n.params, n.variant_in(r.mode), int(r.batch)) for n in kernel_nodes)
             cache[key] = (
                 np.array([x.kernel_us for x in layers]),
                 np.array([GROUPS.index(family_group(x.family, x.kind)) for x in layers]),

@@ -17,6 +17,10 @@ from predictor.features import feature_frame
 from predictor.model_run_schema import validate_model_runs
 
 
+#: eager runs re-measured in interleaved rounds (see collectors.eager_interleaved).
+INTERLEAVED_FOLDER = "models_interleaved"
+
+
 def shard_paths(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("part-*.parquet"))
 
@@ -24,7 +28,8 @@ def shard_paths(directory: Path) -> list[Path]:
 def dataset_hash(dataset_dir: Path) -> str:
     """sha256 over the shard files' bytes, in order: names the exact data a model saw."""
     digest = hashlib.sha256()
-    for path in shard_paths(Path(dataset_dir) / "ops") + shard_paths(Path(dataset_dir) / "models"):
+    for path in [p for folder in ("ops", "models", INTERLEAVED_FOLDER)
+                 for p in shard_paths(Path(dataset_dir) / folder)]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
@@ -75,6 +80,17 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
 
 
 def load_model_runs(dataset_dir: Path) -> pd.DataFrame:
-    """The ok whole-model runs of a dataset."""
+    """The ok whole-model runs of a dataset, one per (model, batch, precision, mode).
+
+    Eager runs measured in interleaved rounds (``collectors.eager_interleaved``) replace the
+    sequential eager run of the same unit: host drift biased each sequential row by up to 2x.
+    """
     runs = read_frame(Path(dataset_dir) / "models", validate_model_runs)
-    return runs[runs["status"] == "ok"].reset_index(drop=True)
+    runs = runs[runs["status"] == "ok"]
+    if shard_paths(Path(dataset_dir) / INTERLEAVED_FOLDER):
+        interleaved = read_frame(Path(dataset_dir) / INTERLEAVED_FOLDER, validate_model_runs)
+        interleaved = interleaved[interleaved["status"] == "ok"]
+        unit = ["model", "batch", "precision", "mode"]
+        replaced = runs.set_index(unit).index.isin(interleaved.set_index(unit).index)
+        runs = pd.concat([runs[~replaced], interleaved], ignore_index=True)
+    return runs.reset_index(drop=True)

@@ -79,6 +79,19 @@ register(OpFamily(
 ))
 
 
+def _sdpa_mask_bytes(p: Params, v: str, b: int, e: int) -> float:
+    """Bytes of the explicit mask a variant reads (a bool padding mask is one row per sample)."""
+    if v == "masked":
+        return float(e * b * p["seq_q"] * p["seq_kv"])
+    if v == "bool_full":
+        return float(b * p["seq_q"] * p["seq_kv"])
+    if v == "bool_padding":
+        return float(b * p["seq_kv"])
+    if v == "math":  # fp32 scores written, softmaxed in place and read back, per head
+        return float(4 * 3 * b * p["heads"] * p["seq_q"] * p["seq_kv"])
+    return 0.0
+
+
 def _sdpa_flops(p: Params, _v: str, b: int) -> float:
     full = 4.0 * b * p["heads"] * p["seq_q"] * p["seq_kv"] * p["head_dim"]
     return full / 2 if p["causal"] else full
@@ -90,13 +103,18 @@ register(OpFamily(
     flops=_sdpa_flops,
     bytes_moved=lambda p, v, b, e: float(
         e * b * p["heads"] * p["head_dim"] * (2 * p["seq_q"] + 2 * p["seq_kv"])
-        + (e * b * p["seq_q"] * p["seq_kv"] if v == "masked" else 0)
+        + _sdpa_mask_bytes(p, v, b, e)
     ),
-    variants=("", "masked"),
+    variants=("", "masked", "bool_padding", "bool_full", "math"),
     validate=lambda p, v: None if p["causal"] in (0, 1) else "causal must be 0 or 1",
     description="scaled-dot-product attention (PyTorch's fused kernels), q/k/v [batch, heads, seq, "
                 "head_dim]; 'masked' passes an explicit additive mask [batch, 1, seq_q, seq_kv] "
-                "(causal or not), which rules out the flash kernel",
+                "(causal or not), which rules out the flash kernel; 'bool_padding' and 'bool_full' pass "
+                "the boolean masks transformers materialises while a CUDA graph is captured: a padding "
+                "mask [batch, 1, 1, seq_kv] expanded over the queries and a full [batch, 1, seq_q, "
+                "seq_kv] mask (causal or not); 'math' passes a mask whose last dim is not contiguous, as "
+                "transformers 5's encoders do under capture, so PyTorch runs its math path (fp32 scores, "
+                "separate GEMMs and a safe softmax)",
 ))
 
 register(OpFamily(

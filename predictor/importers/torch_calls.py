@@ -43,6 +43,20 @@ def _rows(shape: Any, batch: int, trailing: int = 1) -> int:
     return max(1, math.prod(shape[:-trailing]) // batch) if len(shape) > trailing else 1
 
 
+def _sdpa_mask_variant(mask: Any) -> str:
+    """The sdpa variant an explicit ``attn_mask`` selects (see the catalogue's sdpa family)."""
+    import torch
+
+    if mask is None:
+        return ""
+    if mask.size(-1) > 1 and mask.stride(-1) != 1:
+        return "math"  # no fused kernel takes a mask whose last dim is strided
+    if mask.dtype != torch.bool:
+        return "masked"
+    # a [batch, 1, 1, kv] padding mask expanded over the queries (stride 0).
+    return "bool_padding" if mask.dim() == 4 and mask.stride(-2) == 0 else "bool_full"
+
+
 def recognize(name: str, args: tuple, kwargs: dict, out: Any,
               batch: int = 1) -> tuple[str, str, dict[str, int]] | None:
     """Map one torch call onto (family, variant, per-sample params), or None if not costed here.
@@ -89,7 +103,7 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
     if name == "scaled_dot_product_attention" and x.dim() == 4:
         k = t[1]
         causal = int(bool(_arg(args, kwargs, 5, "is_causal", False)))
-        return "sdpa", "", dict(heads=_rows(s, batch, 2), seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3],
+        return "sdpa", _sdpa_mask_variant(_arg(args, kwargs, 3, "attn_mask")), dict(heads=_rows(s, batch, 2), seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3],
                                 causal=causal)
     if name == "batch_norm" and x.dim() == 4:
         return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])

@@ -10,10 +10,40 @@ from typing import Any
 
 from predictor.graph import Graph, Node
 from predictor.importers.torch_calls import _tensors, attention_block, call_recorder, classify
+from predictor.importers.torch_capture import capture_path_forced
 
 
 def graph_from_module(model: Any, example: Any, name: str, source: str = "torch") -> Graph:
-    """Trace ``model(example)`` on its device (CPU is fine: only shapes matter) into a Graph."""
+    """Trace ``model(example)`` on its device (CPU is fine: only shapes matter) into a Graph.
+
+    Where the captured forward runs other attention kernels than the eager one (transformers
+    models), the kernels' ``capture_variant`` says so: the forward is traced a second time as
+    if a CUDA stream were capturing, and its attention calls are matched in order.
+    """
+    model = model.eval()
+    graph = _trace(model, example, name, source)
+    with capture_path_forced():
+        captured = _trace(model, example, name, source)
+    _mark_capture_variants(graph, captured)
+    graph.check()
+    return graph
+
+
+def _mark_capture_variants(graph: Graph, captured: Graph) -> None:
+    """Copy the captured trace's sdpa variants onto the eager graph's sdpa nodes, in order."""
+    eager_sdpa = [n for n in graph.nodes if n.family == "sdpa"]
+    captured_sdpa = [n for n in captured.nodes if n.family == "sdpa"]
+    if len(eager_sdpa) != len(captured_sdpa):
+        graph.meta["capture_trace"] = (f"the captured trace has {len(captured_sdpa)} attention calls, the "
+                                       f"eager one {len(eager_sdpa)}: capture variants not recorded")
+        return
+    for eager_node, captured_node in zip(eager_sdpa, captured_sdpa):
+        if captured_node.variant != eager_node.variant and captured_node.params == eager_node.params:
+            eager_node.capture_variant = captured_node.variant
+
+
+def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
+    """One forward, recorded call by call."""
     import torch
 
     nodes: list[Node] = []
@@ -37,9 +67,6 @@ def graph_from_module(model: Any, example: Any, name: str, source: str = "torch"
             **fields,
         ))
 
-    model = model.eval()
     with torch.inference_mode(), call_recorder(on_call):
         model(example)
-    graph = Graph(name=name, nodes=nodes, batch=int(batch), source=source)
-    graph.check()
-    return graph
+    return Graph(name=name, nodes=nodes, batch=int(batch), source=source)

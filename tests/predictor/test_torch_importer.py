@@ -122,3 +122,45 @@ def test_predictor_does_not_import_torch() -> None:
                             cwd=Path(__file__).resolve().parents[2])
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+class MaskedAttention(nn.Module):
+    """One SDPA call per kind of mask PyTorch dispatches differently."""
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = q.shape
+        f = torch.nn.functional.scaled_dot_product_attention
+        out = f(q, q, q)
+        out = out + f(q, q, q, attn_mask=torch.zeros(b, 1, t, t))  # additive float mask
+        out = out + f(q, q, q, attn_mask=torch.ones(b, 1, t, t, dtype=torch.bool).tril())
+        padding = torch.ones(b, t, dtype=torch.bool)[:, None, None, :].expand(b, 1, t, t)
+        out = out + f(q, q, q, attn_mask=padding)
+        # transformers 5's vmapped mask: the last dim has stride 0, so only the math path takes it
+        strided = torch.ones(t, dtype=torch.bool)[None, None, :, None].expand(b, 1, t, t)
+        return out + f(q, q, q, attn_mask=strided)
+
+
+def test_sdpa_variant_follows_the_mask_pytorch_receives() -> None:
+    g = graph_from_module(MaskedAttention(), torch.randn(BATCH, HEADS, TOKENS, 8), name="masks")
+    assert [n.variant for n in kernels(g, "sdpa")] == ["", "masked", "bool_full", "bool_padding", "math"]
+    # no transformers in this model: the captured forward runs the same kernels
+    assert all(n.capture_variant == "" for n in kernels(g, "sdpa"))
+
+
+def test_capture_variants_are_copied_in_order_and_mismatches_are_noted() -> None:
+    from predictor.graph import Node
+    from predictor.importers.torch_module import _mark_capture_variants
+
+    def attention(variant: str, index: int) -> Node:
+        return Node(name=f"{index}:sdpa", op="scaled_dot_product_attention", kind="kernel", family="sdpa",
+                    variant=variant, params=dict(heads=2, seq_q=4, seq_kv=4, head_dim=8, causal=0))
+
+    eager = Graph("m", [attention("", 0), attention("", 1)])
+    _mark_capture_variants(eager, Graph("m", [attention("math", 0), attention("", 1)]))
+    assert [n.capture_variant for n in eager.nodes] == ["math", ""]
+    assert [n.variant_in("cudagraph") for n in eager.nodes] == ["math", ""]
+    assert [n.variant_in("eager") for n in eager.nodes] == ["", ""]
+    fresh = Graph("m", [attention("", 0), attention("", 1)])
+    _mark_capture_variants(fresh, Graph("m", [attention("math", 0)]))
+    assert all(n.capture_variant == "" for n in fresh.nodes)
+    assert "capture variants not recorded" in fresh.meta["capture_trace"]

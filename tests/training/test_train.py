@@ -19,7 +19,8 @@ from predictor.bundle import Bundle
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
-from training.data import OpData, dataset_hash, load_ops, shape_group, shard_paths
+from training.data import (INTERLEAVED_FOLDER, OpData, dataset_hash, load_model_runs, load_ops, shape_group,
+                           shard_paths)
 from training.fit import FitResult, better, fit_target
 from training.fit import test_mask as fold_mask  # aliased: pytest would collect "test_mask"
 from training.tracking import CHAMPION, SCORE_METRIC, _maybe_promote, champion_version, registered_name, tracking_uri
@@ -230,7 +231,7 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     assert len(original) == 64
     assert dataset_hash(DATASET) == original
     copy = tmp_path / "nvidia-h200"
-    for sub in ("ops", "models"):
+    for sub in ("ops", "models", INTERLEAVED_FOLDER):
         (copy / sub).mkdir(parents=True)
         for path in shard_paths(DATASET / sub):
             shutil.copy2(path, copy / sub / path.name)
@@ -244,3 +245,22 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     os.remove(copy / "ops" / "part-99999.parquet")
     shutil.copy2(first, copy / "ops" / "part-99998.parquet")
     assert dataset_hash(copy) not in (original, duplicated)  # the name counts, not just the bytes
+
+
+def test_interleaved_eager_runs_replace_sequential_ones(tmp_path: Path) -> None:
+    copy = tmp_path / "nvidia-h200"
+    (copy / "models").mkdir(parents=True)
+    for path in shard_paths(DATASET / "models"):
+        shutil.copy2(path, copy / "models" / path.name)
+    sequential = load_model_runs(copy)
+    assert sequential.groupby(["model", "batch", "precision", "mode"]).size().max() == 1
+    (copy / INTERLEAVED_FOLDER).mkdir()
+    for path in shard_paths(DATASET / INTERLEAVED_FOLDER):
+        shutil.copy2(path, copy / INTERLEAVED_FOLDER / path.name)
+    merged = load_model_runs(copy)
+    assert len(merged) == len(sequential)  # replaced, not added
+    assert merged.groupby(["model", "batch", "precision", "mode"]).size().max() == 1
+    eager = merged[merged["mode"] == "eager"]
+    assert eager["run_id"].str.endswith("|eager|interleaved").all()
+    graph = merged[merged["mode"] == "cudagraph"].set_index("run_id")["latency_ms"]
+    assert graph.equals(sequential[sequential["mode"] == "cudagraph"].set_index("run_id")["latency_ms"])

@@ -1,0 +1,121 @@
+"""Why a captured text model is slower than its eager kernels: a kernel-level comparison.
+
+transformers skips the attention mask when it can read the padding mask, which it cannot while a
+CUDA stream is capturing (``is_tracing()`` is true then), so a captured graph runs a materialised
+mask through SDPA. This profiles, per text model, three forwards at one batch and precision:
+
+- ``eager``: the forward as measured in the zoo runs;
+- ``eager_as_captured``: the same forward with transformers told a capture is on, so it takes
+  the capture-time mask path while still running eagerly (kernels visible to the profiler);
+- ``replay``: one replay of the captured graph, profiled (kernels inside a graph are visible to
+  CUPTI on CUDA 12 and newer) and timed.
+
+Writes one JSON file: per model and variant, the kernels by name with count and total time.
+Run on the GPU machine: ``python -m collectors.capture_profile --out DIR``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from collectors.model_runs import time_cudagraph, time_eager
+from collectors.precision_flags import precision_flags, torch_dtype
+from collectors.zoo import TEXT, get_zoo_model
+from predictor.importers.torch_capture import capture_path_forced
+from predictor.precision import get_precision
+
+
+def device_kernels(run: Callable[[], Any]) -> dict[str, list[float]]:
+    """Kernels one call of ``run`` put on the GPU: name -> [count, total microseconds]."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = defaultdict(lambda: [0, 0.0])
+    for event in prof.events():
+        if getattr(event.device_type, "name", "") != "CUDA":
+            continue
+        entry = kernels[event.name[:200]]
+        entry[0] += 1
+        entry[1] += float(event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total)
+    return {name: [count, round(total, 2)] for name, (count, total) in
+            sorted(kernels.items(), key=lambda kv: -kv[1][1])}
+
+
+def captured(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """One captured forward, warmed up on a side stream as CUDA-graph capture requires."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
+    """The three variants of one text model at one batch and precision."""
+    zoo = get_zoo_model(name)
+    precision = get_precision(precision_name)
+    device = torch.device("cuda")
+    result: dict[str, Any] = {"model": name, "batch": batch, "precision": precision_name}
+    with precision_flags(precision), torch.inference_mode():
+        with torch.device(device):
+            model = zoo.build()
+        model = model.to(device=device, dtype=torch_dtype(precision)).eval()
+        x = zoo.example_input(batch, device, torch_dtype(precision))
+        forward = lambda: model(x)  # noqa: E731
+        result["eager_ms"] = float(statistics.median(time_eager(forward, device)))
+        result["eager"] = device_kernels(forward)
+        with capture_path_forced():
+            result["eager_as_captured_ms"] = float(statistics.median(time_eager(forward, device)))
+            result["eager_as_captured"] = device_kernels(forward)
+        graph = captured(forward)
+        samples = time_cudagraph(forward)
+        result["replay_ms"] = float(statistics.median(samples))
+        result["replay"] = device_kernels(graph.replay)
+        del graph, model
+    torch.cuda.empty_cache()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", default=",".join(m.name for m in TEXT))
+    parser.add_argument("--batches", default="8,32")
+    parser.add_argument("--precision", default="fp16")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.models.split(","):
+        for batch in (int(b) for b in args.batches.split(",")):
+            started = time.perf_counter()
+            try:
+                results.append(profile_model(name, batch, args.precision))
+            except Exception as exc:  # one model failing must not lose the others
+                results.append({"model": name, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:500]})
+            r = results[-1]
+            print(f"{name} b{batch}: eager {r.get('eager_ms')} as-captured {r.get('eager_as_captured_ms')} "
+                  f"replay {r.get('replay_ms')} ({time.perf_counter() - started:.1f} s) {r.get('error', '')}",
+                  flush=True)
+            (args.out / "capture_profile.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Eager whole-model latency measured in interleaved rounds, so host drift hits every model alike.
+
+Eager latency at small batch is host time, and the host's speed drifts: the first zoo run, which
+measured one model after another, saw the same model differ up to 2x minutes apart, so one
+model's row caught a fast host and the next a slow one. Here every model of one precision is
+built at once, and each round times a few forwards of every (model, batch) in a fresh random
+order; the row's latency is the median over all rounds. Drift then becomes noise common to all
+rows instead of a bias peculiar to each.
+
+Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|eager|interleaved``
+and go to ``<root>/<device>/models_interleaved``; training prefers them over the sequential
+eager rows of the same unit (which stay on disk).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from collectors.campaign import Campaign
+from collectors.fingerprint import THROTTLE_MASK, open_nvml, read_fingerprint
+from collectors.model_runs import ModelMeasurer, ModelUnit, _sync
+from collectors.precision_flags import precision_flags, torch_dtype
+from collectors.shards import ShardStore
+from collectors.timing import coefficient_of_variation
+from collectors.zoo import ZOO, get_zoo_model
+from predictor.model_run_schema import validate_model_runs
+from predictor.precision import get_precision
+
+PROTOCOL = "interleaved"
+FOLDER = "models_interleaved"  # training.data.INTERLEAVED_FOLDER reads it
+
+
+def _once(forward: Any, device: torch.device) -> float:
+    """Milliseconds of one eager forward, host clock, synchronised (as the sequential runs)."""
+    t0 = time.perf_counter_ns()
+    forward()
+    _sync(device)
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def measure_precision(measurer: ModelMeasurer, models: list[str], batches: tuple[int, ...], precision: str,
+                      rounds: int, reps: int, seed: int) -> list[dict[str, Any]]:
+    """Rows for every (model, batch) at one precision, timed in shuffled interleaved rounds."""
+    prec = get_precision(precision)
+    device = measurer.device
+    rows: list[dict[str, Any]] = []
+    with precision_flags(prec), torch.inference_mode():
+        built: dict[str, Any] = {}
+        for name in models:
+            with torch.device(device):
+                built[name] = get_zoo_model(name).build()
+            built[name] = built[name].to(device=device, dtype=torch_dtype(prec)).eval()
+        units = [(m, b) for m in models for b in batches]
+        inputs = {(m, b): get_zoo_model(m).example_input(b, device, torch_dtype(prec)) for m, b in units}
+        forwards = {u: (lambda model=built[u[0]], x=inputs[u]: model(x)) for u in units}
+        for unit in units:  # warm-up: cuDNN/cuBLAS heuristics and allocator caches
+            for _ in range(3):
+                forwards[unit]()
+        _sync(device)
+        samples: dict[tuple[str, int], list[float]] = defaultdict(list)
+        reasons = 0
+        for r in range(rounds):
+            order = list(units)
+            random.Random(seed + r).shuffle(order)
+            before = measurer.nvml.clock_event_reasons() if measurer.nvml else 0
+            for unit in order:
+                samples[unit] += [_once(forwards[unit], device) for _ in range(reps)]
+            after = measurer.nvml.clock_event_reasons() if measurer.nvml else 0
+            reasons |= (before or 0) | (after or 0)
+        for (model, batch) in units:
+            s = samples[(model, batch)]
+            p10, p50, p90 = (float(v) for v in np.percentile(s, [10, 50, 90]))
+            unit = ModelUnit(model, batch, precision)
+            row = measurer._row(unit, get_zoo_model(model), "eager", latency_ms=p50, p10_ms=p10, p90_ms=p90,
+                                cv=coefficient_of_variation(s), repetitions=len(s), clock_reasons=reasons,
+                                throttled=bool(reasons & THROTTLE_MASK))
+            row["run_id"] = f"{unit.config_id}|eager|{PROTOCOL}"
+            rows.append(row)
+        del built, inputs, forwards
+    torch.cuda.empty_cache()
+    return rows
+
+
+def collect(root: Path, models: list[str], batches: tuple[int, ...], precisions: tuple[str, ...],
+            rounds: int = 5, reps: int = 3, seed: int = 0, device: str = "auto") -> int:
+    """Measure each precision not yet on disk; one shard per precision (resumable by precision)."""
+    fp = read_fingerprint(device)
+    campaign = Campaign(root, fp)
+    campaign.record_fingerprint()
+    store = ShardStore(campaign.directory / FOLDER, validate_model_runs, key="run_id")
+    done = store.completed_ids()
+    measurer = ModelMeasurer(fp, open_nvml())
+    written = 0
+    for precision in precisions:
+        wanted = [m for m in models if f"{ModelUnit(m, batches[0], precision).config_id}|eager|{PROTOCOL}" not in done]
+        if not wanted:
+            continue
+        started = time.perf_counter()
+        rows = measure_precision(measurer, wanted, batches, precision, rounds, reps, seed)
+        store.write(rows)
+        written += len(rows)
+        print(f"{precision}: {len(rows)} rows in {time.perf_counter() - started:.0f} s", flush=True)
+    return written
+
+
+def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("datasets"))
+    parser.add_argument("--models", default=",".join(ZOO))
+    parser.add_argument("--batches", default="1,8,32,128")
+    parser.add_argument("--precisions", default="fp32,fp16,bf16")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    args = parser.parse_args()
+    written = collect(args.out, args.models.split(","), tuple(int(b) for b in args.batches.split(",")),
+                      tuple(args.precisions.split(",")), args.rounds, args.reps, device=args.device)
+    print(f"{written} rows written")
+
+
+if __name__ == "__main__":
+    main()
