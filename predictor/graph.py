@@ -47,30 +47,59 @@ class Node:
         """The variant that runs in execution ``mode`` ('eager' or 'cudagraph')."""
         return self.capture_variant if mode == "cudagraph" and self.capture_variant else self.variant
 
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the node if it breaks the IR's rules."""
-        for name, kind in (("name", str), ("op", str), ("variant", str), ("capture_variant", str),
-                           ("layout", str)):
-            if not isinstance(getattr(self, name), kind):
+    def check(self, checked: set[tuple] | None = None) -> None:
+        """Raise ``ValueError`` naming the node if it breaks the IR's rules.
+
+        ``checked`` remembers the kernel configurations a graph has already checked: models
+        repeat their blocks, and a server checks every uploaded graph.
+        """
+        for name in ("name", "op", "variant", "capture_variant", "layout", "dtype"):
+            if not isinstance(getattr(self, name), str):
                 raise ValueError(f"node {self.name!r}: field '{name}' must be a string")
         if self.family is not None and not isinstance(self.family, str):
             raise ValueError(f"node {self.name!r}: field 'family' must be a string")
         if not isinstance(self.params, dict):
             raise ValueError(f"node {self.name!r}: field 'params' must be an object")
-        if not isinstance(self.elements_per_sample, int) or isinstance(self.elements_per_sample, bool) \
-                or self.elements_per_sample < 0:
-            raise ValueError(f"node {self.name!r}: field 'elements_per_sample' must be an integer >= 0")
+        for key, value in self.params.items():
+            if not _is_size(value):
+                raise ValueError(f"node {self.name!r}: parameter {key} must be an integer from 0 to "
+                                 f"{MAX_SIZE}, got {value!r}")
+        if not _is_size(self.elements_per_sample):
+            raise ValueError(f"node {self.name!r}: field 'elements_per_sample' must be an integer from 0 to "
+                             f"{MAX_SIZE}")
+        if not isinstance(self.merged, list) or not all(isinstance(m, str) for m in self.merged):
+            raise ValueError(f"node {self.name!r}: field 'merged' must be a list of strings")
+        for name in ("inputs", "outputs"):
+            shapes = getattr(self, name)
+            if not isinstance(shapes, list) or not all(
+                    isinstance(shape, list) and all(_is_size(d) for d in shape) for shape in shapes):
+                raise ValueError(f"node {self.name!r}: field '{name}' must be a list of shapes "
+                                 "(lists of integers >= 0)")
         if self.kind not in NODE_KINDS:
             raise ValueError(f"node {self.name!r}: kind {self.kind!r} is not one of {NODE_KINDS}")
         if self.kind == "kernel":
             if not self.family:
                 raise ValueError(f"node {self.name!r}: a kernel node needs a family")
+            key = (self.family, self.variant, self.capture_variant, self.layout, tuple(self.params.items()))
+            if checked is not None and key in checked:
+                return
             try:
                 get_family(self.family).check(self.params, self.variant, self.layout)
                 if self.capture_variant:
                     get_family(self.family).check(self.params, self.capture_variant, self.layout)
             except ValueError as exc:
                 raise ValueError(f"node {self.name!r}: {exc}") from None
+            if checked is not None:
+                checked.add(key)
+
+
+#: Largest parameter or size the IR accepts: no layer comes near 2**40 elements per sample, and
+#: the bound keeps the features' arithmetic finite.
+MAX_SIZE = 1 << 40
+
+
+def _is_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SIZE
 
 
 @dataclass
@@ -87,11 +116,12 @@ class Graph:
         if not self.nodes:
             raise ValueError(f"graph {self.name!r} has no nodes")
         seen: set[str] = set()
+        checked: set[tuple] = set()
         for node in self.nodes:
             if node.name in seen:
                 raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
             seen.add(node.name)
-            node.check()
+            node.check(checked)
 
     def to_json(self) -> dict[str, Any]:
         return {"ir_version": IR_VERSION, "name": self.name, "batch": self.batch,
@@ -148,6 +178,7 @@ def json_schema() -> dict[str, Any]:
     """The published JSON Schema of the graph IR."""
     from predictor.catalogue import FAMILIES, PARAMETERS
 
+    size = {"type": "integer", "minimum": 0, "maximum": MAX_SIZE}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "latpred graph IR", "type": "object", "required": ["name", "nodes"],
@@ -168,12 +199,12 @@ def json_schema() -> dict[str, Any]:
                                         "variant run when the model is captured into a CUDA graph, "
                                         "where it differs from 'variant'"},
                     "params": {"type": "object", "additionalProperties": False, "properties": {
-                        p: {"type": "integer", "minimum": 0, "description": d}
+                        p: {"type": "integer", "minimum": 0, "maximum": MAX_SIZE, "description": d}
                         for p, d in PARAMETERS.items()}},
-                    "elements_per_sample": {"type": "integer", "minimum": 0},
+                    "elements_per_sample": {"type": "integer", "minimum": 0, "maximum": MAX_SIZE},
                     "merged": {"type": "array", "items": {"type": "string"}},
-                    "inputs": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
-                    "outputs": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+                    "inputs": {"type": "array", "items": {"type": "array", "items": size}},
+                    "outputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "dtype": {"type": "string"},
                 }}},
         },

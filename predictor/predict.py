@@ -141,9 +141,12 @@ class Predictor:
         prec = get_precision(precision)
         kernel_us = self._kernel_predictions(graph, batch, prec.name, mode)
         c = self.constants
+        scales: dict[tuple[str | None, str], float] = {}
         out = []
         for n in graph.nodes:
-            scale = c.scale(n.family, n.kind)
+            scale = scales.get((n.family, n.kind))
+            if scale is None:
+                scale = scales[(n.family, n.kind)] = c.scale(n.family, n.kind)
             if n.kind == "kernel":
                 t, lo, hi, host = kernel_us[_signature(n, n.variant_in(mode), batch, prec.name)]
                 host = host * c.host_scale + c.call_host_us

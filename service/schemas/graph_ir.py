@@ -19,11 +19,10 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import Required, TypedDict
 
 from predictor.catalogue import FAMILIES, PARAMETERS
-from predictor.graph import IR_VERSION, NODE_KINDS, Node, json_schema
+from predictor.graph import IR_VERSION, MAX_SIZE, NODE_KINDS, Node, json_schema
 
-#: Parameters and sizes above this are refused: no GPU runs a layer near 2**40 elements per
-#: sample, and bounding them keeps the features' arithmetic finite.
-MAX_PARAM = 1 << 40
+#: Parameters and sizes above this are refused (predictor.graph's bound, which says why).
+MAX_PARAM = MAX_SIZE
 
 Size = Annotated[int, Field(ge=0, le=MAX_PARAM)]
 Name = Annotated[str, Field(max_length=1024)]

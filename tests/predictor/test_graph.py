@@ -158,3 +158,15 @@ def test_zoo_names_are_case_insensitive_and_unknown_names_list_the_choices() -> 
     with pytest.raises(ValueError, match="resnet51") as info:
         load_zoo_graph("resnet51")
     assert "resnet50" in str(info.value) and "gpt2" in str(info.value)
+
+
+@pytest.mark.parametrize("node,message", [
+    ({**LINEAR, "params": {"tokens": 4, "k": 16, "n": 10 ** 400}}, "parameter n must be an integer from 0 to"),
+    ({**LINEAR, "params": {"tokens": True, "k": 16, "n": 8}}, "parameter tokens must be an integer"),
+    ({**LINEAR, "merged": [3]}, "'merged' must be a list of strings"),
+    ({**LINEAR, "outputs": [[2, -1]]}, "'outputs' must be a list of shapes"),
+    ({**LINEAR, "inputs": "4x16"}, "'inputs' must be a list of shapes"),
+])
+def test_sizes_are_bounded_integers_so_features_stay_finite(node: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Graph.from_json(graph_json(nodes=[node]))
