@@ -50,3 +50,26 @@ def test_measurer_records_a_conv_row() -> None:
     assert row["status"] == "ok", row["error"]
     assert row["clock_reasons"] is not None
     validate_rows(pd.DataFrame([row]))
+
+
+@pytest.mark.parametrize("variant,fused", [("", True), ("masked", True), ("bool_full", True),
+                                           ("bool_padding", True), ("math", False)])
+def test_sdpa_variants_reach_the_kernels_they_are_named_for(variant: str, fused: bool) -> None:
+    """The 'math' variant exists because no fused kernel takes transformers' strided mask."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from collectors.op_builders import BuildSpec, build
+
+    params = dict(heads=12, seq_q=128, seq_kv=128, head_dim=64, causal=0)
+    call = build(BuildSpec("sdpa", params, variant, "contiguous", 8, torch.float16, torch.device("cuda")))
+    fused_only = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    if fused:
+        with sdpa_kernel(fused_only):
+            call()
+    else:
+        with sdpa_kernel(fused_only), pytest.raises(RuntimeError):
+            call()
+        with sdpa_kernel([SDPBackend.MATH]):
+            call()
+    torch.cuda.synchronize()
