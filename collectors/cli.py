@@ -94,8 +94,11 @@ def graphs(out: Path | None) -> None:
               help="skip batches whose fp32 working set exceeds this")
 @click.option("--max-flops", type=click.FloatRange(min=1), default=3e11, show_default=True,
               help="skip batches whose arithmetic exceeds this")
+@click.option("--random-shapes", type=click.IntRange(min=0), default=120, show_default=True,
+              help="random shapes drawn per family beside the catalogue's (0: only real shapes)")
 def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
-        layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float) -> None:
+        layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float,
+        random_shapes: int) -> None:
     """Sweep operator configurations; resumes where an earlier run stopped."""
     from collectors.campaign import collect_ops
     from collectors.sampler import SamplerSettings
@@ -121,7 +124,8 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
                                  f"(known: {', '.join(sorted(known_layouts))})")
         settings = SamplerSettings(seed=seed, target_configs=target, families=fams,
                                    precisions=precs, max_bytes=max_bytes, max_flops=max_flops,
-                                   variants=wanted_variants, layouts=wanted_layouts)
+                                   variants=wanted_variants, layouts=wanted_layouts,
+                                   random_shapes_per_family=random_shapes)
         report = collect_ops(out, device, settings, budget_s, flush_every)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(exc)

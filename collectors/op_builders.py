@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from predictor.catalogue import get_family
+from predictor.catalogue.families import CONV_NO_BIAS, conv_padding
 
 OpCall = Callable[[], Any]
 
@@ -80,8 +81,8 @@ def _module(spec: BuildSpec, module: nn.Module) -> nn.Module:
 def _conv(spec: BuildSpec) -> OpCall:
     p = spec.params
     conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], p["stride"],
-                                   padding=p["kernel"] // 2, groups=p["groups"],
-                                   bias=spec.variant != "nobias", **_on(spec)))
+                                   padding=conv_padding(p["kernel"], spec.variant), groups=p["groups"],
+                                   bias=spec.variant not in CONV_NO_BIAS, **_on(spec)))
     x = _image(spec, p["c_in"], p["h"], p["w"])
     return lambda: conv(x)
 

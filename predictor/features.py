@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family
-from predictor.catalogue.families import conv_out
+from predictor.catalogue.families import conv_out_hw
 from predictor.devices import DeviceSpec
 from predictor.precision import PRECISIONS
 
@@ -41,10 +41,10 @@ FEATURE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _output_elements(family: str, p: Mapping[str, int], batch: int) -> float:
+def _output_elements(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> float:
     if family == "conv2d":
-        return float(batch * p["c_out"] * conv_out(p["h"], p["kernel"], p["stride"])
-                     * conv_out(p["w"], p["kernel"], p["stride"]))
+        ho, wo = conv_out_hw(p, variant)
+        return float(batch * p["c_out"] * ho * wo)
     if family == "linear":
         return float(batch * p["tokens"] * p["n"])
     if family == "matmul":
@@ -54,10 +54,10 @@ def _output_elements(family: str, p: Mapping[str, int], batch: int) -> float:
     return 0.0
 
 
-def output_tiles(family: str, p: Mapping[str, int], batch: int) -> float:
+def output_tiles(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> float:
     """Thread-block tiles of the output: what the SMs share out among themselves."""
     if family == "conv2d":
-        ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+        ho, wo = conv_out_hw(p, variant)
         per_group = math.ceil(batch * ho * wo / TILE) * math.ceil(p["c_out"] / p["groups"] / TILE)
         return float(per_group * p["groups"])
     if family == "linear":
@@ -71,11 +71,11 @@ def output_tiles(family: str, p: Mapping[str, int], batch: int) -> float:
                                 get_family(family).variants[0], batch, 1) / 2 / ELEMENTS_PER_BLOCK)
 
 
-def gemm_dims(family: str, p: Mapping[str, int], batch: int) -> tuple[float, float, float]:
+def gemm_dims(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> tuple[float, float, float]:
     """(M, N, K) of the matrix product a GEMM-like call runs, per group for grouped convs
     (implicit GEMM for convolutions); zeros for other families."""
     if family == "conv2d":
-        ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+        ho, wo = conv_out_hw(p, variant)
         return (float(batch * ho * wo), p["c_out"] / p["groups"], p["c_in"] / p["groups"] * p["kernel"] ** 2)
     if family == "linear":
         return float(batch * p["tokens"]), float(p["n"]), float(p["k"])
@@ -104,7 +104,7 @@ def feature_row(family: str, params: Mapping[str, int], variant: str, layout: st
     b = bytes_moved(family, params, variant, batch, prec.element_bytes)
     peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
     roof = max(f / peak, b / device.memory_bandwidth) * 1e6
-    tiles = output_tiles(family, params, batch)
+    tiles = output_tiles(family, params, batch, variant)
     waves = tiles / device.sm_count
     row = {
         "family_code": FAMILY_CODES[family], "variant_code": VARIANT_CODES.get(variant, -1),
@@ -118,9 +118,9 @@ def feature_row(family: str, params: Mapping[str, int], variant: str, layout: st
         "log_tiles": math.log10(tiles), "waves": waves,
         "wave_efficiency": waves / math.ceil(waves),
     }
-    m, n, k = gemm_dims(family, params, batch)
+    m, n, k = gemm_dims(family, params, batch, variant)
     row.update(log_gemm_m=math.log2(m + 1), log_gemm_n=math.log2(n + 1), log_gemm_k=math.log2(k + 1),
-               log_out_elements=math.log2(_output_elements(family, params, batch) + 1))
+               log_out_elements=math.log2(_output_elements(family, params, batch, variant) + 1))
     return row
 
 

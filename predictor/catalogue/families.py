@@ -22,26 +22,45 @@ ACTIVATION_FLOPS: dict[str, int] = {
 }
 
 
-def conv_out(size: int, kernel: int, stride: int) -> int:
-    """Output size of a convolution or pooling with 'same'-style padding ``kernel // 2``."""
-    return (size + 2 * (kernel // 2) - kernel) // stride + 1
+def conv_out(size: int, kernel: int, stride: int, padding: int | None = None) -> int:
+    """Output size of a convolution or pooling; ``padding`` defaults to 'same'-style ``kernel // 2``."""
+    pad = kernel // 2 if padding is None else padding
+    return (size + 2 * pad - kernel) // stride + 1
 
 
-def _conv_flops(p: Params, _v: str, b: int) -> float:
-    ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
+#: conv2d variants without padding (ViT/Swin/ConvNeXt patch embeddings, Inception's and AlexNet's
+#: reducing convolutions); the others pad kernel // 2.
+CONV_VALID = ("valid", "valid_nobias")
+CONV_NO_BIAS = ("nobias", "valid_nobias")
+
+
+def conv_padding(kernel: int, variant: str) -> int:
+    """The padding a conv2d variant uses."""
+    return 0 if variant in CONV_VALID else kernel // 2
+
+
+def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
+    """(height, width) a conv2d configuration writes."""
+    pad = conv_padding(p["kernel"], variant)
+    return conv_out(p["h"], p["kernel"], p["stride"], pad), conv_out(p["w"], p["kernel"], p["stride"], pad)
+
+
+def _conv_flops(p: Params, v: str, b: int) -> float:
+    ho, wo = conv_out_hw(p, v)
     return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * p["kernel"] ** 2
 
 
 def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:
-    ho, wo = conv_out(p["h"], p["kernel"], p["stride"]), conv_out(p["w"], p["kernel"], p["stride"])
-    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + (0 if v == "nobias" else p["c_out"])
+    ho, wo = conv_out_hw(p, v)
+    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + (0 if v in CONV_NO_BIAS else p["c_out"])
     return float(e * (b * p["c_in"] * p["h"] * p["w"] + weights + b * p["c_out"] * ho * wo))
 
 
-def _conv_validate(p: Params, _v: str) -> str | None:
+def _conv_validate(p: Params, v: str) -> str | None:
     if p["c_in"] % p["groups"] or p["c_out"] % p["groups"]:
         return f"groups={p['groups']} must divide c_in={p['c_in']} and c_out={p['c_out']}"
-    if p["kernel"] > p["h"] + 2 * (p["kernel"] // 2) or p["kernel"] > p["w"] + 2 * (p["kernel"] // 2):
+    pad = conv_padding(p["kernel"], v)
+    if p["kernel"] > p["h"] + 2 * pad or p["kernel"] > p["w"] + 2 * pad:
         return "kernel larger than the padded input"
     return None
 
@@ -51,11 +70,13 @@ register(OpFamily(
     params=("c_in", "c_out", "h", "w", "kernel", "stride", "groups"),
     flops=_conv_flops,
     bytes_moved=_conv_bytes,
-    variants=("", "nobias"),
+    variants=("", "nobias") + CONV_VALID,
     layouts=("nchw", "nhwc"),
     validate=_conv_validate,
-    description="2-d convolution, padding kernel//2 (dense, grouped and depthwise); variant '' has "
-                "a bias (nn.Conv2d's default), 'nobias' none (convolutions followed by a norm)",
+    description="2-d convolution, square kernel (dense, grouped and depthwise); variant '' pads "
+                "kernel//2 and has a bias (nn.Conv2d's default), 'nobias' has none (convolutions "
+                "followed by a norm); 'valid' and 'valid_nobias' are the same without padding "
+                "(patch embeddings, Inception's and AlexNet's reducing convolutions)",
 ))
 
 register(OpFamily(

@@ -43,6 +43,14 @@ def _rows(shape: Any, batch: int, trailing: int = 1) -> int:
     return max(1, math.prod(shape[:-trailing]) // batch) if len(shape) > trailing else 1
 
 
+def _square(padding: Any) -> int | None:
+    """One padding for both dims, or None where height and width are padded differently."""
+    if isinstance(padding, int):
+        return padding
+    values = list(padding)
+    return int(values[0]) if values and all(v == values[0] for v in values) else None
+
+
 def _sdpa_mask_variant(mask: Any) -> str:
     """The sdpa variant an explicit ``attn_mask`` selects (see the catalogue's sdpa family)."""
     import torch
@@ -80,10 +88,15 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         kernel = w.shape[2]
         padding = _arg(args, kwargs, 4, "padding", 0)
         dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
-        padded_same = padding == "same" or _first(padding) == kernel // 2
-        if w.shape[2] != w.shape[3] or dilation != 1 or not padded_same:
-            return None  # not expressible in the catalogue (square, padding k//2, no dilation)
-        variant = "" if _arg(args, kwargs, 2, "bias") is not None else "nobias"
+        pad = {"same": kernel // 2, "valid": 0}.get(padding) if isinstance(padding, str) else _square(padding)
+        if w.shape[2] != w.shape[3] or dilation != 1 or pad is None or pad > kernel // 2:
+            return None  # not expressible in the catalogue (square kernel and padding, no dilation)
+        # Padding between 0 and kernel // 2 (AlexNet's 11x11 pads 2) is costed as unpadded:
+        # the output differs by a row or two of a large map.
+        valid = pad < kernel // 2
+        bias = _arg(args, kwargs, 2, "bias") is not None
+        variant = {(False, True): "", (False, False): "nobias", (True, True): "valid",
+                   (True, False): "valid_nobias"}[(valid, bias)]
         return "conv2d", variant, dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
                                   stride=_first(_arg(args, kwargs, 3, "stride", 1)),
                                   groups=int(_arg(args, kwargs, 6, "groups", 1)))

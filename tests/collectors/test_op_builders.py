@@ -7,6 +7,7 @@ import torch
 
 from collectors.op_builders import BUILDERS, BuildSpec, build
 from predictor.catalogue import FAMILIES
+from predictor.catalogue.families import conv_out_hw
 
 CPU = torch.device("cpu")
 BATCH = 3
@@ -30,7 +31,7 @@ TINY: dict[str, dict[str, int]] = {
 }
 
 #: Per-sample output shape of each family for the configs above (variant-independent here,
-#: except adaptive pooling).
+#: except adaptive pooling and unpadded convolutions).
 OUT_SHAPES: dict[str, tuple[int, ...]] = {
     "conv2d": (8, 4, 4), "linear": (4, 8), "matmul": (2, 4, 5), "sdpa": (2, 8, 16),
     "batch_norm": (4, 6, 6), "layer_norm": (4, 16), "group_norm": (8, 4, 4), "softmax": (4, 16),
@@ -54,6 +55,8 @@ def test_builds_and_runs(family: str, variant: str, layout: str) -> None:
     out = call()
     assert isinstance(out, torch.Tensor)
     expected = (4, 1, 1) if variant == "adaptive_avg" else OUT_SHAPES[family]
+    if family == "conv2d":  # the catalogue's output size (which FLOPs and features use) is what runs
+        expected = (TINY["conv2d"]["c_out"], *conv_out_hw(TINY["conv2d"], variant))
     assert tuple(out.shape) == (BATCH, *expected)
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()

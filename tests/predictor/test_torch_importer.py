@@ -164,3 +164,17 @@ def test_capture_variants_are_copied_in_order_and_mismatches_are_noted() -> None
     _mark_capture_variants(fresh, Graph("m", [attention("math", 0)]))
     assert all(n.capture_variant == "" for n in fresh.nodes)
     assert "capture variants not recorded" in fresh.meta["capture_trace"]
+
+
+def test_convolution_padding_picks_the_variant_and_output_size() -> None:
+    from predictor.catalogue.families import conv_out_hw
+
+    model = nn.Sequential(nn.Conv2d(3, 16, 11, stride=4, padding=2),  # AlexNet's stem: costed unpadded
+                          nn.Conv2d(16, 8, 3, stride=2, bias=False),  # Inception's reducing conv
+                          nn.Conv2d(8, 8, 3, padding=1),  # 'same'
+                          nn.Conv2d(8, 8, (1, 7), padding=(0, 3)))  # not square: roofline fallback
+    g = graph_from_module(model, torch.randn(BATCH, 3, 64, 64), name="convs")
+    assert [(n.kind, n.variant) for n in g.nodes] == [
+        ("kernel", "valid"), ("kernel", "valid_nobias"), ("kernel", ""), ("fallback", "")]
+    for node in g.nodes[1:3]:  # exact padding: the catalogue's output size is what ran
+        assert [node.params["c_out"], *conv_out_hw(node.params, node.variant)] == node.outputs[0][1:]
