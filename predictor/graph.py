@@ -18,6 +18,10 @@ from predictor.catalogue import get_family
 
 IR_VERSION = 1
 NODE_KINDS = ("kernel", "free", "fallback")
+HALF_DTYPES = ("bfloat16", "float16")
+HALF_PRECISIONS = ("fp16", "bf16")
+#: torch calls that only change a tensor's dtype.
+CAST_OPS = frozenset({"to", "float", "half", "bfloat16", "type", "type_as"})
 
 
 @dataclass
@@ -111,6 +115,24 @@ class Graph:
     batch: int = 1
     source: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def traced_in_half(self) -> bool:
+        """Whether the graph was traced in half precision (``meta.traced_dtype``), so that the
+        nodes a model keeps in float32 (RMSNorm, rotary embeddings) and its casts are visible."""
+        return self.meta.get("traced_dtype") in HALF_DTYPES
+
+    def precision_of(self, node: Node, precision: str) -> str:
+        """The precision ``node`` runs in when the model runs in ``precision``: a half-precision
+        model still computes what it upcasts (its nodes traced as float32) in fp32."""
+        if precision in HALF_PRECISIONS and node.dtype == "float32" and self.traced_in_half:
+            return "fp32"
+        return precision
+
+    def runs_kernel(self, node: Node, precision: str) -> bool:
+        """False for a cast that is a no-op at ``precision`` (a half-precision trace's upcasts,
+        when the whole model runs in fp32 or tf32)."""
+        return not (node.op in CAST_OPS and precision not in HALF_PRECISIONS and self.traced_in_half)
 
     def check(self) -> None:
         if not self.nodes:

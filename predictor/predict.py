@@ -108,21 +108,21 @@ class Predictor:
         spreadsheets ask for the same layers again and again, so each configuration is
         evaluated once and remembered: the boosters dominate prediction time otherwise.
         """
-        needed: dict[tuple, tuple[Any, str]] = {}
+        needed: dict[tuple, tuple[Any, str, str]] = {}
         for n in graph.nodes:
             if n.kind == "kernel":
-                variant = n.variant_in(mode)
-                needed.setdefault(_signature(n, variant, batch, precision), (n, variant))
+                variant, node_precision = n.variant_in(mode), graph.precision_of(n, precision)
+                needed.setdefault(_signature(n, variant, batch, node_precision), (n, variant, node_precision))
         cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
         if len(cache) + len(needed) > CACHE_LIMIT:
             cache = self._cache = {}
         found = {key: cache[key] for key in needed if key in cache}
         wanted = {key: n for key, n in needed.items() if key not in found}
         if wanted:
-            nodes = [n for n, _ in wanted.values()]
+            nodes = [n for n, _, _ in wanted.values()]
             columns = list(FEATURE_COLUMNS)
-            rows = [feature_row(n.family, n.params, v, n.layout, batch, precision, self.device)
-                    for n, v in wanted.values()]
+            rows = [feature_row(n.family, n.params, v, n.layout, batch, p, self.device)
+                    for n, v, p in wanted.values()]
             features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
             roof = np.power(10.0, features["log_roofline_us"].to_numpy())
             k_log = self.bundle.targets["kernel"].predict_log(features)
@@ -147,8 +147,12 @@ class Predictor:
             scale = scales.get((n.family, n.kind))
             if scale is None:
                 scale = scales[(n.family, n.kind)] = c.scale(n.family, n.kind)
-            if n.kind == "kernel":
-                t, lo, hi, host = kernel_us[_signature(n, n.variant_in(mode), batch, prec.name)]
+            if n.kind == "kernel" and not graph.runs_kernel(n, prec.name):
+                t = lo = hi = 0.0  # a cast to the precision the model already runs in: a no-op
+                host = c.call_host_us
+            elif n.kind == "kernel":
+                t, lo, hi, host = kernel_us[_signature(n, n.variant_in(mode), batch,
+                                                       graph.precision_of(n, prec.name))]
                 host = host * c.host_scale + c.call_host_us
             elif n.kind == "fallback":
                 t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes

@@ -30,8 +30,9 @@ REGISTRY_MODEL_CODE = Path(__file__).with_name("registry_model.py")
 
 
 def track_training(store: Path, device_id: str, params: dict[str, Any], metrics: dict[str, float],
-                   tags: dict[str, str], bundle_dir: Path) -> dict[str, Any]:
-    """Log one training run, register its bundle, move ``champion`` if it is no worse.
+                   tags: dict[str, str], bundle_dir: Path, force: bool = False) -> dict[str, Any]:
+    """Log one training run, register its bundle, move ``champion`` if it is no worse (or if
+    ``force``: ``latpred train --force`` installs the bundle, and the alias names what is served).
 
     The registered model is the whole bundle (what is served), as an MLflow pyfunc defined from
     code (``registry_model.py``), so nothing is pickled."""
@@ -58,18 +59,18 @@ def track_training(store: Path, device_id: str, params: dict[str, Any], metrics:
     version = mlflow.register_model(info.model_uri, name, tags={SCORE_METRIC: str(metrics.get(SCORE_METRIC, 0.0)),
                                                                 "run_id": run.info.run_id})
     client = MlflowClient(tracking_uri=tracking_uri(store), registry_uri=tracking_uri(store))
-    promoted = _maybe_promote(client, name, version.version, metrics.get(SCORE_METRIC, 0.0))
+    promoted = _maybe_promote(client, name, version.version, metrics.get(SCORE_METRIC, 0.0), force)
     return {"run_id": run.info.run_id, "registered_model": name, "version": int(version.version),
             "champion": promoted}
 
 
-def _maybe_promote(client: Any, name: str, version: str, score: float) -> bool:
+def _maybe_promote(client: Any, name: str, version: str, score: float, force: bool = False) -> bool:
     try:
         current = client.get_model_version_by_alias(name, CHAMPION)
         current_score = float(current.tags.get(SCORE_METRIC, "0"))
     except Exception:  # no champion yet
         current_score = -1.0
-    if score >= current_score:
+    if force or score >= current_score:
         client.set_registered_model_alias(name, CHAMPION, version)
         return True
     return False

@@ -132,6 +132,7 @@ def train(settings: TrainSettings) -> TrainReport:
                   **{f"{t}_model": f.label for t, f in chosen.items()}}
         tags = {"dataset_hash": metadata["dataset_hash"], "fingerprint": fingerprint.get("fingerprint", ""),
                 "device_id": device_id, "bundle_version": version}
-        report.tracking = track_training(settings.store, device_id, params, metrics, tags, bundle_dir)
+        report.tracking = track_training(settings.store, device_id, params, metrics, tags, bundle_dir,
+                                         force=settings.force)
     report.seconds = time.perf_counter() - started
     return report

@@ -9,7 +9,7 @@ import pytest
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.compose import CompositionConstants, cudagraph_us, eager_us
 from predictor.devices import resolve_device
-from predictor.graph import Graph, Node
+from predictor.graph import CAST_OPS, Graph, Node
 from predictor.predict import MAX_BATCH, Predictor
 from predictor.zoo import load_zoo_graph
 
@@ -214,3 +214,20 @@ def test_captured_attention_is_costed_in_its_capture_variant(predictor: Predicto
                                                           predictor.layers(bert, 8, "fp16", "cudagraph"))
               if a.family != "sdpa"]
     assert all(a == b for a, b in others)
+
+
+def test_what_a_half_precision_model_keeps_in_fp32_is_costed_in_fp32(predictor: Predictor) -> None:
+    llama = load_zoo_graph("llama-300m")  # traced in bfloat16: RMSNorm's upcasts are visible
+    assert llama.traced_in_half
+    upcast = [i for i, n in enumerate(llama.nodes) if n.kind == "kernel" and n.dtype == "float32"]
+    casts = [i for i, n in enumerate(llama.nodes) if n.op in CAST_OPS and n.kind == "kernel"]
+    assert upcast and casts
+    half = predictor.layers(llama, 32, "bf16", "cudagraph")
+    full = predictor.layers(llama, 32, "fp32", "cudagraph")
+    for i in upcast:  # the same fp32 kernel whichever precision the model runs in
+        if llama.nodes[i].op not in CAST_OPS:
+            assert half[i].kernel_us == pytest.approx(full[i].kernel_us)
+    assert all(half[i].kernel_us > 0 for i in casts)
+    assert all(full[i].kernel_us == 0 for i in casts)  # an fp32 model's casts to fp32 do nothing
+    bf16_node = next(i for i, n in enumerate(llama.nodes) if n.family == "linear")
+    assert half[bf16_node].kernel_us < full[bf16_node].kernel_us  # the GEMMs do run in bf16

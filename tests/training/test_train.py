@@ -224,6 +224,8 @@ def test_champion_moves_only_for_an_equal_or_better_score(trained: Trained) -> N
     client.set_registered_model_alias(name, CHAMPION, v1)
     assert _maybe_promote(client, name, v2, 0.75)  # higher
     assert champion() == v2
+    assert _maybe_promote(client, name, v1, 0.1, force=True)  # --force: the served bundle is the champion
+    assert champion() == v1
 
 
 def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
