@@ -100,29 +100,31 @@ class Predictor:
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         self._cache: dict[tuple, tuple[float, float, float, float]] = {}
 
-    def _kernel_predictions(self, graph: Graph, batch: int, precision: str,
-                            mode: str) -> dict[tuple, tuple[float, float, float, float]]:
-        """(kernel, low, high, dispatch) per distinct kernel configuration of the graph.
+    def _needed(self, graph: Graph, batch: int, precision: str, mode: str,
+                needed: dict[tuple, tuple[Any, str, str]]) -> None:
+        """Add the distinct kernel configurations of ``graph`` to ``needed``."""
+        for n in graph.nodes:
+            if n.kind == "kernel":
+                variant, node_precision = n.variant_in(mode), graph.precision_of(n, precision)
+                needed.setdefault(_signature(n, variant, batch, node_precision), (n, variant, node_precision))
+
+    def _evaluate(self, needed: dict[tuple, tuple[Any, str, str]]) -> dict[tuple, tuple[float, float, float, float]]:
+        """(kernel, low, high, dispatch) per configuration, from the cache or the boosters.
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
         spreadsheets ask for the same layers again and again, so each configuration is
         evaluated once and remembered: the boosters dominate prediction time otherwise.
         """
-        needed: dict[tuple, tuple[Any, str, str]] = {}
-        for n in graph.nodes:
-            if n.kind == "kernel":
-                variant, node_precision = n.variant_in(mode), graph.precision_of(n, precision)
-                needed.setdefault(_signature(n, variant, batch, node_precision), (n, variant, node_precision))
         cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
         if len(cache) + len(needed) > CACHE_LIMIT:
             cache = self._cache = {}
         found = {key: cache[key] for key in needed if key in cache}
-        wanted = {key: n for key, n in needed.items() if key not in found}
+        wanted = {key: value for key, value in needed.items() if key not in found}
         if wanted:
             nodes = [n for n, _, _ in wanted.values()]
             columns = list(FEATURE_COLUMNS)
-            rows = [feature_row(n.family, n.params, v, n.layout, batch, p, self.device)
-                    for n, v, p in wanted.values()]
+            rows = [feature_row(n.family, n.params, v, n.layout, key[4], p, self.device)
+                    for key, (n, v, p) in wanted.items()]
             features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
             roof = np.power(10.0, features["log_roofline_us"].to_numpy())
             k_log = self.bundle.targets["kernel"].predict_log(features)
@@ -134,6 +136,30 @@ class Predictor:
                 t = float(r * math.exp(k))
                 found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
         return found
+
+    def _kernel_predictions(self, graph: Graph, batch: int, precision: str,
+                            mode: str) -> dict[tuple, tuple[float, float, float, float]]:
+        needed: dict[tuple, tuple[Any, str, str]] = {}
+        self._needed(graph, batch, precision, mode, needed)
+        return self._evaluate(needed)
+
+    def prefetch(self, requests: list[tuple[Graph, int | None, str, str]]) -> None:
+        """Evaluate the kernels of many (graph, batch, precision, mode) requests in one pass.
+
+        A NAS loop's batch of new candidates brings many configurations never seen before;
+        asked graph by graph, each booster runs once per family per graph, and that fixed cost
+        dominates. Invalid requests are skipped here: ``predict`` refuses them by name.
+        """
+        needed: dict[tuple, tuple[Any, str, str]] = {}
+        for graph, batch, precision, mode in requests:
+            batch = graph.batch if batch is None else batch
+            try:
+                check_request(batch, precision, mode)
+            except ValueError:
+                continue
+            self._needed(graph, batch, get_precision(precision).name, mode, needed)
+        if needed:
+            self._evaluate(needed)
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> list[LayerPrediction]:
         """Per-node predictions at ``batch`` and ``precision``, in graph order, for ``mode``

@@ -10,6 +10,7 @@ a batch of thousands cannot afford).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -76,8 +77,43 @@ def resolve_variant(registry: ModelRegistry, device: str | None, batch: int | No
     return Variant(predictor, spec, batch, precision, mode)
 
 
-def predict(graph: Graph, variant: Variant, field: str = "") -> Prediction:
-    """Predict, turning predictor's refusals (a bad batch, parameters out of range) into a 422."""
+class PredictionCache:
+    """Predictions of named graphs (zoo names, stored ids), which spreadsheets, dashboards and
+    NAS baselines ask for again and again: a hit costs a dict lookup instead of a prediction.
+
+    Keyed by the graph object's identity: the resolver hands out one object per name or id,
+    and each entry holds its graph, so an id cannot be reused by another graph while cached.
+    The bundle version is part of the key, so a reload never serves stale results.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._entries: dict[tuple, tuple[Graph, Prediction]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, graph: Graph, variant: Variant) -> tuple[tuple, Prediction | None]:
+        key = (id(graph), variant.predictor.bundle.version, variant.device.device_id, variant.batch,
+               variant.precision, variant.mode)
+        entry = self._entries.get(key)
+        return key, (entry[1] if entry is not None and entry[0] is graph else None)
+
+    def put(self, key: tuple, graph: Graph, result: Prediction) -> None:
+        with self._lock:
+            if len(self._entries) >= self.size:
+                self._entries = {}
+            self._entries[key] = (graph, result)
+
+
+def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCache | None = None) -> Prediction:
+    """Predict, turning predictor's refusals (a bad batch, parameters out of range) into a 422.
+    ``cache`` only for named graphs (an inline graph is a new object every request)."""
+    if cache is not None:
+        key, hit = cache.get(graph, variant)
+        if hit is not None:
+            return hit
+        result = predict(graph, variant, field)
+        cache.put(key, graph, result)
+        return result
     try:
         result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode)
     except (ValueError, ArithmeticError) as exc:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from flask import current_app
 
 from service.config import ServiceConfig
 from service.graph_store import GraphStore
 from service.metrics import Metrics
+from service.predictions import PredictionCache
 from service.registry import ModelRegistry
 from service.sources import GraphResolver
 
@@ -20,6 +21,7 @@ class ServiceState:
     store: GraphStore
     resolver: GraphResolver
     metrics: Metrics
+    predictions: PredictionCache = field(default_factory=PredictionCache)
 
 
 def state() -> ServiceState:

@@ -121,7 +121,7 @@ def _latency(query: LatencyQuery) -> Response:
     rows = []
     for (_, _, graph), spec in itertools.product(graphs, devices):
         for b, p, m in itertools.product(batches, precisions, modes):
-            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)])
+            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)], cache=st.predictions)
             predictions.record(st.metrics, result)
             rows.append({c: getattr(result, c) for c in CSV_COLUMNS})
     response = _render(rows, query.format)

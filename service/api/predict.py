@@ -40,9 +40,11 @@ def predict() -> dict[str, Any]:
     `layers` is false), the operators no model covers, warnings, and the inputs that produced it.
     """
     st = state()
+    named = False
     if request.mimetype == JSON:
         body = json_body(PredictRequest)
         graph = st.resolver.resolve(body)
+        named = body.graph is None
     else:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
         upload = request.files.get("onnx")
@@ -55,7 +57,7 @@ def predict() -> dict[str, Any]:
         body = PredictForm.model_validate({**fields, "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), body.name, body.batch)
     variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
-    result = predictions.predict(graph, variant)
+    result = predictions.predict(graph, variant, cache=st.predictions if named else None)
     predictions.record(st.metrics, result)
     return predictions.to_json(result, body.layers)
 
@@ -88,21 +90,25 @@ def predict_batch() -> dict[str, Any]:
             if exc.status == 503:
                 raise
             variants.append(exc)
+    graphs: list[Graph | ProblemError] = []
+    named = [source.graph is None for source in body.graphs]
+    for i, source in enumerate(body.graphs):
+        try:
+            graphs.append(st.resolver.resolve(source, prefix=f"graphs[{i}]"))
+        except ProblemError as exc:
+            graphs.append(exc)
+    _prefetch(graphs, variants)
     results: list[dict[str, Any]] = []
     failed = 0
-    for i, source in enumerate(body.graphs):
-        graph: Graph | ProblemError
-        try:
-            graph = st.resolver.resolve(source, prefix=f"graphs[{i}]")
-        except ProblemError as exc:
-            graph = exc
+    for i, graph in enumerate(graphs):
         for j, variant in enumerate(variants):
             item: dict[str, Any] = {"graph": i, "variant": j}
             problem = graph if isinstance(graph, ProblemError) else variant if isinstance(variant, ProblemError) \
                 else None
             if problem is None:
                 try:
-                    result = predictions.predict(graph, variant, field=f"graphs[{i}]")  # type: ignore[arg-type]
+                    result = predictions.predict(graph, variant, field=f"graphs[{i}]",  # type: ignore[arg-type]
+                                                 cache=st.predictions if named[i] else None)
                     predictions.record(st.metrics, result)
                     item["prediction"] = predictions.to_json(result, body.layers)
                 except ProblemError as exc:
@@ -118,3 +124,19 @@ def predict_batch() -> dict[str, Any]:
     if failed:
         st.metrics.prediction_errors.inc(failed)
     return {"results": results, "count": len(results), "failed": failed}
+
+
+def _prefetch(graphs: list[Graph | ProblemError], variants: list[Variant | ProblemError]) -> None:
+    """Let each device's predictor evaluate the whole request's new kernels in one pass."""
+    by_predictor: dict[int, tuple[Any, list[tuple[Graph, int | None, str, str]]]] = {}
+    for variant in variants:
+        if isinstance(variant, ProblemError):
+            continue
+        entry = by_predictor.setdefault(id(variant.predictor), (variant.predictor, []))
+        entry[1].extend((g, variant.batch, variant.precision, variant.mode)
+                        for g in graphs if not isinstance(g, ProblemError))
+    for predictor, requests in by_predictor.values():
+        try:
+            predictor.prefetch(requests)
+        except Exception:  # a graph the boosters refuse is reported per item by predict()
+            log.exception("prefetching a batch failed; predicting item by item")

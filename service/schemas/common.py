@@ -6,6 +6,7 @@ is a 400, in a body a 422, and the problem names the field either way.
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,6 +41,18 @@ class RequestModel(BaseModel):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         LOCATIONS[cls.__name__] = cls.LOCATION
+
+    @classmethod
+    def model_json_schema(cls, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Cached: flask-openapi3 regenerates a query model's schema on every request (0.65 ms
+        for LatencyQuery, which doubled a spreadsheet GET's cost). A copy, so callers may edit it."""
+        key = (cls, args, tuple(sorted(kwargs.items())))
+        if key not in _SCHEMAS:
+            _SCHEMAS[key] = super().model_json_schema(*args, **kwargs)
+        return copy.deepcopy(_SCHEMAS[key])
+
+
+_SCHEMAS: dict[tuple, dict[str, Any]] = {}
 
 
 class ResponseModel(BaseModel):

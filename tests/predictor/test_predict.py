@@ -231,3 +231,17 @@ def test_what_a_half_precision_model_keeps_in_fp32_is_costed_in_fp32(predictor: 
     assert all(full[i].kernel_us == 0 for i in casts)  # an fp32 model's casts to fp32 do nothing
     bf16_node = next(i for i, n in enumerate(llama.nodes) if n.family == "linear")
     assert half[bf16_node].kernel_us < full[bf16_node].kernel_us  # the GEMMs do run in bf16
+
+
+def test_prefetch_evaluates_a_whole_batch_once_with_identical_results() -> None:
+    cold = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    graphs = [load_zoo_graph(name) for name in ("resnet50", "bert-base", "mobilenet_v2")]
+    requests = [(g, b, p, m) for g in graphs for b, p, m in [(1, "fp16", "cudagraph"), (32, "bf16", "eager")]]
+    requests.append((graphs[0], 0, "fp16", "eager"))  # invalid: skipped here, refused by predict
+    cold.prefetch(requests)
+    cached = len(cold._cache)
+    assert cached > 0
+    fresh = Predictor(cold.bundle, cold.device)
+    for g, b, p, m in requests[:-1]:
+        assert cold.predict(g, b, p, m).total_ms == fresh.predict(g, b, p, m).total_ms
+    assert len(cold._cache) == cached  # everything the batch needed was already evaluated

@@ -106,3 +106,23 @@ def test_grid_cap(registry: Any, tmp_path: Any) -> None:
     client = create_app(ServiceConfig(graph_store=tmp_path, max_results=3), registry=registry).test_client()
     assert_problem(client.get("/v1/latency?model=resnet18&batch=1,2,4,8"), 400)
     assert client.get("/v1/latency?model=resnet18&batch=1,2,4").status_code == 200
+
+
+def test_named_graphs_are_predicted_once_then_served_from_the_cache(app: Any, client: Any) -> None:
+    from service.state import state
+
+    with app.app_context():
+        cache = state().predictions
+    url = "/v1/latency?model=resnet50,mobilenet_v2&batch=1,8&format=json"
+    first = client.get(url).get_json()
+    entries = dict(cache._entries)
+    assert len(entries) == 4  # two graphs x two batches
+    again = client.get(url).get_json()
+    assert again == first and cache._entries == entries  # hits: nothing new evaluated
+    body = {"model": "resnet50", "batch": 8, "layers": False}
+    single = client.post("/v1/predict", json=body).get_json()
+    assert single["total_ms"] == next(r["total_ms"] for r in first if r["model"] == "resnet50" and r["batch"] == 8)
+    inline = client.post("/v1/predict", json={"graph": load_zoo_graph("resnet50").to_json(), "batch": 8,
+                                              "layers": False})
+    assert inline.status_code == 200 and inline.get_json()["total_ms"] == single["total_ms"]
+    assert len(cache._entries) == len(entries)  # inline graphs are never cached
