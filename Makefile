@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= collect,train,serve,dev
 
-.PHONY: run test clean-venv
+.PHONY: run demo test clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,9 +14,15 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-# The main job on the embedded defaults: predict shipped models on the H200 with the shipped
-# bundle (no GPU needed), then check the predictor against the measured zoo, leave-one-model-out.
+# The main job on the embedded defaults: the REST service under gunicorn (gthread workers, no
+# preload) on http://127.0.0.1:8000, serving the shipped H200 bundle (no GPU needed).
+# LATPRED_BIND=host:port moves it; service/config.py lists the other settings.
 run: $(VENV)/.installed
+	$(VENV)/bin/gunicorn -c service/gunicorn_conf.py service.wsgi:app
+
+# The command-line tour: predict shipped models on the H200, then check the predictor against
+# the measured zoo, leave-one-model-out, beside the roofline and FLOPs baselines.
+demo: $(VENV)/.installed
 	$(VENV)/bin/latpred devices
 	$(VENV)/bin/latpred predict resnet50 vit_b_16 bert-base gpt2 --device h200 --precision fp16 --mode cudagraph --batch 8
 	$(VENV)/bin/latpred predict resnet50 vit_b_16 bert-base gpt2 --device h200 --precision fp16 --mode eager --batch 1

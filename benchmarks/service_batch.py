@@ -1,0 +1,570 @@
+"""Throughput of ``POST /v1/predict/batch`` for NAS loops, served by real gunicorn vs in-process.
+
+A NAS loop asks for thousands of graph predictions a minute; the goal (issue #4) is 10,000 graph
+predictions per minute on two cores. This starts ``gunicorn -c service/gunicorn_conf.py
+service.wsgi:app`` (one gthread worker per core) on a free loopback port and drives the batch
+endpoint from ``--clients`` concurrent keep-alive connections (default 4, so every worker is busy),
+each sending requests of about ``--per-request`` (graph, variant) pairs (default 100), for
+``--seconds`` after ``--warmup`` seconds not counted. Scenarios:
+
+  zoo-names     zoo graphs by name (the server keeps them parsed), 4 variants a request taken in
+                turn from batch {1,8,32,128} x {fp16,bf16,fp32} x {cudagraph,eager}: names and
+                variants repeat, so the kernel caches warm up as the run goes (the repeated case)
+  nas-inline    inline JSON IR graphs, each a NAS-like variant of a zoo graph
+                (predictor/zoo_graphs/*.json): one random width multiplier m in [0.5, 1.5] per
+                graph scales its width parameters (conv c_in/c_out/groups of depthwise layers,
+                norm/pool/concat/embedding c, linear k/n, elementwise elements; values >= 16
+                only, rounded to a multiple of 8) and a distinct name. A node whose scaled
+                parameters its family refuses keeps its own; attention (sdpa, matmul, softmax) and
+                the traced shapes (outputs) are left as they are (the predictor reads params).
+                A pool of ``--pool`` such graphs is sent in turn, each request with one random
+                variant (batch 1..128, every precision and mode), so a graph comes back at another
+                batch and the predictor's kernel cache is mostly cold: the baseline reports how
+                many kernel configurations each prediction had to evaluate anew
+  one-graph     one zoo graph (``--sweep-model``, default resnet50) over the grid batch 1..128 x
+                every precision x every mode, ``--per-request`` variants a request
+
+The baseline, measured in the same run before the server starts, is the same stream of
+(graph, variant) pairs predicted in this process by ``Predictor.predict`` on one thread (bundle
+from predictor/bundles, device h200), after the same warm-up: served/in-process shows what HTTP,
+JSON and validation cost, and what two workers win back. For nas-inline the in-process parse
+(json.loads + Graph.from_json) is timed apart and shown in its own column. Each gunicorn worker
+loads its own predictor (no preload_app), so a served stream fills its kernel caches once per
+worker where the baseline fills one; "new cfg/pred" (kernel configurations the baseline's
+boosters evaluated per prediction) says how cold a scenario is; a warm-up too short for every
+worker to fill its caches shows as a low served/in-process ratio in the warm scenarios. "per srv
+core" divides the served rate by the CPU the server got, which takes out what other processes
+took. A few served results are checked against the in-process ones (same bundle version, same
+totals).
+
+Client and server share this machine's cores; the CPU line says how much the client took.
+Run: .venv/bin/python benchmarks/service_batch.py [--seconds 20] [--clients 4] [--per-request 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import itertools
+import json
+import math
+import os
+import random
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # the baseline's boosters on one thread, as in a worker
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from predictor.catalogue import get_family  # noqa: E402
+from predictor.compose import MODES  # noqa: E402
+from predictor.devices import resolve_device  # noqa: E402
+from predictor.graph import Graph  # noqa: E402
+from predictor.precision import PRECISIONS  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+from predictor.zoo import GRAPH_DIR, load_zoo_graph, zoo_names  # noqa: E402
+
+try:
+    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile, sigterm_as_interrupt
+except ImportError:  # run as a module: python -m benchmarks.service_batch
+    from benchmarks._server import (CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile,
+                                    sigterm_as_interrupt)
+
+DEVICE = "h200"
+GOAL_PER_MIN = 10_000
+#: the width parameters a NAS width multiplier scales, per family
+WIDTH_PARAMS: dict[str, tuple[str, ...]] = {
+    "conv2d": ("c_in", "c_out", "groups"), "batch_norm": ("c",), "group_norm": ("c",), "pool": ("c",),
+    "concat": ("c",), "layer_norm": ("c",), "embedding": ("c",), "mean": ("c",), "linear": ("k", "n"),
+    "activation": ("elements",), "binary": ("elements",),
+}
+
+
+@dataclass(frozen=True)
+class Work:
+    """One request: graphs (each a zoo name or an index into the inline pool) x variants."""
+
+    graphs: list[tuple[str, Any]]  # ("zoo", name) or ("inline", pool index)
+    variants: list[dict[str, Any]]
+    body: bytes
+
+    @property
+    def pairs(self) -> int:
+        return len(self.graphs) * len(self.variants)
+
+
+class Stream(Protocol):
+    name: str
+    description: str
+
+    def work(self, k: int) -> Work: ...
+
+
+def _variant(batch: int, precision: str, mode: str) -> dict[str, Any]:
+    return {"device": DEVICE, "batch": batch, "precision": precision, "mode": mode}
+
+
+def _body(graphs: list[bytes], variants: list[dict[str, Any]]) -> bytes:
+    return (b'{"graphs":[' + b",".join(graphs) + b'],"variants":' + json.dumps(variants).encode()
+            + b',"layers":false}')
+
+
+class ZooNames:
+    name = "zoo-names"
+
+    def __init__(self, per_request: int) -> None:
+        self.names = zoo_names()
+        self.grid = [_variant(b, p, m) for b in (1, 8, 32, 128) for p in ("fp16", "bf16", "fp32")
+                     for m in ("cudagraph", "eager")]
+        self.v = min(4, per_request)
+        self.g = max(1, per_request // self.v)
+        self.description = (f"{self.g} of {len(self.names)} zoo names x {self.v} of {len(self.grid)} variants "
+                            "a request, in turn")
+
+    def work(self, k: int) -> Work:
+        names = [self.names[(k * self.g + i) % len(self.names)] for i in range(self.g)]
+        variants = [self.grid[(k * self.v + j) % len(self.grid)] for j in range(self.v)]
+        return Work([("zoo", n) for n in names], variants,
+                    _body([json.dumps({"model": n}).encode() for n in names], variants))
+
+
+def _scale(value: int, m: float) -> int:
+    return max(8, int(round(value * m / 8)) * 8)
+
+
+def perturb(source: dict[str, Any], m: float, name: str) -> tuple[dict[str, Any], int, int]:
+    """A NAS-like variant of a graph's JSON IR: width parameters times ``m``; returns
+    (graph, kernel nodes changed, kernel nodes)."""
+    nodes = []
+    changed = kernels = 0
+    for node in source["nodes"]:
+        node = dict(node)
+        widths = WIDTH_PARAMS.get(node.get("family") or "", ())
+        if node["kind"] == "kernel":
+            kernels += 1
+            params = node.get("params", {})
+            new = {p: _scale(v, m) if p in widths and v >= 16 else v for p, v in params.items()}
+            if new != params:
+                family = get_family(node["family"])
+                try:
+                    family.check(new, node.get("variant", ""), node.get("layout"))
+                    if node.get("capture_variant"):
+                        family.check(new, node["capture_variant"], node.get("layout"))
+                    node["params"] = new
+                    changed += 1
+                except ValueError:
+                    pass  # e.g. a grouped convolution whose groups no longer divide: keep it as traced
+        nodes.append(node)
+    return {**source, "name": name, "nodes": nodes}, changed, kernels
+
+
+class NasInline:
+    name = "nas-inline"
+
+    def __init__(self, per_request: int, pool_size: int, seed: int) -> None:
+        rng = random.Random(seed)
+        sources = {n: json.loads((GRAPH_DIR / f"{n}.json").read_text()) for n in zoo_names()}
+        order = list(sources)
+        self.pool: list[bytes] = []
+        changed = kernels = 0
+        for i in range(pool_size):
+            src = order[i % len(order)]
+            m = rng.uniform(0.5, 1.5)
+            graph, c, n = perturb(sources[src], m, f"{src}~nas{i:05d}-w{m:.3f}")
+            changed, kernels = changed + c, kernels + n
+            self.pool.append(json.dumps(graph, separators=(",", ":")).encode())
+        self.seed = seed
+        self.g = per_request
+        self.mean_kb = sum(map(len, self.pool)) / len(self.pool) / 1024
+        self.description = (f"{self.g} of {pool_size} perturbed inline graphs (mean {self.mean_kb:.0f} KB, "
+                            f"{changed / max(kernels, 1):.0%} of kernel nodes rescaled) x 1 random variant a request")
+
+    def work(self, k: int) -> Work:
+        rng = random.Random(self.seed * 1_000_003 + k)
+        variant = _variant(rng.randint(1, 128), rng.choice(list(PRECISIONS)), rng.choice(list(MODES)))
+        idx = [(k * self.g + i) % len(self.pool) for i in range(self.g)]
+        return Work([("inline", i) for i in idx], [variant],
+                    _body([b'{"graph":' + self.pool[i] + b"}" for i in idx], [variant]))
+
+
+class OneGraph:
+    name = "one-graph"
+
+    def __init__(self, per_request: int, model: str) -> None:
+        self.model = model
+        self.grid = [_variant(b, p, m) for b in range(1, 129) for p in PRECISIONS for m in MODES]
+        self.v = per_request
+        self.description = f"{model} x {self.v} of {len(self.grid)} variants (batch 1..128 x precisions x modes)"
+
+    def work(self, k: int) -> Work:
+        variants = [self.grid[(k * self.v + j) % len(self.grid)] for j in range(self.v)]
+        return Work([("zoo", self.model)], variants, _body([json.dumps({"model": self.model}).encode()], variants))
+
+
+# --------------------------------------------------------------------------------- in-process baseline
+@dataclass
+class Baseline:
+    pairs: int
+    predict_s: float
+    parse_s: float
+    graphs_parsed: int
+    new_configs: int
+
+    @property
+    def per_min(self) -> float:
+        return self.pairs / max(self.predict_s, 1e-9) * 60
+
+    @property
+    def per_min_with_parse(self) -> float:
+        return self.pairs / max(self.predict_s + self.parse_s, 1e-9) * 60
+
+
+class InProcess:
+    """Predictor.predict on one thread, graphs resolved as the server does (zoo parsed once)."""
+
+    def __init__(self, pool: list[bytes] | None = None) -> None:
+        device = resolve_device(DEVICE)
+        self.predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
+        self.version = self.predictor.bundle.version
+        self.pool = pool or []
+        self._zoo: dict[str, Graph] = {}
+        self._zoo_mtime: dict[str, float] = {}
+
+    def graph(self, ref: tuple[str, Any]) -> tuple[Graph, float]:
+        """The graph and the seconds it took to parse (0 for a zoo graph already parsed)."""
+        kind, key = ref
+        if kind == "zoo":
+            if key not in self._zoo:
+                self._zoo_mtime[key] = (GRAPH_DIR / f"{key}.json").stat().st_mtime
+                self._zoo[key] = load_zoo_graph(key)
+            return self._zoo[key], 0.0
+        t0 = time.perf_counter()
+        graph = Graph.from_json(json.loads(self.pool[key]))
+        return graph, time.perf_counter() - t0
+
+    def changed_on_disk(self, ref: tuple[str, Any]) -> bool:
+        """Whether a zoo graph's file was rewritten since this process loaded it."""
+        kind, key = ref
+        return kind == "zoo" and key in self._zoo_mtime and \
+            (GRAPH_DIR / f"{key}.json").stat().st_mtime != self._zoo_mtime[key]
+
+    def predict(self, graph: Graph, v: dict[str, Any]) -> float:
+        return self.predictor.predict(graph, v["batch"], v["precision"], v["mode"]).total_ms
+
+    def run(self, stream: Stream, warmup: float, seconds: float) -> Baseline:
+        out = Baseline(0, 0.0, 0.0, 0, 0)
+        t_end_warm = time.perf_counter() + warmup
+        measuring = False
+        t_stop = math.inf
+        for k in itertools.count():
+            now = time.perf_counter()
+            if not measuring and now >= t_end_warm:
+                measuring, t_stop = True, now + seconds
+            if now >= t_stop:
+                break
+            work = stream.work(k)
+            for ref in work.graphs:
+                graph, parse_s = self.graph(ref)
+                for v in work.variants:
+                    before = len(self.predictor._cache)
+                    t0 = time.perf_counter()
+                    self.predict(graph, v)
+                    dt = time.perf_counter() - t0
+                    after = len(self.predictor._cache)
+                    if measuring:
+                        out.pairs += 1
+                        out.predict_s += dt
+                        out.new_configs += after - before if after >= before else after
+                if measuring:
+                    out.parse_s += parse_s
+                    out.graphs_parsed += ref[0] == "inline"
+        return out
+
+
+# ----------------------------------------------------------------------------------------- served
+@dataclass
+class ClientLog:
+    ok: int = 0  # (graph, variant) results that carry a prediction
+    requests: int = 0
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    example_error: str = ""
+    last_done: float = 0.0
+    versions: set[str] = field(default_factory=set)
+    sample: tuple[int, list[dict[str, Any]]] | None = None  # (k, results) of one answer, to check
+
+
+@dataclass
+class Served:
+    seconds: float
+    ok: int
+    requests: int
+    latencies_ms: list[float]
+    errors: Counter[str]
+    example_error: str
+    versions: set[str]
+    samples: list[tuple[int, list[dict[str, Any]]]]
+    cpu: CpuUse
+
+    @property
+    def per_min(self) -> float:
+        return self.ok / self.seconds * 60
+
+
+def _client(host: str, port: int, stream: Stream, counter: "itertools.count[int]", measure_from: float,
+            stop_at: float, timeout: float, log: ClientLog) -> None:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        while True:
+            k = next(counter)  # atomic under the GIL: every request of the stream is sent once
+            work = stream.work(k)
+            t0 = time.perf_counter()
+            if t0 >= stop_at:
+                break
+            counted = t0 >= measure_from
+            try:
+                conn.request("POST", "/v1/predict/batch", body=work.body,
+                             headers={"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+                t1 = time.perf_counter()
+                if not counted:
+                    continue
+                log.requests += 1
+                log.latencies.append(t1 - t0)
+                log.last_done = t1
+                if resp.status != 200:
+                    log.errors[f"HTTP {resp.status}"] += work.pairs
+                    log.example_error = log.example_error or f"HTTP {resp.status}: {data[:300]!r}"
+                    continue
+                answer = json.loads(data)
+                for item in answer["results"]:
+                    if "prediction" in item and item["prediction"] is not None:
+                        log.ok += 1
+                        log.versions.add(item["prediction"]["model_version"])
+                    else:
+                        problem = item.get("problem") or {}
+                        log.errors[f"item {problem.get('status')} {problem.get('kind') or ''}".strip()] += 1
+                        log.example_error = log.example_error or f"item problem: {problem}"
+                if log.sample is None:
+                    log.sample = (k, answer["results"])
+            except Exception as exc:  # a timeout, a reset ...
+                conn.close()
+                if counted:
+                    log.requests += 1
+                    log.errors[type(exc).__name__] += work.pairs
+                    log.example_error = log.example_error or f"{type(exc).__name__}: {exc}"
+                    log.last_done = time.perf_counter()
+    finally:
+        conn.close()
+
+
+def serve_run(server: GunicornServer, stream: Stream, clients: int, warmup: float, seconds: float,
+              timeout: float) -> Served:
+    sampler = CpuSampler(server.process.pid if server.process else None, server.port)
+    logs = [ClientLog() for _ in range(clients)]
+    counter = itertools.count()
+    barrier = threading.Barrier(clients + 1)
+    times: dict[str, float] = {}
+
+    def target(log: ClientLog) -> None:
+        barrier.wait()
+        _client(server.host, server.port, stream, counter, times["measure_from"], times["stop_at"], timeout, log)
+
+    threads = [threading.Thread(target=target, args=(log,), daemon=True) for log in logs]
+    for t in threads:
+        t.start()
+    times["measure_from"] = time.perf_counter() + warmup
+    times["stop_at"] = times["measure_from"] + seconds
+    barrier.wait()
+    time.sleep(max(0.0, times["measure_from"] - time.perf_counter()))
+    before = sampler.snapshot()
+    for t in threads:
+        t.join()
+    cpu = sampler.between(before, sampler.snapshot())
+    errors: Counter[str] = Counter()
+    for log in logs:
+        errors.update(log.errors)
+    last = max((log.last_done for log in logs), default=0.0) or times["stop_at"]
+    return Served(max(last - times["measure_from"], 1e-9), sum(log.ok for log in logs),
+                  sum(log.requests for log in logs), sorted(x * 1e3 for log in logs for x in log.latencies),
+                  errors, next((log.example_error for log in logs if log.example_error), ""),
+                  set().union(*(log.versions for log in logs)), [log.sample for log in logs if log.sample], cpu)
+
+
+def check_samples(inproc: InProcess, stream: Stream, samples: list[tuple[int, list[dict[str, Any]]]],
+                  limit: int = 50) -> tuple[int, int, int]:
+    """(agreeing, compared, skipped) served totals vs in-process ones for the same pairs; a zoo
+    graph whose file changed since the baseline loaded it is skipped (the server may have read
+    either version)."""
+    agree = compared = skipped = 0
+    for k, results in samples:
+        work = stream.work(k)
+        for item in results:
+            if compared >= limit or not item.get("prediction"):
+                continue
+            ref = work.graphs[item["graph"]]
+            if inproc.changed_on_disk(ref):
+                skipped += 1
+                continue
+            graph, _ = inproc.graph(ref)
+            expected = inproc.predict(graph, work.variants[item["variant"]])
+            compared += 1
+            agree += math.isclose(item["prediction"]["total_ms"], expected, rel_tol=1e-6)
+    return agree, compared, skipped
+
+
+# ------------------------------------------------------------------------------------------- main
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured seconds per scenario (default 20)")
+    parser.add_argument("--warmup", type=float, default=10.0,
+                        help="unmeasured seconds before each (default 10: each worker fills its own caches)")
+    parser.add_argument("--baseline-seconds", type=float, default=None,
+                        help="measured seconds of the in-process baseline per scenario (default: --seconds / 2)")
+    parser.add_argument("--clients", type=int, default=4, help="concurrent connections (default 4)")
+    parser.add_argument("--per-request", type=int, default=100, help="(graph, variant) pairs a request (100)")
+    parser.add_argument("--pool", type=int, default=800, help="distinct perturbed graphs for nas-inline (800)")
+    parser.add_argument("--sweep-model", default="resnet50", help="the one-graph scenario's zoo graph")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=cores(), help="gunicorn workers (default: the cores)")
+    parser.add_argument("--threads", type=int, default=None, help="threads per worker (default: gunicorn_conf's)")
+    parser.add_argument("--scenarios", default="zoo-names,nas-inline,one-graph",
+                        help="comma-separated subset of zoo-names, nas-inline, one-graph")
+    parser.add_argument("--timeout", type=float, default=300.0, help="per-request timeout in seconds")
+    parser.add_argument("--ready-timeout", type=float, default=90.0, help="seconds to wait for /readyz")
+    parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
+    args = parser.parse_args()
+    wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if set(wanted) - {"zoo-names", "nas-inline", "one-graph"}:
+        parser.error(f"unknown scenario(s) in {args.scenarios!r}")
+    baseline_s = args.baseline_seconds if args.baseline_seconds is not None else args.seconds / 2
+
+    t0 = time.perf_counter()
+    streams: list[Stream] = []
+    nas: NasInline | None = None
+    for name in wanted:
+        if name == "zoo-names":
+            streams.append(ZooNames(args.per_request))
+        elif name == "nas-inline":
+            nas = NasInline(args.per_request, args.pool, args.seed)
+            streams.append(nas)
+        else:
+            streams.append(OneGraph(args.per_request, args.sweep_model))
+    print(f"# workload built in {time.perf_counter() - t0:.1f} s; {args.per_request} pairs a request, "
+          f"{args.clients} clients, {args.warmup:g} s warm-up + {args.seconds:g} s served, "
+          f"{baseline_s:g} s in-process, per scenario", flush=True)
+    for s in streams:
+        print(f"#   {s.name}: {s.description}")
+
+    inproc = InProcess(nas.pool if nas else None)
+    baselines = {}
+    with sigterm_as_interrupt():
+        try:
+            for s in streams:
+                baselines[s.name] = inproc.run(s, min(args.warmup, baseline_s), baseline_s)
+                print(f"#   in-process {s.name}: {baselines[s.name].per_min:,.0f}/min", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            print("interrupted (no server was started)", file=sys.stderr)
+            return 130
+
+    served: dict[str, Served] = {}
+    server = GunicornServer(workers=args.workers, threads=args.threads, ready_timeout_s=args.ready_timeout)
+    interrupted = False
+    with sigterm_as_interrupt():
+        try:
+            with server:
+                print(f"# gunicorn on {server.host}:{server.port}: {args.workers} gthread workers x "
+                      f"{args.threads or 'gunicorn_conf default (4)'} threads", flush=True)
+                for s in streams:
+                    served[s.name] = serve_run(server, s, args.clients, args.warmup, args.seconds, args.timeout)
+                    print(f"#   served {s.name}: {served[s.name].per_min:,.0f}/min", file=sys.stderr, flush=True)
+        except KeyboardInterrupt:
+            print("interrupted: server stopped", file=sys.stderr)
+            interrupted = True
+        except RuntimeError as exc:  # the server did not get ready (or a run failed): say why, and where its log is
+            print(f"error: {exc}\nserver log: {server.log_path}", file=sys.stderr)
+            return 1
+        findings = server.log_findings()
+        kept = keep_log(server, findings)
+    if not served:
+        return 130
+
+    print(f"# machine: {cores()} cores shared by client and server; goal {GOAL_PER_MIN:,} graph predictions/min "
+          f"served, no errors; x = served / in-process (one thread, Predictor.predict only); per srv core = "
+          "served/min per core of CPU the server got")
+    head = (f"{'scenario':<11} {'requests':>8} {'preds':>7} {'served/min':>11} {'per srv core':>12} {'req p50 ms':>10} "
+            f"{'in-proc/min':>11} {'x':>5} {'+parse/min':>10} {'new cfg/pred':>12}  {'errors':<10} goal met")
+    print(head)
+    print("-" * len(head))
+    for s in streams:
+        if s.name not in served:
+            continue
+        r, b = served[s.name], baselines[s.name]
+        parse = f"{b.per_min_with_parse:>10,.0f}" if b.graphs_parsed else f"{'-':>10}"
+        errors = ", ".join(f"{k} x{v}" for k, v in r.errors.most_common()) or "0"
+        problems = ([f"{r.per_min:,.0f} < {GOAL_PER_MIN:,}/min"] if r.per_min < GOAL_PER_MIN else []) + \
+                   ([f"{sum(r.errors.values())} errors"] if r.errors else [])
+        goal = "yes" if not problems else "NO: " + ", ".join(problems)
+        per_core = r.per_min / max(r.cpu.server, 1e-9)
+        print(f"{s.name:<11} {r.requests:>8} {r.ok:>7} {r.per_min:>11,.0f} {per_core:>12,.0f} "
+              f"{percentile(r.latencies_ms, 50):>10.0f} "
+              f"{b.per_min:>11,.0f} {r.per_min / max(b.per_min, 1e-9):>5.2f} {parse} "
+              f"{b.new_configs / max(b.pairs, 1):>12.1f}  {errors:<10} {goal}")
+    print()
+    print("CPU during each served window (in cores; client = this benchmark's process):")
+    for s in streams:
+        if s.name in served:
+            print(f"  {s.name:<11} {cpu_line(served[s.name].cpu)}")
+            print(f"  {'':<11} -> {served[s.name].cpu.verdict()}")
+    checks = []
+    for s in streams:
+        if s.name in served:
+            checks.append((s.name, *check_samples(inproc, s, served[s.name].samples)))
+    versions = sorted(set().union(*(r.versions for r in served.values())))
+    print(f"served model version(s) {', '.join(versions) or '-'}; in-process bundle {inproc.version}; served totals "
+          "equal to in-process: " + ", ".join(f"{n} {a}/{c}" + (f" ({sk} skipped: zoo file rewritten during the run)"
+                                                                if sk else "") for n, a, c, sk in checks))
+    for s in streams:
+        if s.name in served and served[s.name].example_error:
+            print(f"  first error in {s.name}: {served[s.name].example_error}")
+    issues = {k: v for k, v in findings.items() if k != "examples" and v}
+    print(f"server log: {issues or 'no errors, tracebacks, timeouts or worker restarts'}"
+          + (f" (kept at {kept})" if kept else ""))
+    for line in findings["examples"]:
+        print(f"  | {line}")
+    if args.json:
+        data: dict[str, Any] = {
+            "config": {k: v for k, v in vars(args).items() if k != "json"}, "cores": cores(),
+            "goal_per_min": GOAL_PER_MIN, "bundle_version": inproc.version, "served_versions": versions,
+            "server_log": findings, "scenarios": []}
+        for s in streams:
+            if s.name not in served:
+                continue
+            r, b = served[s.name], baselines[s.name]
+            data["scenarios"].append({
+                "scenario": s.name, "description": s.description,
+                "served": {"seconds": r.seconds, "requests": r.requests, "predictions": r.ok, "per_min": r.per_min,
+                           "per_min_per_server_core": r.per_min / max(r.cpu.server, 1e-9),
+                           "request_ms": {"p50": percentile(r.latencies_ms, 50), "p90": percentile(r.latencies_ms, 90),
+                                          "max": max(r.latencies_ms, default=float("nan"))},
+                           "errors": dict(r.errors), "example_error": r.example_error, "cpu": r.cpu.as_dict()},
+                "in_process": {"pairs": b.pairs, "predict_s": b.predict_s, "parse_s": b.parse_s,
+                               "graphs_parsed": b.graphs_parsed, "per_min": b.per_min,
+                               "per_min_with_parse": b.per_min_with_parse,
+                               "new_configs_per_prediction": b.new_configs / max(b.pairs, 1)},
+                "served_over_in_process": r.per_min / max(b.per_min, 1e-9),
+                "checked": next({"agree": a, "compared": c, "skipped": sk} for n, a, c, sk in checks if n == s.name),
+                "goal_met": r.per_min >= GOAL_PER_MIN and not r.errors})
+        with open(args.json, "w") as f:
+            json.dump(data, f, indent=1)
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
