@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The main job on the embedded defaults: the REST service under gunicorn (gthread workers, no
 # preload) on http://127.0.0.1:8000, serving the shipped H200 bundle (no GPU needed).
-# LATPRED_BIND=host:port moves it; service/config.py lists the other settings.
+# LATPRED_BIND=host:port moves it; service/gunicorn_conf.py and service/config.py list the settings.
 run: $(VENV)/.installed
 	$(VENV)/bin/gunicorn -c service/gunicorn_conf.py service.wsgi:app
 

@@ -30,11 +30,10 @@ from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.shards import ShardStore
 from collectors.timing import coefficient_of_variation
 from collectors.zoo import ZOO, get_zoo_model
-from predictor.model_run_schema import validate_model_runs
+from predictor.model_run_schema import INTERLEAVED_FOLDER, validate_model_runs
 from predictor.precision import get_precision
 
 PROTOCOL = "interleaved"
-FOLDER = "models_interleaved"  # training.data.INTERLEAVED_FOLDER reads it
 
 
 def _once(forward: Any, device: torch.device) -> float:
@@ -94,7 +93,7 @@ def collect(root: Path, models: list[str], batches: tuple[int, ...], precisions:
     fp = read_fingerprint(device)
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()
-    store = ShardStore(campaign.directory / FOLDER, validate_model_runs, key="run_id")
+    store = ShardStore(campaign.directory / INTERLEAVED_FOLDER, validate_model_runs, key="run_id")
     done = store.completed_ids()
     measurer = ModelMeasurer(fp, open_nvml())
     written = 0

@@ -25,6 +25,7 @@ from predictor.precision import get_precision
 
 MAX_BATCH = 65_536
 CACHE_LIMIT = 200_000  # remembered kernel configurations (about 100 bytes each)
+PREFETCH_LIMIT = CACHE_LIMIT // 4  # configurations one prefetch evaluates at most
 
 
 def _signature(node: Any, variant: str, batch: int, precision: str) -> tuple:
@@ -104,7 +105,7 @@ class Predictor:
                 needed: dict[tuple, tuple[Any, str, str]]) -> None:
         """Add the distinct kernel configurations of ``graph`` to ``needed``."""
         for n in graph.nodes:
-            if n.kind == "kernel":
+            if n.kind == "kernel" and graph.runs_kernel(n, precision):
                 variant, node_precision = n.variant_in(mode), graph.precision_of(n, precision)
                 needed.setdefault(_signature(n, variant, batch, node_precision), (n, variant, node_precision))
 
@@ -158,6 +159,8 @@ class Predictor:
             except ValueError:
                 continue
             self._needed(graph, batch, get_precision(precision).name, mode, needed)
+            if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
+                break
         if needed:
             self._evaluate(needed)
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, fields
+from collections import OrderedDict
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from predictor.devices import DEVICES, DeviceSpec, resolve_device
@@ -43,8 +44,9 @@ def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = 
     """A device by id or part of its name; without one, the only device that has a bundle."""
     if device is None:
         registry.wait_first_load(registry.load_wait_s)
-        loaded = list(registry.snapshot.predictors)
-        if not registry.snapshot.loaded:
+        snapshot = registry.snapshot
+        loaded = list(snapshot.predictors)
+        if not snapshot.loaded or not loaded:
             raise not_ready(registry.state_detail())
         if len(loaded) != 1:
             raise ProblemError(422, f"name a device: one of {', '.join(loaded) or 'none loaded'}", field=field)
@@ -88,7 +90,7 @@ class PredictionCache:
 
     def __init__(self, size: int = 4096) -> None:
         self.size = size
-        self._entries: dict[tuple, tuple[Graph, Prediction]] = {}
+        self._entries: OrderedDict[tuple, tuple[Graph, Prediction]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, graph: Graph, variant: Variant) -> tuple[tuple, Prediction | None]:
@@ -98,21 +100,26 @@ class PredictionCache:
         return key, (entry[1] if entry is not None and entry[0] is graph else None)
 
     def put(self, key: tuple, graph: Graph, result: Prediction) -> None:
+        """Remember ``result`` (least recently stored entries go first once full)."""
         with self._lock:
-            if len(self._entries) >= self.size:
-                self._entries = {}
             self._entries[key] = (graph, result)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
 
 
-def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCache | None = None) -> Prediction:
+def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCache | None = None,
+            layers: bool = True) -> Prediction:
     """Predict, turning predictor's refusals (a bad batch, parameters out of range) into a 422.
-    ``cache`` only for named graphs (an inline graph is a new object every request)."""
-    if cache is not None:
+    ``cache`` only for named graphs (an inline graph is a new object every request); it keeps
+    predictions without their layers (a layer list is hundreds of objects), so only requests
+    that do not want layers use it."""
+    if cache is not None and not layers:
         key, hit = cache.get(graph, variant)
         if hit is not None:
             return hit
         result = predict(graph, variant, field)
-        cache.put(key, graph, result)
+        cache.put(key, graph, replace(result, layers=[]))
         return result
     try:
         result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode)

@@ -55,6 +55,7 @@ class ModelRegistry:
         self.listeners: list[Callable[[Snapshot, Snapshot], None]] = []
         self._snapshot = Snapshot()
         self._lock = threading.Lock()
+        self._marker_lock = threading.Lock()
         self._marker_seen = self._marker_mtime()
         self._marker_checked = time.monotonic()
         self._thread: threading.Thread | None = None
@@ -158,10 +159,15 @@ class ModelRegistry:
         now = time.monotonic()
         if self.marker is None or now - self._marker_checked < MARKER_CHECK_S:
             return False
-        self._marker_checked = now
-        seen = self._marker_mtime()
-        if seen == self._marker_seen or (self._thread is not None and self._thread.is_alive()):
-            return False
-        self._marker_seen = seen
-        self.start()
-        return True
+        if not self._marker_lock.acquire(blocking=False):
+            return False  # another request thread of this worker is looking already
+        try:
+            self._marker_checked = now
+            seen = self._marker_mtime()
+            if seen == self._marker_seen or (self._thread is not None and self._thread.is_alive()):
+                return False
+            self._marker_seen = seen
+            self.start()
+            return True
+        finally:
+            self._marker_lock.release()

@@ -8,6 +8,8 @@ and again and re-reading a 60 KB JSON file would cost more than predicting it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from typing import Any
 
@@ -25,6 +27,7 @@ class GraphResolver:
         self.max_nodes = max_nodes
         self._zoo: dict[str, Graph] = {}
         self._zoo_names = {n.lower(): n for n in zoo_names()}
+        self._digests: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def zoo_names(self) -> list[str]:
@@ -52,10 +55,19 @@ class GraphResolver:
                                kind="unknown-model")
         graph = self._zoo.get(canonical)
         if graph is None:
-            graph = load_zoo_graph(canonical)
-            with self._lock:
-                self._zoo[canonical] = graph
+            loaded = load_zoo_graph(canonical)
+            with self._lock:  # one object per name: the prediction cache is keyed by it
+                graph = self._zoo.setdefault(canonical, loaded)
         return graph
+
+    def zoo_digest(self, name: str) -> str:
+        """sha256 of a zoo graph's IR, for ETags: re-traced graphs must not keep old ETags."""
+        graph = self.from_zoo(name)
+        digest = self._digests.get(id(graph))
+        if digest is None:
+            digest = hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True).encode()).hexdigest()
+            self._digests[id(graph)] = digest  # zoo graphs live as long as the resolver
+        return digest
 
     def from_id(self, gid: str, field: str = "graph_id") -> Graph:
         if not ID_PATTERN.match(gid):

@@ -65,9 +65,10 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
             graph = graphs[r.model]
             layers = predictor.layers(graph, int(r.batch), r.precision, r.mode)
             prec = get_precision(r.precision)
-            kernel_nodes = [n for n in graph.nodes if n.kind == "kernel"]
-            roof = sum(roofline_us(n.family, n.params, n.variant_in(r.mode), int(r.batch), prec.name,
-                                   predictor.device) for n in kernel_nodes)
+            # The baselines see the graph as latpred does: captured variants, fp32 islands, no-op casts.
+            kernel_nodes = [n for n in graph.nodes if n.kind == "kernel" and graph.runs_kernel(n, prec.name)]
+            roof = sum(roofline_us(n.family, n.params, n.variant_in(r.mode), int(r.batch),
+                                   graph.precision_of(n, prec.name), predictor.device) for n in kernel_nodes)
             flops = sum(op_flops(n.family, n.params, n.variant_in(r.mode), int(r.batch)) for n in kernel_nodes)
             cache[key] = (
                 np.array([x.kernel_us for x in layers]),

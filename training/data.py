@@ -14,11 +14,7 @@ from predictor.catalogue import PARAMETERS
 from predictor.dataset_schema import validate_rows
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import feature_frame
-from predictor.model_run_schema import validate_model_runs
-
-
-#: eager runs re-measured in interleaved rounds (see collectors.eager_interleaved).
-INTERLEAVED_FOLDER = "models_interleaved"
+from predictor.model_run_schema import INTERLEAVED_FOLDER, validate_model_runs
 
 
 def shard_paths(directory: Path) -> list[Path]:

@@ -37,6 +37,10 @@ def upload_graph() -> tuple[dict[str, Any], int, dict[str, str]]:
         graph = st.resolver.from_ir(json_body(GraphIRBody).root, field="graph")
     else:
         upload = request.files.get("onnx")
+        extra_files = [k for k in request.files if k != "onnx"]
+        if extra_files:
+            raise ProblemError(422, f"unexpected file field(s) {extra_files}: the ONNX file goes in 'onnx'",
+                               field=extra_files[0])
         if upload is None:
             raise ProblemError(422, "a multipart upload needs the ONNX file in field 'onnx'", field="onnx")
         form = GraphUploadForm.model_validate({**request.form.to_dict(), "onnx": upload})

@@ -62,7 +62,7 @@ def _choices(value: str | None, field: str, allowed: tuple[str, ...], default: s
 def _batches(value: str | None) -> list[int | None]:
     out: list[int | None] = []
     for item in _split(value, "batch"):
-        if not item.isdigit() or not 1 <= int(item) <= MAX_BATCH:
+        if not (item.isascii() and item.isdigit()) or not 1 <= int(item) <= MAX_BATCH:
             raise ProblemError(400, f"batch must be an integer from 1 to {MAX_BATCH}, got {item!r}", field="batch")
         out.append(int(item))
     return out or [None]
@@ -112,8 +112,9 @@ def _latency(query: LatencyQuery) -> Response:
         for b, p, m in itertools.product(batches, precisions, modes):
             variants[(spec.device_id, b, p, m)] = predictions.resolve_variant(st.registry, spec.device_id, b, p, m)
     versions = sorted({v.predictor.bundle.version for v in variants.values()})
-    canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [[d.device_id for d in devices], batches,
-                           precisions, modes, query.format, versions])
+    contents = [st.resolver.zoo_digest(name) if kind == "model" else name for kind, name, _ in graphs]
+    canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [contents, [d.device_id for d in devices],
+                           batches, precisions, modes, query.format, versions])
     etag = '"' + hashlib.sha256(canonical.encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if _matches(request.headers.get("If-None-Match"), etag):
@@ -121,7 +122,8 @@ def _latency(query: LatencyQuery) -> Response:
     rows = []
     for (_, _, graph), spec in itertools.product(graphs, devices):
         for b, p, m in itertools.product(batches, precisions, modes):
-            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)], cache=st.predictions)
+            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)], cache=st.predictions,
+                                         layers=False)
             predictions.record(st.metrics, result)
             rows.append({c: getattr(result, c) for c in CSV_COLUMNS})
     response = _render(rows, query.format)

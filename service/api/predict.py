@@ -57,7 +57,7 @@ def predict() -> dict[str, Any]:
         body = PredictForm.model_validate({**fields, "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), body.name, body.batch)
     variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
-    result = predictions.predict(graph, variant, cache=st.predictions if named else None)
+    result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)
     predictions.record(st.metrics, result)
     return predictions.to_json(result, body.layers)
 
@@ -108,7 +108,8 @@ def predict_batch() -> dict[str, Any]:
             if problem is None:
                 try:
                     result = predictions.predict(graph, variant, field=f"graphs[{i}]",  # type: ignore[arg-type]
-                                                 cache=st.predictions if named[i] else None)
+                                                 cache=st.predictions if named[i] else None,
+                                                 layers=body.layers)
                     predictions.record(st.metrics, result)
                     item["prediction"] = predictions.to_json(result, body.layers)
                 except ProblemError as exc:
