@@ -122,17 +122,22 @@ class Graph:
         nodes a model keeps in float32 (RMSNorm, rotary embeddings) and its casts are visible."""
         return self.meta.get("traced_dtype") in HALF_DTYPES
 
+    def precision_plan(self, precision: str) -> tuple[bool, bool]:
+        """(upcast, noop_casts) for a model run in ``precision``: whether its nodes traced as
+        float32 run in fp32 (a half-precision model still computes what it upcasts in fp32), and
+        whether its casts are no-ops (a half-precision trace's casts, when the model runs in fp32
+        or tf32)."""
+        half_trace = self.traced_in_half
+        return half_trace and precision in HALF_PRECISIONS, half_trace and precision not in HALF_PRECISIONS
+
     def precision_of(self, node: Node, precision: str) -> str:
-        """The precision ``node`` runs in when the model runs in ``precision``: a half-precision
-        model still computes what it upcasts (its nodes traced as float32) in fp32."""
-        if precision in HALF_PRECISIONS and node.dtype == "float32" and self.traced_in_half:
-            return "fp32"
-        return precision
+        """The precision ``node`` runs in when the model runs in ``precision``."""
+        upcast, _ = self.precision_plan(precision)
+        return "fp32" if upcast and node.dtype == "float32" else precision
 
     def runs_kernel(self, node: Node, precision: str) -> bool:
-        """False for a cast that is a no-op at ``precision`` (a half-precision trace's upcasts,
-        when the whole model runs in fp32 or tf32)."""
-        return not (node.op in CAST_OPS and precision not in HALF_PRECISIONS and self.traced_in_half)
+        """False for a cast that is a no-op at ``precision``."""
+        return not (self.precision_plan(precision)[1] and node.op in CAST_OPS)
 
     def check(self) -> None:
         if not self.nodes:

@@ -20,7 +20,7 @@ from predictor.bundle import Bundle, BundleError
 from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us
 from predictor.devices import DeviceSpec
 from predictor.features import FEATURE_COLUMNS, feature_codes, feature_row
-from predictor.graph import Graph
+from predictor.graph import CAST_OPS, Graph
 from predictor.precision import get_precision
 
 MAX_BATCH = 65_536
@@ -101,15 +101,28 @@ class Predictor:
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         self._cache: dict[tuple, tuple[float, float, float, float]] = {}
 
-    def _needed(self, graph: Graph, batch: int, precision: str, mode: str,
-                needed: dict[tuple, tuple[Any, str, str]]) -> None:
-        """Add the distinct kernel configurations of ``graph`` to ``needed``."""
+    @staticmethod
+    def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[tuple | None]:
+        """Each node's kernel configuration (None where no kernel runs), computed once per node:
+        a graph's nodes are walked twice per prediction, and thousands of graphs a minute."""
+        upcast, noop_casts = graph.precision_plan(precision)
+        keys: list[tuple | None] = []
         for n in graph.nodes:
-            if n.kind == "kernel" and graph.runs_kernel(n, precision):
-                variant, node_precision = n.variant_in(mode), graph.precision_of(n, precision)
-                needed.setdefault(_signature(n, variant, batch, node_precision), (n, variant, node_precision))
+            if n.kind != "kernel" or (noop_casts and n.op in CAST_OPS):
+                keys.append(None)
+                continue
+            node_precision = "fp32" if upcast and n.dtype == "float32" else precision
+            keys.append(_signature(n, n.variant_in(mode), batch, node_precision))
+        return keys
 
-    def _evaluate(self, needed: dict[tuple, tuple[Any, str, str]]) -> dict[tuple, tuple[float, float, float, float]]:
+    @staticmethod
+    def _needed(graph: Graph, keys: list[tuple | None], needed: dict[tuple, Any]) -> None:
+        """Add the distinct kernel configurations of ``graph`` to ``needed`` (key -> a node)."""
+        for n, key in zip(graph.nodes, keys):
+            if key is not None:
+                needed.setdefault(key, n)
+
+    def _evaluate(self, needed: dict[tuple, Any]) -> dict[tuple, tuple[float, float, float, float]]:
         """(kernel, low, high, dispatch) per configuration, from the cache or the boosters.
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
@@ -122,10 +135,11 @@ class Predictor:
         found = {key: cache[key] for key in needed if key in cache}
         wanted = {key: value for key, value in needed.items() if key not in found}
         if wanted:
-            nodes = [n for n, _, _ in wanted.values()]
+            nodes = list(wanted.values())
             columns = list(FEATURE_COLUMNS)
-            rows = [feature_row(n.family, n.params, v, n.layout, key[4], p, self.device)
-                    for key, (n, v, p) in wanted.items()]
+            # key: (family, variant, layout, params, batch, precision); see _signature
+            rows = [feature_row(n.family, n.params, key[1], n.layout, key[4], key[5], self.device)
+                    for key, n in wanted.items()]
             features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
             roof = np.power(10.0, features["log_roofline_us"].to_numpy())
             k_log = self.bundle.targets["kernel"].predict_log(features)
@@ -138,12 +152,6 @@ class Predictor:
                 found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
         return found
 
-    def _kernel_predictions(self, graph: Graph, batch: int, precision: str,
-                            mode: str) -> dict[tuple, tuple[float, float, float, float]]:
-        needed: dict[tuple, tuple[Any, str, str]] = {}
-        self._needed(graph, batch, precision, mode, needed)
-        return self._evaluate(needed)
-
     def prefetch(self, requests: list[tuple[Graph, int | None, str, str]]) -> None:
         """Evaluate the kernels of many (graph, batch, precision, mode) requests in one pass.
 
@@ -151,14 +159,14 @@ class Predictor:
         asked graph by graph, each booster runs once per family per graph, and that fixed cost
         dominates. Invalid requests are skipped here: ``predict`` refuses them by name.
         """
-        needed: dict[tuple, tuple[Any, str, str]] = {}
+        needed: dict[tuple, Any] = {}
         for graph, batch, precision, mode in requests:
             batch = graph.batch if batch is None else batch
             try:
                 check_request(batch, precision, mode)
             except ValueError:
                 continue
-            self._needed(graph, batch, get_precision(precision).name, mode, needed)
+            self._needed(graph, self._node_keys(graph, batch, get_precision(precision).name, mode), needed)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
                 break
         if needed:
@@ -168,20 +176,22 @@ class Predictor:
         """Per-node predictions at ``batch`` and ``precision``, in graph order, for ``mode``
         (a node may run another kernel variant when the model is captured as a CUDA graph)."""
         prec = get_precision(precision)
-        kernel_us = self._kernel_predictions(graph, batch, prec.name, mode)
+        keys = self._node_keys(graph, batch, prec.name, mode)
+        needed: dict[tuple, Any] = {}
+        self._needed(graph, keys, needed)
+        kernel_us = self._evaluate(needed)
         c = self.constants
         scales: dict[tuple[str | None, str], float] = {}
         out = []
-        for n in graph.nodes:
+        for n, key in zip(graph.nodes, keys):
             scale = scales.get((n.family, n.kind))
             if scale is None:
                 scale = scales[(n.family, n.kind)] = c.scale(n.family, n.kind)
-            if n.kind == "kernel" and not graph.runs_kernel(n, prec.name):
+            if n.kind == "kernel" and key is None:
                 t = lo = hi = 0.0  # a cast to the precision the model already runs in: a no-op
                 host = c.call_host_us
             elif n.kind == "kernel":
-                t, lo, hi, host = kernel_us[_signature(n, n.variant_in(mode), batch,
-                                                       graph.precision_of(n, prec.name))]
+                t, lo, hi, host = kernel_us[key]
                 host = host * c.host_scale + c.call_host_us
             elif n.kind == "fallback":
                 t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes
