@@ -71,12 +71,10 @@ class Node:
         if not _is_size(self.elements_per_sample):
             raise ValueError(f"node {self.name!r}: field 'elements_per_sample' must be an integer from 0 to "
                              f"{MAX_SIZE}")
-        if not isinstance(self.merged, list) or not all(isinstance(m, str) for m in self.merged):
+        if type(self.merged) is not list or not all(type(m) is str for m in self.merged):
             raise ValueError(f"node {self.name!r}: field 'merged' must be a list of strings")
         for name in ("inputs", "outputs"):
-            shapes = getattr(self, name)
-            if not isinstance(shapes, list) or not all(
-                    isinstance(shape, list) and all(_is_size(d) for d in shape) for shape in shapes):
+            if not _are_shapes(getattr(self, name)):
                 raise ValueError(f"node {self.name!r}: field '{name}' must be a list of shapes "
                                  "(lists of integers >= 0)")
         if self.kind not in NODE_KINDS:
@@ -103,7 +101,20 @@ MAX_SIZE = 1 << 40
 
 
 def _is_size(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SIZE
+    return type(value) is int and 0 <= value <= MAX_SIZE  # type(True) is bool, not int
+
+
+def _are_shapes(shapes: object) -> bool:
+    """A list of lists of sizes (written out: every uploaded graph's every node is checked)."""
+    if type(shapes) is not list:
+        return False
+    for shape in shapes:
+        if type(shape) is not list:
+            return False
+        for d in shape:
+            if type(d) is not int or d < 0 or d > MAX_SIZE:
+                return False
+    return True
 
 
 @dataclass
