@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,3 +344,40 @@ def keep_log(server: GunicornServer, findings: dict[str, Any]) -> str:
         server.log_path.unlink(missing_ok=True)
         return ""
     return str(server.log_path or "")
+
+
+@dataclass
+class ServedRun:
+    """How a run against the server ended, and what its log said."""
+
+    interrupted: bool
+    findings: dict[str, Any]
+    kept_log: str
+
+    def print_log_summary(self) -> None:
+        """One line on the server's log (and the lines that made it suspicious)."""
+        issues = {k: v for k, v in self.findings.items() if k != "examples" and v}
+        print(f"server log: {issues or 'no errors, tracebacks, timeouts or worker restarts'}"
+              + (f" (kept at {self.kept_log})" if self.kept_log else ""))
+        for line in self.findings["examples"]:
+            print(f"  | {line}")
+
+
+def run_served(server: GunicornServer, work: Callable[[], None]) -> ServedRun | None:
+    """Start ``server``, run ``work``, stop it (also on Ctrl-C or SIGTERM), and read its log.
+
+    None if the server did not get ready or a run failed: the reason and the log's path are
+    printed then."""
+    interrupted = False
+    with sigterm_as_interrupt():
+        try:
+            with server:
+                work()
+        except KeyboardInterrupt:
+            print("interrupted: server stopped", file=sys.stderr)
+            interrupted = True
+        except RuntimeError as exc:
+            print(f"error: {exc}\nserver log: {server.log_path}", file=sys.stderr)
+            return None
+        findings = server.log_findings()
+        return ServedRun(interrupted, findings, keep_log(server, findings))

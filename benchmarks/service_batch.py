@@ -69,9 +69,9 @@ from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import GRAPH_DIR, load_zoo_graph, zoo_names  # noqa: E402
 
 try:
-    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile, sigterm_as_interrupt
+    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served, sigterm_as_interrupt
 except ImportError:  # run as a module: python -m benchmarks.service_batch
-    from benchmarks._server import (CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile,
+    from benchmarks._server import (CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served,
                                     sigterm_as_interrupt)
 
 DEVICE = "h200"
@@ -475,23 +475,17 @@ def main() -> int:
 
     served: dict[str, Served] = {}
     server = GunicornServer(workers=args.workers, threads=args.threads, ready_timeout_s=args.ready_timeout)
-    interrupted = False
-    with sigterm_as_interrupt():
-        try:
-            with server:
-                print(f"# gunicorn on {server.host}:{server.port}: {args.workers} gthread workers x "
-                      f"{args.threads or 'gunicorn_conf default (4)'} threads", flush=True)
-                for s in streams:
-                    served[s.name] = serve_run(server, s, args.clients, args.warmup, args.seconds, args.timeout)
-                    print(f"#   served {s.name}: {served[s.name].per_min:,.0f}/min", file=sys.stderr, flush=True)
-        except KeyboardInterrupt:
-            print("interrupted: server stopped", file=sys.stderr)
-            interrupted = True
-        except RuntimeError as exc:  # the server did not get ready (or a run failed): say why, and where its log is
-            print(f"error: {exc}\nserver log: {server.log_path}", file=sys.stderr)
-            return 1
-        findings = server.log_findings()
-        kept = keep_log(server, findings)
+
+    def work() -> None:
+        print(f"# gunicorn on {server.host}:{server.port}: {args.workers} gthread workers x "
+              f"{args.threads or 'gunicorn_conf default (4)'} threads", flush=True)
+        for s in streams:
+            served[s.name] = serve_run(server, s, args.clients, args.warmup, args.seconds, args.timeout)
+            print(f"#   served {s.name}: {served[s.name].per_min:,.0f}/min", file=sys.stderr, flush=True)
+
+    run = run_served(server, work)
+    if run is None:
+        return 1
     if not served:
         return 130
 
@@ -533,16 +527,12 @@ def main() -> int:
     for s in streams:
         if s.name in served and served[s.name].example_error:
             print(f"  first error in {s.name}: {served[s.name].example_error}")
-    issues = {k: v for k, v in findings.items() if k != "examples" and v}
-    print(f"server log: {issues or 'no errors, tracebacks, timeouts or worker restarts'}"
-          + (f" (kept at {kept})" if kept else ""))
-    for line in findings["examples"]:
-        print(f"  | {line}")
+    run.print_log_summary()
     if args.json:
         data: dict[str, Any] = {
             "config": {k: v for k, v in vars(args).items() if k != "json"}, "cores": cores(),
             "goal_per_min": GOAL_PER_MIN, "bundle_version": inproc.version, "served_versions": versions,
-            "server_log": findings, "scenarios": []}
+            "server_log": run.findings, "scenarios": []}
         for s in streams:
             if s.name not in served:
                 continue
@@ -563,7 +553,7 @@ def main() -> int:
                 "goal_met": r.per_min >= GOAL_PER_MIN and not r.errors})
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
-    return 130 if interrupted else 0
+    return 130 if run.interrupted else 0
 
 
 if __name__ == "__main__":

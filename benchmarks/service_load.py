@@ -42,10 +42,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile, sigterm_as_interrupt
+    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
 except ImportError:  # run as a module: python -m benchmarks.service_load
-    from benchmarks._server import (CpuSampler, CpuUse, GunicornServer, cores, cpu_line, keep_log, percentile,
-                                    sigterm_as_interrupt)
+    from benchmarks._server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
 
 PREDICT_BODY = {"model": "resnet50", "device": "h200", "batch": 8, "precision": "fp16", "mode": "cudagraph",
                 "layers": False}
@@ -385,29 +384,23 @@ def main() -> int:
     results: list[Result] = []
     server = GunicornServer(workers=args.workers, threads=args.threads, ready_timeout_s=args.ready_timeout,
                             extra_env={"GUNICORN_CMD_ARGS": args.gunicorn_args} if args.gunicorn_args else {})
-    interrupted = False
-    with sigterm_as_interrupt():
-        try:
-            t0 = time.perf_counter()
-            with server:
-                ready_s = time.perf_counter() - t0
-                print(f"# gunicorn ready in {ready_s:.1f} s on {server.host}:{server.port}: {args.workers} gthread "
-                      f"workers x {args.threads or 'gunicorn_conf default (4)'} threads; "
-                      f"{args.clients} {args.client} clients, {args.warmup:g} s warm-up + {args.seconds:g} s "
-                      f"per scenario" + (f"; GUNICORN_CMD_ARGS={args.gunicorn_args!r}" if args.gunicorn_args else ""),
-                      flush=True)
-                for sc in scenarios:
-                    results.append(measure(server, sc, args))
-                    print(f"#   {sc.name}: {results[-1].requests} requests, {fmt_errors(results[-1].errors)}",
-                          file=sys.stderr, flush=True)
-        except KeyboardInterrupt:
-            print("interrupted: server stopped", file=sys.stderr)
-            interrupted = True
-        except RuntimeError as exc:  # the server did not get ready (or a run failed): say why, and where its log is
-            print(f"error: {exc}\nserver log: {server.log_path}", file=sys.stderr)
-            return 1
-        findings = server.log_findings()
-        kept = keep_log(server, findings)
+    t0 = time.perf_counter()
+
+    def work() -> None:
+        ready_s = time.perf_counter() - t0
+        print(f"# gunicorn ready in {ready_s:.1f} s on {server.host}:{server.port}: {args.workers} gthread "
+              f"workers x {args.threads or 'gunicorn_conf default (4)'} threads; "
+              f"{args.clients} {args.client} clients, {args.warmup:g} s warm-up + {args.seconds:g} s "
+              f"per scenario" + (f"; GUNICORN_CMD_ARGS={args.gunicorn_args!r}" if args.gunicorn_args else ""),
+              flush=True)
+        for sc in scenarios:
+            results.append(measure(server, sc, args))
+            print(f"#   {sc.name}: {results[-1].requests} requests, {fmt_errors(results[-1].errors)}",
+                  file=sys.stderr, flush=True)
+
+    run = run_served(server, work)
+    if run is None:
+        return 1
     if not results:
         return 130
 
@@ -429,22 +422,18 @@ def main() -> int:
         print("  note: conns > clients means keep-alive connections were closed and reopened during the window")
     print(f"  Little's law: {args.clients} closed-loop clients at p99 <= {P99_GOAL_MS:.0f} ms need more than "
           f"{args.clients / (P99_GOAL_MS / 1e3):,.0f} requests/s")
-    issues = {k: v for k, v in findings.items() if k != "examples" and v}
-    print(f"server log: {issues or 'no errors, tracebacks, timeouts or worker restarts'}"
-          + (f" (kept at {kept})" if kept else ""))
-    for line in findings["examples"]:
-        print(f"  | {line}")
+    run.print_log_summary()
     if args.json:
         data = {"clients": args.clients, "client": args.client, "seconds": args.seconds, "warmup": args.warmup,
                 "workers": args.workers, "threads": args.threads, "cores": cores(),
-                "baseline": BASELINE, "server_log": findings,
+                "baseline": BASELINE, "server_log": run.findings,
                 "scenarios": [r.as_dict(baseline if r is not baseline else None) for r in results]}
         if args.json_samples:
             for entry, r in zip(data["scenarios"], results):
                 entry["latencies_ms"] = r.latencies_ms
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
-    return 130 if interrupted else 0
+    return 130 if run.interrupted else 0
 
 
 if __name__ == "__main__":
