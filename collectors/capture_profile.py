@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from collectors.model_runs import time_cudagraph, time_eager
+from collectors.model_runs import capture, time_cudagraph, time_eager
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo import TEXT, get_zoo_model
 from predictor.importers.torch_capture import capture_path_forced
@@ -52,22 +52,6 @@ def device_kernels(run: Callable[[], Any]) -> dict[str, list[float]]:
             sorted(kernels.items(), key=lambda kv: -kv[1][1])}
 
 
-def captured(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
-    """One captured forward, warmed up on a side stream as CUDA-graph capture requires."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            forward()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        forward()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
-
-
 def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
     """The three variants of one text model at one batch and precision."""
     zoo = get_zoo_model(name)
@@ -85,7 +69,7 @@ def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
         with capture_path_forced():
             result["eager_as_captured_ms"] = float(statistics.median(time_eager(forward, device)))
             result["eager_as_captured"] = device_kernels(forward)
-        graph = captured(forward)
+        graph = capture(forward)
         samples = time_cudagraph(forward)
         result["replay_ms"] = float(statistics.median(samples))
         result["replay"] = device_kernels(graph.replay)

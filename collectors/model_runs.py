@@ -80,8 +80,8 @@ def time_eager(forward: Callable[[], Any], device: torch.device, rule: Repetitio
     return _repeat(once, rule)
 
 
-def time_cudagraph(forward: Callable[[], Any], rule: RepetitionRule = RULE) -> list[float]:
-    """Milliseconds per replay of one captured forward, timed by an event pair per replay."""
+def capture(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    """One captured forward, warmed up on a side stream as CUDA-graph capture requires."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -93,6 +93,12 @@ def time_cudagraph(forward: Callable[[], Any], rule: RepetitionRule = RULE) -> l
         forward()
     graph.replay()
     torch.cuda.synchronize()
+    return graph
+
+
+def time_cudagraph(forward: Callable[[], Any], rule: RepetitionRule = RULE) -> list[float]:
+    """Milliseconds per replay of one captured forward, timed by an event pair per replay."""
+    graph = capture(forward)
 
     def once() -> float:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

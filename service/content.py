@@ -17,6 +17,7 @@ import pydantic_core
 from flask import Flask, Request, current_app, request
 from flask.json.provider import DefaultJSONProvider
 from pydantic import BaseModel, ValidationError
+from werkzeug.datastructures import FileStorage
 
 from service.problems import ProblemError
 
@@ -95,6 +96,19 @@ class LatpredRequest(Request):
         if e is None:
             raise ProblemError(415, "the body must be application/json", field="Content-Type")
         raise ProblemError(400, f"the body is {e}", kind="malformed-json")
+
+
+def onnx_upload() -> FileStorage:
+    """The ONNX file of a multipart request (field ``onnx``); any other file field is refused,
+    so a misnamed upload is an error that names it rather than a missing file."""
+    extra_files = [k for k in request.files if k != "onnx"]
+    if extra_files:
+        raise ProblemError(422, f"unexpected file field(s) {extra_files}: the ONNX file goes in 'onnx'",
+                           field=extra_files[0])
+    upload = request.files.get("onnx")
+    if upload is None:
+        raise ProblemError(422, "a multipart request needs the ONNX file in field 'onnx'", field="onnx")
+    return upload
 
 
 def install(app: Flask) -> None:

@@ -13,7 +13,7 @@ from flask import Response, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from service.auth import guarded
-from service.content import JSON, json_body
+from service.content import JSON, json_body, onnx_upload
 from service.openapi import problem_ref, problems, request_bodies
 from service.problems import ProblemError
 from service.schemas.graphs import GraphIRBody, GraphPath, GraphStored, GraphUploadForm
@@ -36,13 +36,7 @@ def upload_graph() -> tuple[dict[str, Any], int, dict[str, str]]:
     if request.mimetype == JSON:
         graph = st.resolver.from_ir(json_body(GraphIRBody).root, field="graph")
     else:
-        upload = request.files.get("onnx")
-        extra_files = [k for k in request.files if k != "onnx"]
-        if extra_files:
-            raise ProblemError(422, f"unexpected file field(s) {extra_files}: the ONNX file goes in 'onnx'",
-                               field=extra_files[0])
-        if upload is None:
-            raise ProblemError(422, "a multipart upload needs the ONNX file in field 'onnx'", field="onnx")
+        upload = onnx_upload()
         form = GraphUploadForm.model_validate({**request.form.to_dict(), "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), form.name, form.batch)
     gid, created = st.store.put(graph)

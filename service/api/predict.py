@@ -16,7 +16,7 @@ from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.graph import Graph
 from service import predictions
-from service.content import JSON, json_body
+from service.content import JSON, json_body, onnx_upload
 from service.openapi import problems, request_bodies
 from service.predictions import Variant
 from service.problems import ProblemError
@@ -47,13 +47,7 @@ def predict() -> dict[str, Any]:
         named = body.graph is None
     else:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
-        upload = request.files.get("onnx")
-        extra_files = [k for k in request.files if k != "onnx"]
-        if extra_files:
-            raise ProblemError(422, f"unexpected file field(s) {extra_files}: the ONNX file goes in 'onnx'",
-                               field=extra_files[0])
-        if upload is None:
-            raise ProblemError(422, "a multipart request needs the ONNX file in field 'onnx'", field="onnx")
+        upload = onnx_upload()
         body = PredictForm.model_validate({**fields, "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), body.name, body.batch)
     variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
