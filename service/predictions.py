@@ -1,10 +1,8 @@
-"""Running the predictor for a request: resolve the variant, predict, serialize.
+"""Running the predictor for a request: resolve the variant, predict, remember named graphs.
 
 No latency is computed here: ``Predictor.predict`` does it all. This module resolves the names a
 request uses (a device by part of its name, the default device), turns predictor's ValueErrors
-into problems that name the field, and serializes a Prediction without copying its layers
-twice (``dataclasses.asdict`` deep-copies hundreds of layers, several milliseconds a graph, which
-a batch of thousands cannot afford).
+into problems that name the field, and caches the predictions of named graphs.
 """
 
 from __future__ import annotations
@@ -12,17 +10,18 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 from predictor.devices import DEVICES, DeviceSpec, resolve_device
 from predictor.graph import Graph
-from predictor.predict import Prediction, Predictor, check_request
+from predictor.precision import get_precision
+from predictor.predict import Prediction, Predictor, check_batch, check_mode
 from service.metrics import Metrics
 from service.problems import ProblemError, join_path
 from service.registry import ModelRegistry, NotReady
 
-_SUMMARY_FIELDS = tuple(f.name for f in fields(Prediction) if f.name != "layers")
 
 
 @dataclass(frozen=True)
@@ -70,10 +69,12 @@ def resolve_variant(registry: ModelRegistry, device: str | None, batch: int | No
                                 "GET /v1/devices lists the devices that have one",
                            field=join_path(prefix, "device"), kind="no-bundle")
     precision = precision.lower()
-    for name, args in (("precision", (1, precision, "eager")), ("mode", (1, "fp32", mode)),
-                       ("batch", (batch if batch is not None else 1, "fp32", "eager"))):
+    checks: tuple[tuple[str, Callable[[], Any]], ...] = (
+        ("precision", lambda: get_precision(precision)), ("mode", lambda: check_mode(mode)),
+        ("batch", lambda: check_batch(batch) if batch is not None else None))
+    for name, check in checks:
         try:
-            check_request(*args)
+            check()
         except ValueError as exc:
             raise ProblemError(422, str(exc), field=join_path(prefix, name)) from None
     return Variant(predictor, spec, batch, precision, mode)
@@ -131,14 +132,6 @@ def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCa
         raise ProblemError(422, "the graph's sizes are outside the range the models can predict (the result "
                                 "is not a finite number)", field=field or None, kind="cannot-predict")
     return result
-
-
-def to_json(result: Prediction, layers: bool) -> dict[str, Any]:
-    """The prediction's JSON (Prediction.to_json's shape), layers shallow-copied or left out."""
-    data = {name: getattr(result, name) for name in _SUMMARY_FIELDS}
-    if layers:
-        data["layers"] = [dict(vars(layer)) for layer in result.layers]
-    return data
 
 
 def record(metrics: Metrics, result: Prediction) -> None:

@@ -8,14 +8,12 @@ and again and re-reading a 60 KB JSON file would cost more than predicting it.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 from typing import Any
 
 from predictor.graph import Graph
 from predictor.zoo import load_zoo_graph, zoo_names
-from service.graph_store import ID_PATTERN, GraphStore
+from service.graph_store import ID_PATTERN, GraphStore, graph_id
 from service.problems import ProblemError
 
 
@@ -65,7 +63,7 @@ class GraphResolver:
         graph = self.from_zoo(name)
         digest = self._digests.get(id(graph))
         if digest is None:
-            digest = hashlib.sha256(json.dumps(graph.to_json(), sort_keys=True).encode()).hexdigest()
+            digest = graph_id(graph)
             self._digests[id(graph)] = digest  # zoo graphs live as long as the resolver
         return digest
 

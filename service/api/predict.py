@@ -53,7 +53,7 @@ def predict() -> dict[str, Any]:
     variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
     result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)
     predictions.record(st.metrics, result)
-    return predictions.to_json(result, body.layers)
+    return result.to_json(body.layers)
 
 
 @api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 401, 413, 415, 422, 503)})
@@ -105,7 +105,7 @@ def predict_batch() -> dict[str, Any]:
                                                  cache=st.predictions if named[i] else None,
                                                  layers=body.layers)
                     predictions.record(st.metrics, result)
-                    item["prediction"] = predictions.to_json(result, body.layers)
+                    item["prediction"] = result.to_json(body.layers)
                 except ProblemError as exc:
                     problem = exc
                 except Exception as exc:  # one item's bug must not lose the other results
