@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from predictor.catalogue import get_family
-from predictor.catalogue.families import CONV_NO_BIAS, conv_padding
+from predictor.catalogue.families import CONV_NO_BIAS, conv_padding, conv_window
 
 OpCall = Callable[[], Any]
 
@@ -80,9 +80,10 @@ def _module(spec: BuildSpec, module: nn.Module) -> nn.Module:
 @builder("conv2d")
 def _conv(spec: BuildSpec) -> OpCall:
     p = spec.params
-    conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], p["kernel"], p["stride"],
-                                   padding=conv_padding(p["kernel"], spec.variant), groups=p["groups"],
-                                   bias=spec.variant not in CONV_NO_BIAS, **_on(spec)))
+    window = conv_window(p, spec.variant)
+    conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], window, p["stride"],
+                                   padding=tuple(conv_padding(k, spec.variant) for k in window),
+                                   groups=p["groups"], bias=spec.variant not in CONV_NO_BIAS, **_on(spec)))
     x = _image(spec, p["c_in"], p["h"], p["w"])
     return lambda: conv(x)
 
@@ -178,17 +179,37 @@ ACTIVATION_MODULES: dict[str, Callable[[], nn.Module]] = {
 }
 
 
+#: Head sizes a strided view keeps contiguous, largest first (attention heads, rotary halves).
+STRIDED_HEADS = (64, 32, 16, 8, 4, 2)
+STRIDED_GROUPS = (16, 12, 8, 6, 4, 3, 2)
+
+
+def _strided_view(spec: BuildSpec, elements: int) -> torch.Tensor:
+    """``elements`` per sample as the views models run elementwise ops on and copy: the query
+    of a packed [batch, rows, 3, heads, head] projection seen as [batch, heads, rows, head]
+    (Swin's and ViT's q after ``permute``), innermost ``head`` elements contiguous. A view like
+    this is neither contiguous nor dense, so PyTorch cannot vectorize over it."""
+    head = next((d for d in STRIDED_HEADS if elements % d == 0 and elements // d >= 2), 1)
+    rest = elements // head
+    heads = next((g for g in STRIDED_GROUPS if rest % g == 0 and rest // g >= 2), 1)
+    packed = _randn(spec, spec.batch, rest // heads, 3, heads, head)
+    return packed[:, :, 0].transpose(1, 2)
+
+
 @builder("activation")
 def _activation(spec: BuildSpec) -> OpCall:
     act = ACTIVATION_MODULES[spec.variant]()
-    x = _randn(spec, spec.batch, spec.params["elements"])
+    n = spec.params["elements"]
+    x = _strided_view(spec, n) if spec.layout == "strided" else _randn(spec, spec.batch, n)
     return lambda: act(x)
 
 
 @builder("binary")
 def _binary(spec: BuildSpec) -> OpCall:
-    a = _randn(spec, spec.batch, spec.params["elements"])
-    b = _randn(spec, spec.batch, spec.params["elements"])
+    n = spec.params["elements"]
+    a = _randn(spec, spec.batch, n)
+    # 'strided': the second operand is one sample broadcast over the batch (stride 0).
+    b = _randn(spec, 1, n).expand(spec.batch, n) if spec.layout == "strided" else _randn(spec, spec.batch, n)
     return (lambda: a + b) if spec.variant == "add" else (lambda: a * b)
 
 
@@ -216,7 +237,10 @@ def _embedding(spec: BuildSpec) -> OpCall:
 @builder("concat")
 def _concat(spec: BuildSpec) -> OpCall:
     p = spec.params
-    parts = [_image(spec, p["c"], p["h"], p["w"]) for _ in range(p["inputs"])]
+    if spec.layout == "strided":
+        parts = [_randn(spec, spec.batch, p["h"], p["c"], p["w"]).transpose(1, 2) for _ in range(p["inputs"])]
+    else:
+        parts = [_image(spec, p["c"], p["h"], p["w"]) for _ in range(p["inputs"])]
     return lambda: torch.cat(parts, dim=1)
 
 

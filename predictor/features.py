@@ -15,14 +15,14 @@ import numpy as np
 import pandas as pd
 
 from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family
-from predictor.catalogue.families import conv_out_hw
+from predictor.catalogue.families import conv_out_hw, conv_window
 from predictor.devices import DeviceSpec
 from predictor.precision import PRECISIONS
 
 FAMILY_CODES = {name: i for i, name in enumerate(FAMILIES)}
 PRECISION_CODES = {name: i for i, name in enumerate(PRECISIONS)}
 VARIANT_CODES = {v: i for i, v in enumerate(sorted({v for f in FAMILIES.values() for v in f.variants}))}
-LAYOUT_CODES = {"contiguous": 0, "nchw": 1, "nhwc": 2}
+LAYOUT_CODES = {"contiguous": 0, "nchw": 1, "nhwc": 2, "strided": 3}
 TILE = 128  # output tile edge of a typical tensor-core GEMM kernel
 ELEMENTS_PER_BLOCK = 4096  # elements one block of an elementwise kernel covers (rough)
 
@@ -76,7 +76,8 @@ def gemm_dims(family: str, p: Mapping[str, int], batch: int, variant: str = "") 
     (implicit GEMM for convolutions); zeros for other families."""
     if family == "conv2d":
         ho, wo = conv_out_hw(p, variant)
-        return (float(batch * ho * wo), p["c_out"] / p["groups"], p["c_in"] / p["groups"] * p["kernel"] ** 2)
+        kh, kw = conv_window(p, variant)
+        return (float(batch * ho * wo), p["c_out"] / p["groups"], p["c_in"] / p["groups"] * kh * kw)
     if family == "linear":
         return float(batch * p["tokens"]), float(p["n"]), float(p["k"])
     if family == "matmul":

@@ -43,6 +43,10 @@ class Node:
     elements_per_sample: int = 0
     #: names of source nodes merged into this one by kernel detection (e.g. ONNX's attention).
     merged: list[str] = field(default_factory=list)
+    #: where one call launches several kernels (a matmul's operand copies, a roll's further
+    #: passes, the parts of fused attention), the node of that call: its dispatch is paid once,
+    #: and this kernel costs the host only its launch.
+    launched_by: str = ""
     inputs: list[list[int]] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
     dtype: str = ""
@@ -57,7 +61,7 @@ class Node:
         ``checked`` remembers the kernel configurations a graph has already checked: models
         repeat their blocks, and a server checks every uploaded graph.
         """
-        for name in ("name", "op", "variant", "capture_variant", "layout", "dtype"):
+        for name in ("name", "op", "variant", "capture_variant", "layout", "dtype", "launched_by"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"node {self.name!r}: field '{name}' must be a string")
         if self.family is not None and not isinstance(self.family, str):
@@ -241,6 +245,9 @@ def json_schema() -> dict[str, Any]:
                         for p, d in PARAMETERS.items()}},
                     "elements_per_sample": {"type": "integer", "minimum": 0, "maximum": MAX_SIZE},
                     "merged": {"type": "array", "items": {"type": "string"}},
+                    "launched_by": {"type": "string", "description":
+                                    "the node whose call launches this kernel too (its dispatch is "
+                                    "paid once; this kernel costs the host only its launch)"},
                     "inputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "outputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "dtype": {"type": "string"},

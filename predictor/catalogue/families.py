@@ -31,36 +31,48 @@ def conv_out(size: int, kernel: int, stride: int, padding: int | None = None) ->
 #: conv2d variants without padding (ViT/Swin/ConvNeXt patch embeddings, Inception's and AlexNet's
 #: reducing convolutions); the others pad kernel // 2.
 CONV_VALID = ("valid", "valid_nobias")
-CONV_NO_BIAS = ("nobias", "valid_nobias")
+#: conv2d variants with a 1 x kernel ('row') or kernel x 1 ('col') window, padded kernel // 2
+#: along the long side only and without bias: Inception's factorised 1x7/7x1 and 1x3/3x1 layers.
+CONV_ROW, CONV_COL = "row_nobias", "col_nobias"
+CONV_NO_BIAS = ("nobias", "valid_nobias", CONV_ROW, CONV_COL)
 
 
 def conv_padding(kernel: int, variant: str) -> int:
-    """The padding a conv2d variant uses."""
+    """The padding a conv2d variant uses along its kernel's long side."""
     return 0 if variant in CONV_VALID else kernel // 2
+
+
+def conv_window(p: Params, variant: str) -> tuple[int, int]:
+    """(height, width) of a conv2d variant's kernel window."""
+    k = p["kernel"]
+    return {CONV_ROW: (1, k), CONV_COL: (k, 1)}.get(variant, (k, k))
 
 
 def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
     """(height, width) a conv2d configuration writes."""
-    pad = conv_padding(p["kernel"], variant)
-    return conv_out(p["h"], p["kernel"], p["stride"], pad), conv_out(p["w"], p["kernel"], p["stride"], pad)
+    kh, kw = conv_window(p, variant)
+    return (conv_out(p["h"], kh, p["stride"], conv_padding(kh, variant)),
+            conv_out(p["w"], kw, p["stride"], conv_padding(kw, variant)))
 
 
 def _conv_flops(p: Params, v: str, b: int) -> float:
     ho, wo = conv_out_hw(p, v)
-    return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * p["kernel"] ** 2
+    kh, kw = conv_window(p, v)
+    return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * kh * kw
 
 
 def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:
     ho, wo = conv_out_hw(p, v)
-    weights = p["c_out"] * (p["c_in"] // p["groups"]) * p["kernel"] ** 2 + (0 if v in CONV_NO_BIAS else p["c_out"])
+    kh, kw = conv_window(p, v)
+    weights = p["c_out"] * (p["c_in"] // p["groups"]) * kh * kw + (0 if v in CONV_NO_BIAS else p["c_out"])
     return float(e * (b * p["c_in"] * p["h"] * p["w"] + weights + b * p["c_out"] * ho * wo))
 
 
 def _conv_validate(p: Params, v: str) -> str | None:
     if p["c_in"] % p["groups"] or p["c_out"] % p["groups"]:
         return f"groups={p['groups']} must divide c_in={p['c_in']} and c_out={p['c_out']}"
-    pad = conv_padding(p["kernel"], v)
-    if p["kernel"] > p["h"] + 2 * pad or p["kernel"] > p["w"] + 2 * pad:
+    kh, kw = conv_window(p, v)
+    if kh > p["h"] + 2 * conv_padding(kh, v) or kw > p["w"] + 2 * conv_padding(kw, v):
         return "kernel larger than the padded input"
     return None
 
@@ -70,13 +82,15 @@ register(OpFamily(
     params=("c_in", "c_out", "h", "w", "kernel", "stride", "groups"),
     flops=_conv_flops,
     bytes_moved=_conv_bytes,
-    variants=("", "nobias") + CONV_VALID,
+    variants=("", "nobias") + CONV_VALID + (CONV_ROW, CONV_COL),
     layouts=("nchw", "nhwc"),
     validate=_conv_validate,
-    description="2-d convolution, square kernel (dense, grouped and depthwise); variant '' pads "
-                "kernel//2 and has a bias (nn.Conv2d's default), 'nobias' has none (convolutions "
+    description="2-d convolution (dense, grouped and depthwise); variant '' has a square kernel, "
+                "pads kernel//2 and has a bias (nn.Conv2d's default), 'nobias' has none (convolutions "
                 "followed by a norm); 'valid' and 'valid_nobias' are the same without padding "
-                "(patch embeddings, Inception's and AlexNet's reducing convolutions)",
+                "(patch embeddings, Inception's and AlexNet's reducing convolutions); 'row_nobias' "
+                "and 'col_nobias' have a 1 x kernel and a kernel x 1 window padded kernel//2 along "
+                "it, no bias (Inception's factorised convolutions)",
 ))
 
 register(OpFamily(
@@ -172,22 +186,33 @@ register(OpFamily(
     description="softmax over the last dim of [batch, rows, c]",
 ))
 
+#: Elementwise layouts. PyTorch's vectorized elementwise kernel needs every operand contiguous
+#: and of the output's shape; a permuted view, a slice or a broadcast operand sends the call to
+#: the generic kernel, which computes each operand's offset and runs 2-3x slower per byte
+#: (measured in Swin's and LLaMA's profiles on the H200).
+ELEMENTWISE_LAYOUTS = ("contiguous", "strided")
+
 register(OpFamily(
     name="activation",
     params=("elements",),
     variants=tuple(ACTIVATION_FLOPS),
+    layouts=ELEMENTWISE_LAYOUTS,
     flops=lambda p, v, b: float(ACTIVATION_FLOPS[v] * b * p["elements"]),
     bytes_moved=lambda p, v, b, e: float(e * 2 * b * p["elements"]),
-    description="pointwise activation, out of place",
+    description="pointwise activation, out of place; layout 'strided' reads a permuted view "
+                "[batch, heads, rows, head] of a [batch, rows, heads, head] tensor (also the cost "
+                "of copying such a view: the copies before a matmul, cat of slices, roll)",
 ))
 
 register(OpFamily(
     name="binary",
     params=("elements",),
     variants=("add", "mul"),
+    layouts=ELEMENTWISE_LAYOUTS,
     flops=lambda p, v, b: float(b * p["elements"]),
     bytes_moved=lambda p, v, b, e: float(e * 3 * b * p["elements"]),
-    description="elementwise add or mul of two same-shape tensors",
+    description="elementwise add or mul of two same-shape tensors; layout 'strided' broadcasts "
+                "the second over the batch (a bias, a position table, rotary cos/sin)",
 ))
 
 
@@ -233,8 +258,11 @@ register(OpFamily(
     params=("inputs", "c", "h", "w"),
     flops=lambda p, v, b: 0.0,
     bytes_moved=lambda p, v, b, e: float(2 * e * b * p["inputs"] * p["c"] * p["h"] * p["w"]),
-    layouts=("nchw", "nhwc"),
-    description="concatenation of `inputs` tensors [batch, c, h, w] along channels",
+    layouts=("nchw", "nhwc", "strided"),
+    description="concatenation of `inputs` tensors [batch, c, h, w] along channels; layout "
+                "'strided' joins permuted views of [batch, h, c, w] tensors (a decoder's keys and "
+                "values [batch, heads, seq, head] seen from [batch, seq, heads, head] and appended "
+                "to its cache), which PyTorch's batched cat kernel reads element by element",
 ))
 
 register(OpFamily(

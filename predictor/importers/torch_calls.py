@@ -65,6 +65,54 @@ def _sdpa_mask_variant(mask: Any) -> str:
     return "bool_padding" if mask.dim() == 4 and mask.stride(-2) == 0 else "bool_full"
 
 
+def _conv(args: tuple, kwargs: dict, s: Any) -> tuple[str, str, dict[str, int]] | None:
+    """A conv2d call as (conv2d, variant, params), or None where the catalogue has no variant
+    for its window, padding or dilation."""
+    w = _arg(args, kwargs, 1, "weight")
+    kh, kw = int(w.shape[2]), int(w.shape[3])
+    kernel = max(kh, kw)
+    padding = _arg(args, kwargs, 4, "padding", 0)
+    dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
+    bias = _arg(args, kwargs, 2, "bias") is not None
+    params = dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
+                  stride=_first(_arg(args, kwargs, 3, "stride", 1)), groups=int(_arg(args, kwargs, 6, "groups", 1)))
+    if dilation != 1:
+        return None
+    if kh != kw:  # Inception's factorised 1xk and kx1 windows, padded along the long side only
+        want = [0, kernel // 2] if kh == 1 else [kernel // 2, 0]
+        pads = want if padding == "same" else [padding] * 2 if isinstance(padding, int) else list(padding)
+        if bias or min(kh, kw) != 1 or pads != want:
+            return None
+        return "conv2d", "row_nobias" if kh == 1 else "col_nobias", params
+    pad = {"same": kernel // 2, "valid": 0}.get(padding) if isinstance(padding, str) else _square(padding)
+    if pad is None or pad > kernel // 2:
+        return None  # not expressible in the catalogue (uneven padding)
+    # Padding between 0 and kernel // 2 (AlexNet's 11x11 pads 2) is costed as unpadded:
+    # the output differs by a row or two of a large map.
+    valid = pad < kernel // 2
+    variant = {(False, True): "", (False, False): "nobias", (True, True): "valid",
+               (True, False): "valid_nobias"}[(valid, bias)]
+    return "conv2d", variant, params
+
+
+def _concat(tensors: Any, dim: int) -> tuple[str, str, dict[str, int]] | None:
+    """torch.cat as the concat family: 4-d tensors joined along channels, or 4-d permuted views
+    (a decoder's keys and values appended to its cache); other cats are costed as copies."""
+    import torch
+
+    parts = [t for t in tensors if isinstance(t, torch.Tensor) and t.numel()] if tensors else []
+    if not parts or not all(p.dim() == 4 for p in parts):
+        return None
+    if dim in (1, -3):
+        c = round(sum(p.shape[1] for p in parts) / len(parts))
+        return "concat", "", dict(inputs=len(parts), c=c, h=parts[0].shape[2], w=parts[0].shape[3])
+    permuted = all(_dense(p) for p in parts) and any(not p.is_contiguous() for p in parts)
+    if permuted and len({tuple(p.shape) for p in parts}) == 1:
+        s = parts[0].shape
+        return "concat", "", dict(inputs=len(parts), c=s[1], h=s[2], w=s[3])
+    return None
+
+
 def recognize(name: str, args: tuple, kwargs: dict, out: Any,
               batch: int = 1) -> tuple[str, str, dict[str, int]] | None:
     """Map one torch call onto (family, variant, per-sample params), or None if not costed here.
@@ -72,34 +120,14 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
     import torch
 
     if name == "cat":
-        parts = _arg(args, kwargs, 0, "tensors", ())
-        if parts and all(isinstance(p, torch.Tensor) and p.dim() == 4 for p in parts) \
-                and _arg(args, kwargs, 1, "dim", 0) in (1, -3):
-            c = round(sum(p.shape[1] for p in parts) / len(parts))
-            return "concat", "", dict(inputs=len(parts), c=c, h=parts[0].shape[2], w=parts[0].shape[3])
-        return None
+        return _concat(_arg(args, kwargs, 0, "tensors", ()), _arg(args, kwargs, 1, "dim", 0))
     t = [a for a in args if isinstance(a, torch.Tensor)]
     x = t[0] if t else None
     if x is None:
         return None
     s = x.shape
     if name == "conv2d" and x.dim() == 4:
-        w = _arg(args, kwargs, 1, "weight")
-        kernel = w.shape[2]
-        padding = _arg(args, kwargs, 4, "padding", 0)
-        dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
-        pad = {"same": kernel // 2, "valid": 0}.get(padding) if isinstance(padding, str) else _square(padding)
-        if w.shape[2] != w.shape[3] or dilation != 1 or pad is None or pad > kernel // 2:
-            return None  # not expressible in the catalogue (square kernel and padding, no dilation)
-        # Padding between 0 and kernel // 2 (AlexNet's 11x11 pads 2) is costed as unpadded:
-        # the output differs by a row or two of a large map.
-        valid = pad < kernel // 2
-        bias = _arg(args, kwargs, 2, "bias") is not None
-        variant = {(False, True): "", (False, False): "nobias", (True, True): "valid",
-                   (True, False): "valid_nobias"}[(valid, bias)]
-        return "conv2d", variant, dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
-                                  stride=_first(_arg(args, kwargs, 3, "stride", 1)),
-                                  groups=int(_arg(args, kwargs, 6, "groups", 1)))
+        return _conv(args, kwargs, s)
     if name == "addmm" and len(t) >= 3 and t[1].dim() == 2 and t[2].dim() == 2:
         # bias + x @ W with x flattened to 2-d (GPT-2's Conv1D): the rows include the batch.
         return "linear", "", dict(tokens=_rows(t[1].shape, batch), k=t[1].shape[1], n=t[2].shape[1])
@@ -182,6 +210,15 @@ UNARY_ELEMENTWISE = {
 }
 
 
+#: Calls that copy their inputs into a new tensor in one kernel: cat along any dim but channels
+#: (which the concat family costs), constant pad.
+COPY_CALLS = {"cat", "concat", "pad"}
+#: Calls whose copy, where they make one (their output is not a view), changes the layout: a
+#: generic strided copy kernel (roll runs one per rolled dim; a 4-d ``contiguous`` is costed by
+#: the transpose family).
+RELAYOUT_CALLS = {"roll", "reshape", "flatten", "contiguous"}
+
+
 def _tensors(value: Any) -> list[Any]:
     import torch
 
@@ -190,6 +227,18 @@ def _tensors(value: Any) -> list[Any]:
     if isinstance(value, (list, tuple)):
         return [t for v in value for t in _tensors(v)]
     return []
+
+
+def _layout(layouts: tuple[str, ...], args: tuple, out: Any) -> str:
+    """The catalogue layout a recognised call runs in, among its family's ``layouts``."""
+    tensors = [t for t in _tensors(list(args)) if t.numel()]
+    if "nchw" not in layouts:
+        return elementwise_layout(tensors, out) if "strided" in layouts else "contiguous"
+    if _channels_last(args):
+        return "nhwc"
+    if "strided" in layouts and any(not t.is_contiguous() for t in tensors):
+        return "strided"  # permuted views (concat's keys and values)
+    return "nchw"
 
 
 def _channels_last(args: tuple) -> bool:
@@ -202,6 +251,77 @@ def _channels_last(args: tuple) -> bool:
 
 def _storage(t: Any) -> int:
     return t.untyped_storage().data_ptr()
+
+
+def _dense(t: Any) -> bool:
+    """Whether ``t`` covers its memory without gaps or overlaps, in any dim order (a contiguous
+    tensor or a permutation of one): elementwise kernels then run vectorized over it."""
+    dims = sorted((st, n) for st, n in zip(t.stride(), t.shape) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def elementwise_layout(ins: list[Any], out: Any) -> str:
+    """'strided' where PyTorch cannot run its vectorized elementwise kernel: an operand that is
+    broadcast to the output's shape, not dense (a slice, q of a packed qkv), or laid out unlike
+    the others; else 'contiguous' (see the catalogue's elementwise layouts)."""
+    tensors = [t for t in ins if t.numel() > 1]
+    if not tensors or not all(_dense(t) for t in tensors):
+        return "strided" if tensors else "contiguous"
+    shape = tuple(out.shape) if out is not None else tuple(tensors[0].shape)
+    if any(tuple(t.shape) != shape for t in tensors):
+        return "strided"
+    return "contiguous" if len({t.stride() for t in tensors}) == 1 else "strided"
+
+
+def _copy(t: Any, batch: int) -> dict[str, Any]:
+    """A copy kernel of a strided view: PyTorch's generic elementwise kernel, as costed by the
+    activation family's 'strided' layout."""
+    return {"kind": "kernel", "family": "activation", "variant": "relu", "layout": "strided",
+            "params": {"elements": max(1, t.numel() // batch)}}
+
+
+def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
+    """torch.matmul of batched operands expands them to one batch shape and reshapes each to
+    [batches, rows, cols]; an operand that cannot be viewed so (q and k of a packed qkv, after
+    ``permute``), or whose matrices are strided in both dims, is copied first (Swin's window
+    attention: two copies then the GEMM, per its profile on the H200)."""
+    import torch
+
+    batch_shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    copies = []
+    for t in (a, b):
+        rows, cols = t.shape[-2], t.shape[-1]
+        expanded = t.expand(*batch_shape, rows, cols)
+        folded = expanded.reshape(-1, rows, cols)
+        stride = folded.stride()
+        viewed = folded.numel() == 0 or _storage(folded) == _storage(t)
+        gemm_ready = (stride[2] == 1 and stride[1] >= max(1, cols)) or (stride[1] == 1 and stride[2] >= max(1, rows))
+        if not (viewed and gemm_ready):
+            copies.append(_copy(expanded, batch))
+    return copies
+
+
+def _rolled_dims(args: tuple, kwargs: dict) -> int:
+    shifts = _arg(args, kwargs, 1, "shifts", 0)
+    return len(shifts) if isinstance(shifts, (list, tuple)) else 1
+
+
+def hidden_kernels(name: str, args: tuple, kwargs: dict, batch: int = 1) -> list[dict[str, Any]]:
+    """Kernels a call launches before the one its node costs: the operand copies of a batched
+    matmul, and the further passes of a roll over several dims (one kernel per rolled dim)."""
+    import torch
+
+    t = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in ("matmul", "__matmul__") and len(t) >= 2 and t[0].dim() >= 3 and t[1].dim() >= 3:
+        return _matmul_copies(t[0], t[1], batch)
+    if name == "roll" and t:
+        return [_copy(t[0], batch) for _ in range(_rolled_dims(args, kwargs) - 1)]
+    return []
 
 
 MHA_NAMES = {"_native_multi_head_attention": True, "multi_head_attention_forward": False}
@@ -236,12 +356,12 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
         return None
     hit = recognize(name, args, kwargs, out, batch)
     if hit is not None:
+        import torch
+
         family, variant, params = hit
         from predictor.catalogue import get_family
 
-        layout = "contiguous"
-        if "nchw" in get_family(family).layouts:
-            layout = "nhwc" if _channels_last(args) else "nchw"
+        layout = _layout(get_family(family).layouts, args, out if isinstance(out, torch.Tensor) else None)
         try:
             get_family(family).check(params, variant, layout)
             return {"kind": "kernel", "family": family, "variant": variant, "layout": layout,
@@ -256,12 +376,19 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
     if all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
         return {"kind": "free"}  # a view (or the input itself): no kernel runs
     out_elements = sum(t.numel() for t in outs)
+    per_sample = {"elements": max(1, out_elements // batch)}
     if name in UNARY_ELEMENTWISE and len(outs) == 1:
         big_inputs = [t for t in ins if t.numel() == out_elements]
+        layout = elementwise_layout(ins, outs[0])
         if len(big_inputs) >= 2:
-            return {"kind": "kernel", "family": "binary", "variant": "add",
-                    "params": {"elements": max(1, out_elements // batch)}}
+            return {"kind": "kernel", "family": "binary", "variant": "add", "layout": layout, "params": per_sample}
+        return {"kind": "kernel", "family": "activation", "variant": "relu", "layout": layout, "params": per_sample}
+    if (name in COPY_CALLS or name in RELAYOUT_CALLS) and len(outs) == 1:
+        # One pass that reads each input element once and writes the output: a copy kernel,
+        # vectorized over dense inputs (cat of whole tensors, constant pad) and generic over
+        # strided ones (cat of slices or of transposed keys) and where the layout changes.
+        dense = name in COPY_CALLS and all(_dense(t) for t in ins if t.numel() > 1)
         return {"kind": "kernel", "family": "activation", "variant": "relu",
-                "params": {"elements": max(1, out_elements // batch)}}
+                "layout": "contiguous" if dense else "strided", "params": per_sample}
     moved = out_elements + sum(t.numel() for t in ins)
     return {"kind": "fallback", "elements_per_sample": max(1, moved // batch)}

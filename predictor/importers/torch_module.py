@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from predictor.graph import Graph, Node
-from predictor.importers.torch_calls import _tensors, attention_block, call_recorder, classify
+from predictor.importers.torch_calls import _tensors, attention_block, call_recorder, classify, hidden_kernels
 from predictor.importers.torch_capture import capture_path_forced
 
 
@@ -54,14 +54,20 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
         if block is not None:  # one call, several kernels: each its own node
             index = len(nodes)
             for part, fields in zip(("qkv", "attention", "out_proj"), block):
-                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **fields))
+                launcher = "" if part == "qkv" else f"{index}:{op}/qkv"  # one call dispatches all three
+                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"],
+                                  launched_by=launcher, **fields))
             return
         fields = classify(op, args, kwargs, out, batch)
         if fields is None:
             return
+        index = len(nodes)
+        if fields["kind"] == "kernel":  # copies the call makes before its own kernel, in order
+            for j, hidden in enumerate(hidden_kernels(op, args, kwargs, batch)):
+                nodes.append(Node(name=f"{index}:{op}/copy{j}", op=op, launched_by=f"{index}:{op}", **hidden))
         outs = _tensors(out)
         nodes.append(Node(
-            name=f"{len(nodes)}:{op}", op=op,
+            name=f"{index}:{op}", op=op,
             outputs=[list(t.shape) for t in outs[:2]],
             dtype=str(outs[0].dtype).replace("torch.", "") if outs else "",
             **fields,

@@ -73,3 +73,60 @@ def test_sdpa_variants_reach_the_kernels_they_are_named_for(variant: str, fused:
         with sdpa_kernel([SDPBackend.MATH]):
             call()
     torch.cuda.synchronize()
+
+
+def _kernel_names(call) -> list[str]:
+    """The CUDA kernels one call launches, by the profiler."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type.name == "CUDA"]
+
+
+@pytest.mark.parametrize("family,variant", [("activation", "relu"), ("binary", "mul")])
+def test_strided_layout_leaves_the_vectorized_kernel(family: str, variant: str) -> None:
+    """Layout 'strided' exists because PyTorch's vectorized elementwise kernel cannot take it."""
+    import torch
+
+    from collectors.op_builders import BuildSpec, build
+
+    def kernels(layout: str) -> list[str]:
+        spec = BuildSpec(family, {"elements": 150528}, variant, layout, 8, torch.float16, torch.device("cuda"))
+        return _kernel_names(build(spec))
+
+    assert any("vectorized_elementwise_kernel" in k for k in kernels("contiguous"))
+    strided = kernels("strided")
+    assert strided and not any("vectorized" in k for k in strided)
+
+
+def test_importer_counts_the_kernels_window_attention_launches() -> None:
+    """Swin's window attention on a packed qkv: the importer's nodes (with the matmuls' operand
+    copies and a two-dim roll) are the kernels the GPU runs, call for call."""
+    import torch
+    from torch import nn
+
+    from predictor.importers.torch_module import graph_from_module
+
+    class Window(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv = nn.Linear(96, 288)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = torch.roll(x, (3, 3), (1, 2)).reshape(-1, 49, 96)
+            qkv = self.qkv(x).reshape(-1, 49, 3, 3, 32).permute(2, 0, 3, 1, 4)
+            q, k, v = qkv[0] * 0.17, qkv[1], qkv[2]
+            return (q @ k.transpose(-2, -1)).softmax(-1) @ v
+
+    model = Window().cuda().half().eval()
+    x = torch.randn(4, 7, 7, 96, device="cuda", dtype=torch.half)
+    graph = graph_from_module(model, x, "window")
+    predicted = sum(n.kind != "free" for n in graph.nodes)
+    with torch.inference_mode():
+        launched = _kernel_names(lambda: model(x))
+    assert predicted == len(launched), ([n.name for n in graph.nodes if n.kind != "free"], launched)

@@ -57,7 +57,10 @@ def test_builds_and_runs(family: str, variant: str, layout: str) -> None:
     expected = (4, 1, 1) if variant == "adaptive_avg" else OUT_SHAPES[family]
     if family == "conv2d":  # the catalogue's output size (which FLOPs and features use) is what runs
         expected = (TINY["conv2d"]["c_out"], *conv_out_hw(TINY["conv2d"], variant))
-    assert tuple(out.shape) == (BATCH, *expected)
+    if layout == "strided" and family == "activation":  # the op keeps its view's [heads, rows, head]
+        assert out.shape[0] == BATCH and out[0].numel() == expected[0]
+    else:
+        assert tuple(out.shape) == (BATCH, *expected)
     assert out.dtype == torch.float32
     assert torch.isfinite(out).all()
     if layout == "nhwc":
@@ -87,3 +90,30 @@ def test_build_refuses_an_invalid_config() -> None:
         build(BuildSpec("conv2d", bad, "", "nchw", 1, torch.float32, CPU))
     with pytest.raises(ValueError, match="layout"):
         build(BuildSpec("linear", TINY["linear"], "", "nhwc", 1, torch.float32, CPU))
+
+
+@pytest.mark.parametrize("elements", [64, 150528, 97])
+def test_strided_activation_reads_a_view_pytorch_cannot_vectorize(elements: int) -> None:
+    """The 'strided' layout's input is neither contiguous nor dense (q of a packed qkv)."""
+    from collectors.op_builders import _strided_view
+    from predictor.importers.torch_calls import elementwise_layout
+
+    spec = BuildSpec("activation", {"elements": elements}, "relu", "strided", BATCH, torch.float32, CPU)
+    view = _strided_view(spec, elements)
+    assert view.shape[0] == BATCH and view[0].numel() == elements
+    assert not view.is_contiguous()
+    assert elementwise_layout([view], None) == "strided"  # what the importer calls it, too
+
+
+def test_strided_binary_broadcasts_its_second_operand_and_concat_joins_permuted_views() -> None:
+    from predictor.importers.torch_calls import classify, elementwise_layout
+
+    a = torch.randn(BATCH, 64)
+    b = torch.randn(1, 64).expand(BATCH, 64)
+    assert elementwise_layout([a, b], a + b) == "strided"
+    parts = [torch.randn(BATCH, 4, 3, 8).transpose(1, 2) for _ in range(2)]  # [batch, c=3, h=4, w=8]
+    fields = classify("cat", (parts, 1), {}, torch.cat(parts, 1), BATCH)
+    assert (fields["family"], fields["layout"]) == ("concat", "strided")
+    assert fields["params"] == {"inputs": 2, "c": 3, "h": 4, "w": 8}
+    call = build(BuildSpec("concat", fields["params"], "", "strided", BATCH, torch.float32, CPU))
+    assert tuple(call().shape) == tuple(torch.cat(parts, 1).shape)

@@ -85,6 +85,29 @@ def test_depthwise_and_strided_conv_flops() -> None:
     assert flops("conv2d", strided, "", 1) == 2 * 64 * 28 * 28 * 64 * 9
 
 
+def test_factorised_conv_windows_are_one_row_or_one_column() -> None:
+    """Inception's 1x7 and 7x1 layers: 7 taps, not 49, and the map keeps its size."""
+    from predictor.catalogue.families import conv_out_hw
+
+    params = dict(c_in=128, c_out=192, h=17, w=17, kernel=7, stride=1, groups=1)
+    for variant in ("row_nobias", "col_nobias"):
+        assert conv_out_hw(params, variant) == (17, 17)
+        assert flops("conv2d", params, variant, 2) == 2 * 2 * 192 * 17 * 17 * 128 * 7
+        assert bytes_moved("conv2d", params, variant, 1, 2) == 2 * (128 * 17 * 17 + 192 * 128 * 7 + 192 * 17 * 17)
+    assert flops("conv2d", params, "nobias", 1) == 7 * flops("conv2d", params, "row_nobias", 1)
+    get_family("conv2d").check({**params, "h": 1, "kernel": 7}, "row_nobias")  # a 1x7 runs over one row
+    with pytest.raises(ValueError, match="kernel larger"):  # a square 7x7 does not fit it unpadded
+        get_family("conv2d").check({**params, "h": 1, "kernel": 7}, "valid_nobias")
+
+
+def test_elementwise_families_take_the_strided_layout() -> None:
+    for family in ("activation", "binary"):
+        assert get_family(family).layouts == ("contiguous", "strided")
+    assert "strided" in get_family("concat").layouts
+    with pytest.raises(ValueError, match="layout"):
+        get_family("linear").check(dict(tokens=4, k=16, n=8), "", "strided")
+
+
 def test_causal_attention_counts_half() -> None:
     full = dict(heads=2, seq_q=8, seq_kv=8, head_dim=16, causal=0)
     assert flops("sdpa", {**full, "causal": 1}, "", 1) == flops("sdpa", full, "", 1) / 2

@@ -85,6 +85,7 @@ def test_multihead_attention_becomes_projection_attention_projection(graph: Grap
     assert [n.family for n in parts] == ["linear", "sdpa", "linear"]
     assert [n.name.rsplit("/", 1)[1] for n in parts] == ["qkv", "attention", "out_proj"]
     assert len({tuple(n.merged) for n in parts}) == 1  # one source call
+    assert [n.launched_by for n in parts] == ["", parts[0].name, parts[0].name]  # dispatched once
     qkv, attention, out = parts
     assert qkv.params == {"tokens": TOKENS, "k": EMBED, "n": 3 * EMBED}
     assert attention.params == dict(heads=HEADS, seq_q=TOKENS, seq_kv=TOKENS, head_dim=EMBED // HEADS, causal=0)
@@ -172,9 +173,60 @@ def test_convolution_padding_picks_the_variant_and_output_size() -> None:
     model = nn.Sequential(nn.Conv2d(3, 16, 11, stride=4, padding=2),  # AlexNet's stem: costed unpadded
                           nn.Conv2d(16, 8, 3, stride=2, bias=False),  # Inception's reducing conv
                           nn.Conv2d(8, 8, 3, padding=1),  # 'same'
-                          nn.Conv2d(8, 8, (1, 7), padding=(0, 3)))  # not square: roofline fallback
+                          nn.Conv2d(8, 8, (1, 7), padding=(0, 3), bias=False),  # Inception's factorised
+                          nn.Conv2d(8, 8, (7, 1), padding=(3, 0), bias=False),
+                          nn.Conv2d(8, 8, (1, 7), padding=(0, 3)),  # with a bias: roofline fallback
+                          nn.Conv2d(8, 8, (1, 3), padding=(1, 1), bias=False))  # padded both ways: too
     g = graph_from_module(model, torch.randn(BATCH, 3, 64, 64), name="convs")
     assert [(n.kind, n.variant) for n in g.nodes] == [
-        ("kernel", "valid"), ("kernel", "valid_nobias"), ("kernel", ""), ("fallback", "")]
-    for node in g.nodes[1:3]:  # exact padding: the catalogue's output size is what ran
+        ("kernel", "valid"), ("kernel", "valid_nobias"), ("kernel", ""), ("kernel", "row_nobias"),
+        ("kernel", "col_nobias"), ("fallback", ""), ("fallback", "")]
+    for node in g.nodes[1:5]:  # exact padding: the catalogue's output size is what ran
         assert [node.params["c_out"], *conv_out_hw(node.params, node.variant)] == node.outputs[0][1:]
+    assert g.nodes[3].params["kernel"] == 7
+
+
+class WindowAttention(nn.Module):
+    """Swin's window attention on a packed qkv, a shifted window (roll) and a cache-style cat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(EMBED, 3 * EMBED)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = torch.roll(x, (1, 1), (1, 2)).reshape(x.shape[0], -1, EMBED)
+        qkv = self.qkv(x).reshape(x.shape[0], -1, 3, HEADS, EMBED // HEADS).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0] * 0.5, qkv[1], qkv[2]
+        out = (q @ k.transpose(-2, -1)).softmax(-1) @ v
+        values = x.view(x.shape[0], -1, HEADS, EMBED // HEADS).transpose(1, 2)  # OPT's: a permuted view
+        cache = torch.cat([torch.empty(x.shape[0], HEADS, 0, EMBED // HEADS), values], dim=-2)
+        halves = torch.cat([-out[..., 4:], out[..., :4]], dim=-1)  # rotate_half: a cat of slices
+        return out + torch.ones(1, 1, 1, EMBED // HEADS), cache, halves
+
+
+def test_strided_calls_and_the_copies_a_matmul_makes_are_kernels_of_their_own() -> None:
+    g = graph_from_module(WindowAttention().eval(), torch.randn(BATCH, 3, 3, EMBED), name="window")
+    kernels = [n for n in g.nodes if n.kind == "kernel"]
+    summary = [(n.name.split(":", 1)[1], n.family, n.layout) for n in kernels]
+    elements = 9 * EMBED  # per sample, of x and of each of q, k, v
+    # a roll over two dims is two passes; the reshape of its (contiguous) result is a view
+    assert summary[:3] == [("roll/copy0", "activation", "strided"), ("roll", "activation", "strided"),
+                           ("linear", "linear", "contiguous")]
+    # q * 0.5 reads a slice of the packed projection: the generic (strided) elementwise kernel
+    assert summary[3] == ("mul", "activation", "strided")
+    # q and k cannot be folded into [batch*heads, 9, 8] without a copy; the scores can, v cannot
+    assert summary[4:7] == [("matmul/copy0", "activation", "strided"), ("matmul/copy1", "activation", "strided"),
+                            ("matmul", "matmul", "contiguous")]
+    assert summary[7][1] == "softmax"
+    assert summary[8:10] == [("matmul/copy0", "activation", "strided"), ("matmul", "matmul", "contiguous")]
+    copies = [n for n in kernels if "/copy" in n.name]
+    assert all(n.params == {"elements": elements} for n in copies)
+    assert [n.launched_by for n in copies] == [n.name.split("/")[0] for n in copies]
+    assert all(not n.launched_by for n in kernels if "/copy" not in n.name)
+    cat_cache, cat_halves = [n for n in kernels if n.op == "cat"]
+    assert (cat_cache.family, cat_cache.layout) == ("concat", "strided")
+    assert cat_cache.params == {"inputs": 1, "c": HEADS, "h": 9, "w": EMBED // HEADS}
+    assert (cat_halves.family, cat_halves.layout) == ("activation", "strided")
+    add = next(n for n in kernels if n.op in ("add", "__add__"))
+    assert (add.family, add.layout) == ("binary", "strided")  # a broadcast operand
+    Graph.from_json(g.to_json()).check()
