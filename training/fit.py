@@ -88,20 +88,10 @@ def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: 
     ``structure`` is one model with the family as a feature ('single'), or one model per
     operator family ('per_family'); ``train`` fits both and keeps whichever validates better.
     """
-    measured = data.rows["kernel_us" if target == "kernel" else "dispatch_us"].to_numpy(dtype=float)
-    offset = np.log(data.roofline_us) if target == "kernel" else np.zeros(len(measured))
-    y = np.log(measured) - offset
+    measured, offset, y = _target(data, target)
     test = test_mask(data.groups)
     x = data.features[list(FEATURE_COLUMNS)]
-    trees = scale * TARGET_SCALE[target]
-    if structure == "single":
-        booster: Any = _fit(library, x[~test], y[~test], threads, seed, trees)
-    elif structure == "per_family":
-        families = data.rows["family"].to_numpy()
-        booster = {f: _fit(library, x[~test & (families == f)], y[~test & (families == f)], threads, seed,
-                           trees * PER_FAMILY_SCALE) for f in sorted(set(families[~test]))}
-    else:
-        raise ValueError(f"unknown model structure {structure!r}: expected one of {STRUCTURES}")
+    booster = _fit_structure(data, target, library, structure, ~test, threads, seed, scale)
     model = TargetModel(library, booster, {}, list(FEATURE_COLUMNS))
     log_pred = model.predict_log(x[test]) + offset[test]
     errors = ape(np.exp(log_pred), measured[test])
@@ -111,6 +101,39 @@ def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: 
     interval["*"] = float(residual.quantile(INTERVAL_COVERAGE))
     return FitResult(target, library, booster, summarize_ape(errors),
                      grouped_metrics(errors, families.reset_index(drop=True)), interval)
+
+
+def _target(data: OpData, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(measured us, log offset, learned value): kernel time as log ratio to the roofline,
+    dispatch time as its log."""
+    measured = data.rows["kernel_us" if target == "kernel" else "dispatch_us"].to_numpy(dtype=float)
+    offset = np.log(data.roofline_us) if target == "kernel" else np.zeros(len(measured))
+    return measured, offset, np.log(measured) - offset
+
+
+def _fit_structure(data: OpData, target: str, library: str, structure: str, rows: np.ndarray,
+                   threads: int, seed: int, scale: float) -> Any:
+    """One booster ('single') or one per family ('per_family') fitted on the ``rows`` mask."""
+    _, _, y = _target(data, target)
+    x = data.features[list(FEATURE_COLUMNS)]
+    trees = scale * TARGET_SCALE[target]
+    if structure == "single":
+        return _fit(library, x[rows], y[rows], threads, seed, trees)
+    if structure == "per_family":
+        families = data.rows["family"].to_numpy()
+        return {f: _fit(library, x[rows & (families == f)], y[rows & (families == f)], threads, seed,
+                        trees * PER_FAMILY_SCALE) for f in sorted(set(families[rows]))}
+    raise ValueError(f"unknown model structure {structure!r}: expected one of {STRUCTURES}")
+
+
+def refit_on_all_rows(data: OpData, fit: FitResult, threads: int = 2, seed: int = 0,
+                      scale: float = 1.0) -> FitResult:
+    """The chosen fit again on every row: the held-out fold chose the library and structure and
+    measured the error and the interval (kept from ``fit``), and is too valuable to leave out of
+    the shipped model; a fifth of the zoo's own layer shapes fall in it."""
+    booster = _fit_structure(data, fit.target, fit.library, fit.structure, np.ones(len(data.rows), bool),
+                             threads, seed, scale)
+    return FitResult(fit.target, fit.library, booster, fit.overall, fit.per_family, fit.interval_log)
 
 
 def better(a: FitResult, b: FitResult) -> FitResult:

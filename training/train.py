@@ -23,7 +23,7 @@ from predictor.zoo import load_zoo_graph, zoo_names
 from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_hash, load_model_runs, load_ops
-from training.fit import FitResult, better, fit_target
+from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.metrics import ape, grouped_metrics, summarize_ape
 
 
@@ -94,7 +94,8 @@ def train(settings: TrainSettings) -> TrainReport:
         fits = [fit_target(data, target, lib, settings.threads, settings.seed, settings.scale, structure)
                 for lib, structure in options]
         candidates[target] = {fit.label: fit for fit in fits}
-        chosen[target] = functools.reduce(better, fits)
+        chosen[target] = refit_on_all_rows(data, functools.reduce(better, fits), settings.threads,
+                                           settings.seed, settings.scale)
     device_id = data.device.device_id
     runs = load_model_runs(settings.dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))

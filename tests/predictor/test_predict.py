@@ -7,10 +7,10 @@ import random
 import pytest
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-from predictor.compose import CompositionConstants, cudagraph_us, eager_us
+from predictor.compose import SHORT_KERNEL_CAP_US, CompositionConstants, cudagraph_us, eager_us, short_kernel_us
 from predictor.devices import resolve_device
 from predictor.graph import CAST_OPS, Graph, Node
-from predictor.predict import MAX_BATCH, Predictor
+from predictor.predict import FALLBACK_BANDWIDTH_SHARE, MAX_BATCH, Predictor
 from predictor.zoo import load_zoo_graph
 
 
@@ -121,7 +121,7 @@ def test_fallback_nodes_are_costed_and_listed_never_dropped(predictor: Predictor
     c = predictor.constants
     scale = c.scale(None, "fallback")
     # a big fallback is the bytes at the device's bandwidth; a small one the floor
-    big = (1 << 22) * 2 * 2 / predictor.device.memory_bandwidth * 1e6
+    big = (1 << 22) * 2 * 2 / (FALLBACK_BANDWIDTH_SHARE * predictor.device.memory_bandwidth) * 1e6
     assert layers["roll"].kernel_us == pytest.approx(max(big, c.min_kernel_us) * scale)
     assert layers["roll2"].kernel_us == pytest.approx(c.min_kernel_us * scale)
     assert layers["roll"].low_us < layers["roll"].kernel_us < layers["roll"].high_us
@@ -172,12 +172,46 @@ def test_eager_overlaps_host_and_gpu() -> None:
     assert eager_us([10.0, 0.0, 10.0], [10.0, 15.0, 15.0], CONSTANTS) == pytest.approx(50.0 + CONSTANTS.sync_us)
 
 
-def test_cudagraph_adds_a_gap_per_launched_kernel() -> None:
+def test_cudagraph_adds_a_gap_per_launched_kernel_and_one_replay() -> None:
     kernels = [10.0, 0.0, 5.0, 0.0, 7.5]
     assert cudagraph_us(kernels, CONSTANTS) == pytest.approx(22.5 + 3 * CONSTANTS.gap_us)
     assert cudagraph_us([], CONSTANTS) == 0.0
     wider = CompositionConstants(gap_us=4.0)
     assert cudagraph_us(kernels, wider) - cudagraph_us(kernels, CONSTANTS) == pytest.approx(3 * 2.5)
+    replayed = CompositionConstants(gap_us=1.5, replay_us=25.0)
+    assert cudagraph_us(kernels, replayed) - cudagraph_us(kernels, CONSTANTS) == pytest.approx(25.0)
+    assert cudagraph_us([0.0, 0.0], replayed) == 0.0  # a graph that launches nothing is not replayed
+
+
+def test_short_kernels_run_a_share_longer_inside_a_model() -> None:
+    c = CompositionConstants(short_kernel_share=0.2)
+    assert short_kernel_us(10.0, c) == pytest.approx(2.0)
+    assert short_kernel_us(SHORT_KERNEL_CAP_US * 4, c) == pytest.approx(0.2 * SHORT_KERNEL_CAP_US)  # capped
+    assert short_kernel_us(10.0, CompositionConstants()) == 0.0
+
+
+def test_layers_apply_the_in_model_terms_and_the_host_of_each_kind(predictor: Predictor) -> None:
+    """Kernel time inside a model is scale x alone + the short-kernel share; a kernel another call
+    launches costs the host its launch, a view the view cost, a fallback the fallback cost."""
+    from dataclasses import replace
+
+    c = replace(predictor.constants, short_kernel_share=0.25, launch_host_us=3.0, view_host_us=6.0,
+                fallback_host_us=9.0, call_host_us=1.0)
+    custom = Predictor(predictor.bundle, predictor.device, constants=c)
+    plain = Predictor(predictor.bundle, predictor.device,
+                      constants=replace(c, short_kernel_share=0.0, group_scale=dict.fromkeys(c.group_scale, 1.0)))
+    node = dict(kind="kernel", family="activation", variant="relu", layout="strided", params={"elements": 4096})
+    graph = Graph("g", [Node(name="0:matmul/copy0", op="matmul", launched_by="0:matmul", **node),
+                        Node(name="1:mul", op="mul", **node),
+                        Node(name="2:view", op="view", kind="free"),
+                        Node(name="3:cumsum", op="cumsum", kind="fallback", elements_per_sample=64)])
+    copy, own, view, fallback = custom.layers(graph, 4, "fp16", "eager")
+    alone = plain.layers(graph, 4, "fp16", "eager")[1].kernel_us
+    assert own.kernel_us == pytest.approx(alone * c.scale("activation", "kernel") + short_kernel_us(alone, c))
+    assert copy.kernel_us == pytest.approx(own.kernel_us)
+    assert copy.host_us == 3.0 and own.host_us > 3.0
+    assert (view.host_us, view.kernel_us) == (6.0, 0.0)
+    assert fallback.host_us == 9.0 + 1.0
 
 
 def _eager_step_by_step(kernels: list[float], host: list[float], c: CompositionConstants) -> float:

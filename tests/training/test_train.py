@@ -164,7 +164,9 @@ def test_train_compares_both_libraries_and_validates_leave_one_model_out(trained
     assert set(report.candidates["dispatch"]) == {"xgboost/single", "lightgbm/single"}
     for target in ("kernel", "dispatch"):
         chosen = report.chosen[target]
-        assert chosen in report.candidates[target].values()
+        # the kept model is a candidate's library and structure, refitted on every row
+        candidate = report.candidates[target][chosen.label]
+        assert chosen.overall == candidate.overall and chosen.booster is not candidate.booster
         # the kept model is the one with the most held-out predictions within +-10%
         best = max(f.overall["within_10pct"] for f in report.candidates[target].values())
         assert chosen.overall["within_10pct"] == best
@@ -266,3 +268,22 @@ def test_interleaved_eager_runs_replace_sequential_ones(tmp_path: Path) -> None:
     assert eager["run_id"].str.endswith("|eager|interleaved").all()
     graph = merged[merged["mode"] == "cudagraph"].set_index("run_id")["latency_ms"]
     assert graph.equals(sequential[sequential["mode"] == "cudagraph"].set_index("run_id")["latency_ms"])
+
+
+def test_the_chosen_fit_is_refitted_on_every_row(ops: OpData, kernel_fit: FitResult) -> None:
+    """The shipped model has seen the held-out fold; its reported error is still the split's."""
+    from predictor.bundle import TargetModel
+    from predictor.features import FEATURE_COLUMNS
+    from training.fit import refit_on_all_rows
+
+    full = refit_on_all_rows(ops, kernel_fit, threads=1, scale=0.1)
+    assert (full.library, full.structure) == (kernel_fit.library, kernel_fit.structure)
+    assert full.overall == kernel_fit.overall and full.interval_log == kernel_fit.interval_log
+    held_out = fold_mask(ops.groups)
+    x = ops.features[list(FEATURE_COLUMNS)][held_out]
+    truth = np.log(ops.rows["kernel_us"].to_numpy(dtype=float)[held_out] / ops.roofline_us[held_out])
+
+    def error(fit: FitResult) -> float:
+        return float(np.mean(np.abs(TargetModel(fit.library, fit.booster, {}, list(FEATURE_COLUMNS)).predict_log(x) - truth)))
+
+    assert error(full) < 0.8 * error(kernel_fit)

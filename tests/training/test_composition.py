@@ -1,0 +1,50 @@
+"""Composition constants: the captured-graph fit recovers the constants that made its runs, and
+fallbacks keep their fixed prior instead of a scale fitted on a handful of calls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.compose import GROUPS, SHORT_KERNEL_CAP_US, CompositionConstants
+from training.composition import RunArrays, elementwise_dispatch_us, fit_graph_constants, predict_run
+
+CONV, ELEMENTWISE, FALLBACK = (GROUPS.index(g) for g in ("conv", "elementwise", "fallback"))
+
+
+def run(kernels: list[float], groups: list[int], measured: float = 1.0, dispatch: float = 8.0) -> RunArrays:
+    k = np.array(kernels)
+    g = np.array(groups)
+    fallback = g == FALLBACK
+    return RunArrays("m", 1, "fp16", "cudagraph", measured, k, g, np.where(k > 0, dispatch, 0.0), fallback,
+                     k == 0, np.zeros(len(k), bool), 0.0, 0.0)
+
+
+def test_graph_fit_recovers_scales_gap_short_share_and_replay() -> None:
+    truth = CompositionConstants(group_scale={**dict.fromkeys(GROUPS, 1.0), "conv": 0.9, "elementwise": 1.2},
+                                 gap_us=0.6, short_kernel_share=0.15, replay_us=22.0)
+    rng = np.random.default_rng(3)
+    runs = []
+    for _ in range(60):
+        n = int(rng.integers(5, 200))
+        kernels = np.exp(rng.uniform(np.log(1.0), np.log(400.0), n))
+        groups = rng.choice([CONV, ELEMENTWISE, FALLBACK], size=n, p=[0.5, 0.45, 0.05])
+        r = run(list(kernels), list(groups))
+        r.measured_us = predict_run(r, truth)
+        runs.append(r)
+    scales, gap, short, replay = fit_graph_constants(runs)
+    assert scales["conv"] == pytest.approx(0.9, rel=1e-3)
+    assert scales["elementwise"] == pytest.approx(1.2, rel=1e-3)
+    assert scales["fallback"] == 1.0  # a fixed prior, never fitted
+    assert (gap, short, replay) == pytest.approx((0.6, 0.15, 22.0), rel=1e-3)
+
+
+def test_short_kernel_term_counts_learned_kernels_up_to_the_cap() -> None:
+    r = run([1.0, SHORT_KERNEL_CAP_US * 3, 0.0, 5.0], [CONV, CONV, ELEMENTWISE, FALLBACK])
+    assert list(r.short_us()) == [1.0, SHORT_KERNEL_CAP_US, 0.0, 0.0]
+
+
+def test_fallback_host_time_is_the_median_elementwise_dispatch() -> None:
+    runs = [run([2.0, 3.0, 4.0], [ELEMENTWISE, ELEMENTWISE, CONV], dispatch=d) for d in (6.0, 8.0, 30.0)]
+    assert elementwise_dispatch_us(runs) == 8.0
+    assert elementwise_dispatch_us([]) == CompositionConstants().fallback_host_us
