@@ -2,11 +2,13 @@
 
 Layout of a bundle folder: ``metadata.json`` and one model file per target (``kernel.*``,
 ``dispatch.*``) in the library's own portable format (XGBoost JSON, LightGBM text; never
-pickle). xgboost and lightgbm are imported only when a bundle is loaded.
+pickle), gzip-compressed where the name ends in ``.gz`` (a tenth of the size: every retrain is
+committed). xgboost and lightgbm are imported only when a bundle is loaded.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +46,10 @@ class TargetModel:
         return np.asarray(booster.predict(x, num_threads=1))
 
     def predict_log(self, features: pd.DataFrame) -> np.ndarray:
-        x = features[self.feature_columns].to_numpy(dtype=np.float64)
+        # Selecting columns costs a pandas reindex per call; the predictor's frames already
+        # hold exactly the bundle's columns in its order.
+        same = list(features.columns) == self.feature_columns
+        x = (features if same else features[self.feature_columns]).to_numpy(dtype=np.float64)
         if not isinstance(self.booster, dict):
             return self._predict(self.booster, x)
         from predictor.features import FAMILY_CODES
@@ -86,13 +91,14 @@ def load_booster(library: str, path: Path, sha256: str | None = None) -> Any:
         raise BundleError(f"{path} is a {library} model but {library} is not installed: "
                           "pip install 'latpred[predict]'") from None
     try:
+        raw = gzip.decompress(path.read_bytes()) if path.name.endswith(".gz") else None
         if library == "xgboost":
             booster = module.Booster()
-            booster.load_model(str(path))
+            booster.load_model(str(path) if raw is None else bytearray(raw))
             booster.set_param({"nthread": 1})
             return booster
         if library == "lightgbm":
-            return module.Booster(model_file=str(path))
+            return module.Booster(model_file=str(path)) if raw is None else module.Booster(model_str=raw.decode())
     except Exception as exc:
         raise BundleError(f"model file {path} is corrupt or unreadable: {exc}") from None
     raise AssertionError("unreachable")

@@ -6,6 +6,7 @@ crash mid-export never leaves a half-written bundle where the service would load
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -16,7 +17,7 @@ from predictor.bundle import BUNDLE_VERSION, Bundle, TargetModel, file_sha256
 from predictor.features import FEATURE_COLUMNS, feature_codes
 from training.fit import FitResult
 
-EXTENSIONS = {"xgboost": "json", "lightgbm": "txt"}
+EXTENSIONS = {"xgboost": "json.gz", "lightgbm": "txt.gz"}
 
 
 def in_memory_bundle(device_id: str, fits: dict[str, FitResult], extra: dict[str, Any] | None = None) -> Bundle:
@@ -29,7 +30,9 @@ def in_memory_bundle(device_id: str, fits: dict[str, FitResult], extra: dict[str
 
 
 def save_booster(library: str, booster: Any, path: Path) -> None:
-    booster.save_model(str(path))
+    """The booster in its library's text format, gzipped (mtime 0: the same model, the same bytes)."""
+    text = booster.save_raw("json") if library == "xgboost" else booster.model_to_string().encode()
+    path.write_bytes(gzip.compress(bytes(text), mtime=0))
 
 
 def export_bundle(target_dir: Path, device_id: str, fits: dict[str, FitResult], metadata: dict[str, Any]) -> Path:

@@ -3,6 +3,7 @@ missing, incomplete or corrupt bundle is refused with a BundleError that names t
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -82,9 +83,25 @@ def test_export_writes_native_files_and_metadata(exported: Path, fits: dict[str,
                                                          "sha256": file_sha256(exported / f"kernel.{ext}")}},
                                          "interval_log": fits["kernel"].interval_log}
     assert meta["composition"] == METADATA["composition"]
-    # native formats, never pickle
-    head = (exported / f"kernel.{ext}").read_bytes()[:64]
-    assert head.startswith(b"{") if ext == "json" else head.startswith(b"tree")
+    # native formats, gzipped, never pickle
+    head = gzip.decompress((exported / f"kernel.{ext}").read_bytes())[:64]
+    assert head.startswith(b"{") if ext == "json.gz" else head.startswith(b"tree")
+
+
+def test_uncompressed_model_files_of_earlier_bundles_still_load(exported: Path, tmp_path: Path) -> None:
+    bundle = copy_of(exported, tmp_path)
+    meta = json.loads((bundle / "metadata.json").read_text())
+    for target in meta["targets"].values():
+        for entry in target["files"].values():
+            plain = bundle / entry["file"].removesuffix(".gz")
+            plain.write_bytes(gzip.decompress((bundle / entry["file"]).read_bytes()))
+            (bundle / entry["file"]).unlink()
+            entry.update(file=plain.name, sha256=file_sha256(plain))
+    (bundle / "metadata.json").write_text(json.dumps(meta))
+    x = load_zoo_graph("resnet50")
+    device = resolve_device(DEVICE)
+    assert Predictor(Bundle.load(bundle), device).predict(x, 4, "fp16").total_ms == \
+        Predictor(Bundle.load(exported), device).predict(x, 4, "fp16").total_ms
 
 
 def test_round_trip_predicts_identically(exported: Path, fits: dict[str, FitResult]) -> None:
