@@ -53,10 +53,10 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
         block = attention_block(op, args)
         if block is not None:  # one call, several kernels: each its own node
             index = len(nodes)
+            # Each part keeps a dispatch of its own: the fused call runs three aten operators
+            # (backend selection included), not three bare launches (ViT's eager runs say so).
             for part, fields in zip(("qkv", "attention", "out_proj"), block):
-                launcher = "" if part == "qkv" else f"{index}:{op}/qkv"  # one call dispatches all three
-                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"],
-                                  launched_by=launcher, **fields))
+                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **fields))
             return
         fields = classify(op, args, kwargs, out, batch)
         if fields is None:

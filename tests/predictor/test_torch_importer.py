@@ -85,7 +85,7 @@ def test_multihead_attention_becomes_projection_attention_projection(graph: Grap
     assert [n.family for n in parts] == ["linear", "sdpa", "linear"]
     assert [n.name.rsplit("/", 1)[1] for n in parts] == ["qkv", "attention", "out_proj"]
     assert len({tuple(n.merged) for n in parts}) == 1  # one source call
-    assert [n.launched_by for n in parts] == ["", parts[0].name, parts[0].name]  # dispatched once
+    assert not any(n.launched_by for n in parts)  # three aten operators, each dispatched
     qkv, attention, out = parts
     assert qkv.params == {"tokens": TOKENS, "k": EMBED, "n": 3 * EMBED}
     assert attention.params == dict(heads=HEADS, seq_q=TOKENS, seq_kv=TOKENS, head_dim=EMBED // HEADS, causal=0)
