@@ -2,8 +2,9 @@
 
 cudagraph: the GPU runs the captured kernels back to back, so the latency is the kernel times
 plus a learned gap per kernel and a learned cost per replay (launching the graph and waiting for
-it: tens of microseconds, which is a fifth of a small CNN's latency at batch 1). eager: the host issues operators one by one while the GPU runs
-them; kernel i starts once it has been issued *and* kernel i-1 has finished. At small batch the
+it: tens of microseconds, a fifth of a small CNN's latency at batch 1). eager: the host issues
+operators one by one while the GPU runs them; kernel i starts once it has been issued *and*
+kernel i-1 has finished. At small batch the
 host's issue time, not the kernels, sets the latency, which summing kernels can never show.
 """
 
@@ -41,7 +42,7 @@ class CompositionConstants:
     group_scale: dict[str, float] = field(default_factory=lambda: {g: 1.0 for g in GROUPS})
     gap_us: float = 1.0
     replay_us: float = 0.0
-    #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model (in_model_us)
+    #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model (short_kernel_us)
     short_kernel_share: float = 0.0
     host_scale: float = 1.0
     call_host_us: float = 2.0
@@ -61,7 +62,7 @@ class CompositionConstants:
         return self.group_scale.get(family_group(family, kind), 1.0)
 
 
-#: Up to this time a kernel measured alone runs a share longer inside a model (in_model_us).
+#: Up to this time a kernel measured alone runs a share longer inside a model (short_kernel_us).
 SHORT_KERNEL_CAP_US = 25.0
 
 

@@ -44,8 +44,8 @@ class Node:
     #: names of source nodes merged into this one by kernel detection (e.g. ONNX's attention).
     merged: list[str] = field(default_factory=list)
     #: where one call launches several kernels (a matmul's operand copies, a roll's further
-    #: passes, the parts of fused attention), the node of that call: its dispatch is paid once,
-    #: and this kernel costs the host only its launch.
+    #: passes), the node of that call: its dispatch is paid once, and this kernel costs the host
+    #: only its launch.
     launched_by: str = ""
     inputs: list[list[int]] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)

@@ -2,12 +2,12 @@
 
 For every measured run of a zoo model (model, batch, precision, mode) the per-layer models
 predict each node of the model's shipped graph once. cudagraph: one kernel-time scale per
-family group and a gap per kernel are fitted by non-negative least squares on relative error
-(a layer inside a model is not the same layer measured alone: no bias, another layout, another
-cache state). eager: host-time scale, per-call and per-view host costs and the synchronisation
-are chosen on a grid. Validation fits the constants on all models but
-one and predicts that one, for each model in turn; two baselines are computed in the same run:
-the pure roofline sum, and latency proportional to FLOPs.
+family group, a gap per kernel, the share short kernels run longer and the cost of a replay are
+fitted by non-negative least squares on relative error (a layer inside a model is not the same
+layer measured alone: no bias, another layout, another cache state). eager: host-time scale,
+per-call and per-view host costs and the synchronisation are chosen on a grid. Validation fits
+the constants on all models but one and predicts that one, for each model in turn; two baselines
+are computed in the same run: the pure roofline sum, and latency proportional to FLOPs.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from predictor.precision import get_precision
 
 #: The eager grid: the dispatch sweep's host time scaled, a cost per kernel call on top, the host
 #: time of a call that launches no kernel, and the synchronisation that ends a forward. On the
-#: H200 zoo the fit lands inside it (1.0, 0, 7.5 and 100 us in 2026-11): the sweep's dispatch is
+#: H200 zoo the fit lands inside it (1.0, 0, 7.5 and 150 us in 2026-11): the sweep's dispatch is
 #: the in-model issue time, and the Python around views is what a CNN's or an encoder's forward
 #: adds to it.
 HOST_SCALES = (0.75, 1.0, 1.25)

@@ -1,4 +1,5 @@
-"""Fit the per-layer models: XGBoost and LightGBM, both, on a grouped split; keep the better.
+"""Fit the per-layer models: XGBoost and LightGBM, both, on a grouped split; keep the better,
+then fit it again on every row for the bundle.
 
 Targets are learned in log space: kernel time as its ratio to the roofline time (so the model
 learns how far from the hardware's floor a kernel runs, which transfers across sizes), host

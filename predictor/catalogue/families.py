@@ -199,9 +199,10 @@ register(OpFamily(
     layouts=ELEMENTWISE_LAYOUTS,
     flops=lambda p, v, b: float(ACTIVATION_FLOPS[v] * b * p["elements"]),
     bytes_moved=lambda p, v, b, e: float(e * 2 * b * p["elements"]),
-    description="pointwise activation, out of place; layout 'strided' reads a permuted view "
-                "[batch, heads, rows, head] of a [batch, rows, heads, head] tensor (also the cost "
-                "of copying such a view: the copies before a matmul, cat of slices, roll)",
+    description="pointwise activation, out of place; layout 'strided' reads a view PyTorch "
+                "cannot vectorize over, the query of a packed [batch, rows, 3, heads, head] "
+                "projection seen as [batch, heads, rows, head] (also the cost of copying such a "
+                "view: the copies before a matmul, cat of slices, roll)",
 ))
 
 register(OpFamily(

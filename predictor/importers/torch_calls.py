@@ -210,8 +210,8 @@ UNARY_ELEMENTWISE = {
 }
 
 
-#: Calls that copy their inputs into a new tensor in one kernel: cat along any dim but channels
-#: (which the concat family costs), constant pad.
+#: Calls that copy their inputs into a new tensor in one kernel: the cats the concat family does
+#: not cover (other dims, slices), constant pad.
 COPY_CALLS = {"cat", "concat", "pad"}
 #: Calls whose copy, where they make one (their output is not a view), changes the layout: a
 #: generic strided copy kernel (roll runs one per rolled dim; a 4-d ``contiguous`` is costed by
@@ -231,9 +231,13 @@ def _tensors(value: Any) -> list[Any]:
 
 def _layout(layouts: tuple[str, ...], args: tuple, out: Any) -> str:
     """The catalogue layout a recognised call runs in, among its family's ``layouts``."""
+    import torch
+
     tensors = [t for t in _tensors(list(args)) if t.numel()]
     if "nchw" not in layouts:
-        return elementwise_layout(tensors, out) if "strided" in layouts else "contiguous"
+        if "strided" not in layouts:
+            return "contiguous"
+        return elementwise_layout(tensors, out if isinstance(out, torch.Tensor) else None)
     if _channels_last(args):
         return "nhwc"
     if "strided" in layouts and any(not t.is_contiguous() for t in tensors):
@@ -356,12 +360,10 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
         return None
     hit = recognize(name, args, kwargs, out, batch)
     if hit is not None:
-        import torch
-
         family, variant, params = hit
         from predictor.catalogue import get_family
 
-        layout = _layout(get_family(family).layouts, args, out if isinstance(out, torch.Tensor) else None)
+        layout = _layout(get_family(family).layouts, args, out)
         try:
             get_family(family).check(params, variant, layout)
             return {"kind": "kernel", "family": family, "variant": variant, "layout": layout,

@@ -63,7 +63,7 @@ def test_a_failed_reload_keeps_the_old_bundle_and_says_why(tmp_path: Path) -> No
     app = create_app(ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs"), load=False)
     app.extensions["latpred"].registry.load()
     client = app.test_client()
-    victim = next((root / DEVICE).glob("kernel-*.txt"))
+    victim = next((root / DEVICE).glob("kernel-*.txt.gz"))
     victim.write_bytes(victim.read_bytes()[:100])  # truncated: its checksum no longer matches
     body = client.post("/v1/models/reload").get_json()
     assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()}]
