@@ -91,7 +91,7 @@ def _conv(spec: BuildSpec) -> OpCall:
 @builder("linear")
 def _linear(spec: BuildSpec) -> OpCall:
     p = spec.params
-    layer = _module(spec, nn.Linear(p["k"], p["n"], **_on(spec)))
+    layer = _module(spec, nn.Linear(p["k"], p["n"], bias=spec.variant != "nobias", **_on(spec)))
     x = _randn(spec, spec.batch, p["tokens"], p["k"])
     return lambda: layer(x)
 

@@ -2,10 +2,10 @@
 
 cudagraph: the GPU runs the captured kernels back to back, so the latency is the kernel times
 plus a learned gap per kernel and a learned cost per replay (launching the graph and waiting for
-it: tens of microseconds, a fifth of a small CNN's latency at batch 1). eager: the host issues
+it: tens of microseconds, a tenth of a small CNN's latency at batch 1). eager: the host issues
 operators one by one while the GPU runs them; kernel i starts once it has been issued *and*
-kernel i-1 has finished. At small batch the
-host's issue time, not the kernels, sets the latency, which summing kernels can never show.
+kernel i-1 has finished. At small batch the host's issue time, not the kernels, sets the
+latency, which summing kernels can never show.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def short_kernel_us(kernel_us: float, c: CompositionConstants) -> float:
     """What a kernel adds inside a model to its scaled time measured alone: a learned share of
     its time up to SHORT_KERNEL_CAP_US. Alone, a kernel replays with its inputs and weights warm
     in L2; in a model they arrive cold from HBM, which a short kernel waits for and a long one
-    streams anyway (on the H200 zoo the share is about 0.13, and with it 86% of the captured runs
-    fall within +-10% leave-one-model-out, against 82% with a flat gap per kernel alone)."""
+    streams anyway (on the H200 zoo the share is 0.13-0.16, and with it 86% of the captured runs
+    fell within +-10% leave-one-model-out, against 82% with a flat gap per kernel alone)."""
     return c.short_kernel_share * min(kernel_us, SHORT_KERNEL_CAP_US)
 
 

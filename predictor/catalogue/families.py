@@ -96,11 +96,14 @@ register(OpFamily(
 register(OpFamily(
     name="linear",
     params=("tokens", "k", "n"),
+    variants=("", "nobias"),
     flops=lambda p, v, b: 2.0 * b * p["tokens"] * p["k"] * p["n"],
     bytes_moved=lambda p, v, b, e: float(
-        e * (b * p["tokens"] * p["k"] + p["k"] * p["n"] + p["n"] + b * p["tokens"] * p["n"])
+        e * (b * p["tokens"] * p["k"] + p["k"] * p["n"] + (0 if v == "nobias" else p["n"])
+             + b * p["tokens"] * p["n"])
     ),
-    description="x[batch, tokens, k] @ W[k, n] + bias",
+    description="x[batch, tokens, k] @ W[k, n] + bias; 'nobias' has none (LLaMA's, Qwen2's and "
+                "T5's projections): cuBLAS picks other kernels without the bias epilogue",
 ))
 
 register(OpFamily(

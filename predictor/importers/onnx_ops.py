@@ -63,7 +63,8 @@ def _gemm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     if x is None or y is None or a.get("transA", 0) or n.input[1] not in t.static:
         return None
     k, out = (y[1], y[0]) if a.get("transB", 0) else (y[0], y[1])
-    return "linear", "", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
+    has_bias = len(n.input) > 2 and bool(n.input[2])
+    return "linear", "" if has_bias else "nobias", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
 
 
 def _last_axis(t: _Tensors, n: Any, axis: int) -> list[int] | None:

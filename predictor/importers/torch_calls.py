@@ -133,11 +133,12 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         return "linear", "", dict(tokens=_rows(t[1].shape, batch), k=t[1].shape[1], n=t[2].shape[1])
     if name == "linear":
         w = _arg(args, kwargs, 1, "weight")
-        return "linear", "", dict(tokens=_rows(s, batch), k=s[-1], n=w.shape[0])
+        variant = "" if _arg(args, kwargs, 2, "bias") is not None else "nobias"
+        return "linear", variant, dict(tokens=_rows(s, batch), k=s[-1], n=w.shape[0])
     if name in ("matmul", "__matmul__", "bmm") and len(t) >= 2:
         a, b = t[0], t[1]
         if b.dim() == 2:
-            return "linear", "", dict(tokens=_rows(a.shape, batch), k=a.shape[-1], n=b.shape[-1])
+            return "linear", "nobias", dict(tokens=_rows(a.shape, batch), k=a.shape[-1], n=b.shape[-1])
         if a.dim() >= 3:
             return "matmul", "", dict(heads=_rows(a.shape, batch, 2), m=a.shape[-2],
                                       k=a.shape[-1], n=b.shape[-1])

@@ -230,3 +230,22 @@ def test_strided_calls_and_the_copies_a_matmul_makes_are_kernels_of_their_own() 
     add = next(n for n in kernels if n.op in ("add", "__add__"))
     assert (add.family, add.layout) == ("binary", "strided")  # a broadcast operand
     Graph.from_json(g.to_json()).check()
+
+
+def test_linear_without_bias_is_its_own_variant() -> None:
+    """LLaMA's, Qwen2's and T5's projections have no bias; cuBLAS runs other kernels for them."""
+
+    class Projections(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.with_bias = nn.Linear(EMBED, EMBED)
+            self.without = nn.Linear(EMBED, EMBED, bias=False)
+            self.weight = nn.Parameter(torch.randn(EMBED, EMBED))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.without(self.with_bias(x)) @ self.weight
+
+    g = graph_from_module(Projections().eval(), torch.randn(BATCH, TOKENS, EMBED), name="proj")
+    linears = [n for n in g.nodes if n.family == "linear"]
+    assert [n.variant for n in linears] == ["", "nobias", "nobias"]
+    assert all(n.params == {"tokens": TOKENS, "k": EMBED, "n": EMBED} for n in linears)
