@@ -79,7 +79,7 @@ def main() -> None:
     for g, b, p in variants:
         predictor.predict(g, b, p, "cudagraph")
     batched = len(variants) / (time.perf_counter() - t0) * 60
-    rows.append((f"graphs per minute, the same as one batch (prefetch)", batched, None))
+    rows.append(("graphs per minute, the same as one batch (prefetch)", batched, None))
     if args.onnx:
         from predictor.importers.onnx_graph import graph_from_onnx
 

@@ -2,7 +2,7 @@
 
 Layout of a bundle folder: ``metadata.json`` and one model file per target (``kernel.*``,
 ``dispatch.*``) in the library's own portable format (XGBoost JSON, LightGBM text; never
-pickle), gzip-compressed where the name ends in ``.gz`` (a tenth of the size: every retrain is
+pickle), gzip-compressed where the name ends in ``.gz`` (a third of the size: every retrain is
 committed). xgboost and lightgbm are imported only when a bundle is loaded.
 """
 

@@ -283,11 +283,16 @@ def elementwise_layout(ins: list[Any], out: Any) -> str:
     return "contiguous" if len({t.stride() for t in tensors}) == 1 else "strided"
 
 
+def _elementwise(family: str, variant: str, layout: str, elements: int, batch: int) -> dict[str, Any]:
+    """Node fields of an elementwise kernel costed by ``family`` over ``elements`` in all."""
+    return {"kind": "kernel", "family": family, "variant": variant, "layout": layout,
+            "params": {"elements": max(1, elements // batch)}}
+
+
 def _copy(t: Any, batch: int) -> dict[str, Any]:
     """A copy kernel of a strided view: PyTorch's generic elementwise kernel, as costed by the
     activation family's 'strided' layout."""
-    return {"kind": "kernel", "family": "activation", "variant": "relu", "layout": "strided",
-            "params": {"elements": max(1, t.numel() // batch)}}
+    return _elementwise("activation", "relu", "strided", t.numel(), batch)
 
 
 def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
@@ -379,19 +384,17 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
     if all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
         return {"kind": "free"}  # a view (or the input itself): no kernel runs
     out_elements = sum(t.numel() for t in outs)
-    per_sample = {"elements": max(1, out_elements // batch)}
     if name in UNARY_ELEMENTWISE and len(outs) == 1:
         big_inputs = [t for t in ins if t.numel() == out_elements]
         layout = elementwise_layout(ins, outs[0])
         if len(big_inputs) >= 2:
-            return {"kind": "kernel", "family": "binary", "variant": "add", "layout": layout, "params": per_sample}
-        return {"kind": "kernel", "family": "activation", "variant": "relu", "layout": layout, "params": per_sample}
+            return _elementwise("binary", "add", layout, out_elements, batch)
+        return _elementwise("activation", "relu", layout, out_elements, batch)
     if (name in COPY_CALLS or name in RELAYOUT_CALLS) and len(outs) == 1:
         # One pass that reads each input element once and writes the output: a copy kernel,
         # vectorized over dense inputs (cat of whole tensors, constant pad) and generic over
         # strided ones (cat of slices or of transposed keys) and where the layout changes.
         dense = name in COPY_CALLS and all(_dense(t) for t in ins if t.numel() > 1)
-        return {"kind": "kernel", "family": "activation", "variant": "relu",
-                "layout": "contiguous" if dense else "strided", "params": per_sample}
+        return _elementwise("activation", "relu", "contiguous" if dense else "strided", out_elements, batch)
     moved = out_elements + sum(t.numel() for t in ins)
     return {"kind": "fallback", "elements_per_sample": max(1, moved // batch)}
