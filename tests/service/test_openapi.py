@@ -96,3 +96,18 @@ def test_every_zoo_graph_passes_the_request_schema_and_its_node_fields_follow_pr
     assert set(NodeIR.__annotations__) == {f.name for f in dataclasses.fields(Node)}
     for name in zoo_names():
         GRAPH_IR.validate_python(load_zoo_graph(name).to_json())
+
+
+def test_response_models_mirror_the_predictor_dataclasses() -> None:
+    """LayerOut/PredictionOut/LatencyRow are the API's written contract and copy predictor's
+    dataclasses field by field on purpose; a field added on one side must be added on the other."""
+    from dataclasses import fields
+
+    from predictor.predict import LayerPrediction, Prediction
+    from service.schemas.common import LayerOut, PredictionOut
+    from service.schemas.latency import LatencyRow
+
+    assert list(LayerOut.model_fields) == [f.name for f in fields(LayerPrediction)]
+    assert list(PredictionOut.model_fields) == [f.name for f in fields(Prediction)]
+    summary = [f.name for f in fields(Prediction) if f.name not in ("layers", "unsupported", "warnings")]
+    assert list(LatencyRow.model_fields) == summary
