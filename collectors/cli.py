@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -63,21 +64,30 @@ def graphs(out: Path | None) -> None:
     import torch
 
     from collectors.zoo import HELD_OUT_GRAPH_MODELS, ZOO
+    from predictor.importers.precision_traces import merge_precision_traces
     from predictor.importers.torch_module import graph_from_module
     from predictor.zoo import GRAPH_DIR
 
     target = out or GRAPH_DIR
     target.mkdir(parents=True, exist_ok=True)
+    def trace(name: str, zoo: Any, dtype: Any) -> Any:
+        return graph_from_module(zoo.build().to(dtype), zoo.example_input(1, "cpu", dtype), name,
+                                 source=f"{zoo.kind}:{name}")
+
     for name, zoo in {**ZOO, **HELD_OUT_GRAPH_MODELS}.items():
         # Text models are traced in bfloat16: what they keep in float32 (RMSNorm, rotary
-        # embeddings, T5's norms) and their casts only show in a half-precision trace.
+        # embeddings, T5's norms) and their casts only show in a half-precision trace. They
+        # are traced in float16 too, for the calls their code makes only in float16.
         dtype = torch.bfloat16 if zoo.kind == "text" else torch.float32
-        graph = graph_from_module(zoo.build().to(dtype), zoo.example_input(1, "cpu", dtype), name,
-                                  source=f"{zoo.kind}:{name}")
+        graph = trace(name, zoo, dtype)
+        if zoo.kind == "text":
+            graph = merge_precision_traces(graph, ["fp32", "tf32", "bf16"], trace(name, zoo, torch.float16),
+                                           ["fp16"])
         graph.meta = {**graph.meta, "held_out": name in HELD_OUT_GRAPH_MODELS, "kind": zoo.kind,
                       "traced_dtype": str(dtype).replace("torch.", "")}
         graph.save(target / f"{name}.json")
-        click.echo(f"{name}: {len(graph.nodes)} nodes")
+        only = sum(1 for n in graph.nodes if n.precisions)
+        click.echo(f"{name}: {len(graph.nodes)} nodes" + (f", {only} at some precisions only" if only else ""))
 
 
 @collect.command()

@@ -44,6 +44,8 @@ class CompositionConstants:
     replay_us: float = 0.0
     #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model (short_kernel_us)
     short_kernel_share: float = 0.0
+    #: the share of a layer's cold weight read (features.cold_weight_us) it adds inside a model
+    cold_weight_share: float = 0.0
     host_scale: float = 1.0
     call_host_us: float = 2.0
     #: host time of a call that launches no kernel (a view, a reshape, a no-op cast): the Python
@@ -70,8 +72,10 @@ def short_kernel_us(kernel_us: float, c: CompositionConstants) -> float:
     """What a kernel adds inside a model to its scaled time measured alone: a learned share of
     its time up to SHORT_KERNEL_CAP_US. Alone, a kernel replays with its inputs and weights warm
     in L2; in a model they arrive cold from HBM, which a short kernel waits for and a long one
-    streams anyway (on the H200 zoo the share is 0.13-0.16, and with it 86% of the captured runs
-    fell within +-10% leave-one-model-out, against 82% with a flat gap per kernel alone)."""
+    streams anyway (on the H200 zoo the share is 0.13-0.16; with it 86% of the first lease's
+    captured runs fell within +-10% leave-one-model-out, against 82% with a flat gap per kernel
+    alone). A layer's weights, cold in a model too, are a term of their own
+    (``cold_weight_share``, features.cold_weight_us)."""
     return c.short_kernel_share * min(kernel_us, SHORT_KERNEL_CAP_US)
 
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family
+from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family, weight_bytes
 from predictor.catalogue.families import conv_out_hw, conv_window
 from predictor.devices import DeviceSpec
 from predictor.precision import PRECISIONS
@@ -95,6 +95,19 @@ def roofline_us(family: str, params: Mapping[str, int], variant: str, batch: int
     f = flops(family, params, variant, batch)
     b = bytes_moved(family, params, variant, batch, prec.element_bytes)
     return max(f / peak, b / device.memory_bandwidth) * 1e6
+
+
+def cold_weight_us(family: str, params: Mapping[str, int], variant: str, batch: int,
+                   precision: str, device: DeviceSpec) -> float:
+    """Microseconds to read a layer's parameters from HBM: what the layer adds inside a model to
+    its time alone. The sweep replays a call on the same buffers, so a call whose bytes fit in L2
+    found its weights there ('warm'); in a model each weight is read once per forward, cold. A
+    call that does not fit in L2 was measured cold already, and adds nothing."""
+    e = PRECISIONS[precision].element_bytes
+    w = weight_bytes(family, params, variant, e)
+    if not w or bytes_moved(family, params, variant, batch, e) > device.l2_bytes:
+        return 0.0
+    return w / device.memory_bandwidth * 1e6
 
 
 def feature_row(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,

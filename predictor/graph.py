@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalogue import get_family
+from predictor.precision import PRECISIONS
 
 IR_VERSION = 1
 NODE_KINDS = ("kernel", "free", "fallback")
@@ -50,6 +51,9 @@ class Node:
     inputs: list[list[int]] = field(default_factory=list)
     outputs: list[list[int]] = field(default_factory=list)
     dtype: str = ""
+    #: the precisions (of the whole model) this node runs at, where the model's code branches on
+    #: its dtype: T5 guards its hidden states against overflow only in float16. Empty: all.
+    precisions: list[str] = field(default_factory=list)
 
     def variant_in(self, mode: str) -> str:
         """The variant that runs in execution ``mode`` ('eager' or 'cudagraph')."""
@@ -77,6 +81,9 @@ class Node:
                              f"{MAX_SIZE}")
         if type(self.merged) is not list or not all(type(m) is str for m in self.merged):
             raise ValueError(f"node {self.name!r}: field 'merged' must be a list of strings")
+        if type(self.precisions) is not list or not all(p in PRECISIONS for p in self.precisions):
+            raise ValueError(f"node {self.name!r}: field 'precisions' must be a list of precisions "
+                             f"({', '.join(PRECISIONS)})")
         for name in ("inputs", "outputs"):
             if not _are_shapes(getattr(self, name)):
                 raise ValueError(f"node {self.name!r}: field '{name}' must be a list of shapes "
@@ -153,6 +160,14 @@ class Graph:
     def runs_kernel(self, node: Node, precision: str) -> bool:
         """False for a cast that is a no-op at ``precision``."""
         return not (self.precision_plan(precision)[1] and node.op in CAST_OPS)
+
+    def at_precision(self, precision: str) -> "Graph":
+        """The graph as it runs at ``precision``: without the nodes its code runs only at others
+        (``Node.precisions``). Most graphs have none, and are returned as they are."""
+        if not any(n.precisions for n in self.nodes):
+            return self
+        return Graph(self.name, [n for n in self.nodes if not n.precisions or precision in n.precisions],
+                     self.batch, self.source, self.meta)
 
     def check(self) -> None:
         if not self.nodes:
@@ -251,6 +266,9 @@ def json_schema() -> dict[str, Any]:
                     "inputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "outputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "dtype": {"type": "string"},
+                    "precisions": {"type": "array", "items": {"enum": list(PRECISIONS)}, "description":
+                                   "the precisions this node runs at, where the model's code branches "
+                                   "on its dtype (empty or absent: all)"},
                 }}},
         },
     }

@@ -13,8 +13,8 @@ from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _de
 from predictor.precision import PRECISIONS
 
 MODEL_RUN_SCHEMA_VERSION = 1
-#: folder (beside ``models``) of eager runs re-measured in interleaved rounds
-#: (collectors.eager_interleaved), which training prefers to the sequential eager runs.
+#: folder (beside ``models``) of runs re-measured in interleaved rounds
+#: (collectors.interleaved_runs), which training prefers to the sequential runs.
 INTERLEAVED_FOLDER = "models_interleaved"
 MODES = ("eager", "cudagraph")
 

@@ -19,7 +19,7 @@ import pandas as pd
 from predictor.bundle import Bundle, BundleError
 from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us, short_kernel_us
 from predictor.devices import DeviceSpec
-from predictor.features import FEATURE_COLUMNS, feature_codes, feature_row
+from predictor.features import FEATURE_COLUMNS, cold_weight_us, feature_codes, feature_row
 from predictor.graph import CAST_OPS, Graph
 from predictor.precision import get_precision
 
@@ -116,7 +116,7 @@ class Predictor:
         self.bundle = bundle
         self.device = device
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
-        self._cache: dict[tuple, tuple[float, float, float, float]] = {}
+        self._cache: dict[tuple, tuple[float, float, float, float, float]] = {}
 
     @staticmethod
     def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[tuple | None]:
@@ -139,8 +139,9 @@ class Predictor:
             if key is not None:
                 needed.setdefault(key, n)
 
-    def _evaluate(self, needed: dict[tuple, Any]) -> dict[tuple, tuple[float, float, float, float]]:
-        """(kernel, low, high, dispatch) per configuration, from the cache or the boosters.
+    def _evaluate(self, needed: dict[tuple, Any]) -> dict[tuple, tuple[float, float, float, float, float]]:
+        """(kernel, low, high, dispatch, cold weight read) per configuration, from the cache or
+        the boosters.
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
         spreadsheets ask for the same layers again and again, so each configuration is
@@ -166,7 +167,8 @@ class Predictor:
             for key, node, r, k, d in zip(wanted, nodes, roof, k_log, d_log):
                 q = widths.get(node.family, default)
                 t = float(r * math.exp(k))
-                found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)))
+                cold = cold_weight_us(node.family, node.params, key[1], key[4], key[5], self.device)
+                found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)), cold)
         return found
 
     def prefetch(self, requests: list[tuple[Graph, int | None, str, str]]) -> None:
@@ -183,7 +185,9 @@ class Predictor:
                 check_request(batch, precision, mode)
             except ValueError:
                 continue
-            self._needed(graph, self._node_keys(graph, batch, get_precision(precision).name, mode), needed)
+            name = get_precision(precision).name
+            graph = graph.at_precision(name)
+            self._needed(graph, self._node_keys(graph, batch, name, mode), needed)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
                 break
         if needed:
@@ -193,6 +197,7 @@ class Predictor:
         """Per-node predictions at ``batch`` and ``precision``, in graph order, for ``mode``
         (a node may run another kernel variant when the model is captured as a CUDA graph)."""
         prec = get_precision(precision)
+        graph = graph.at_precision(prec.name)
         keys = self._node_keys(graph, batch, prec.name, mode)
         needed: dict[tuple, Any] = {}
         self._needed(graph, keys, needed)
@@ -201,7 +206,7 @@ class Predictor:
         scales: dict[tuple[str | None, str], float] = {}
         out = []
         for n, key in zip(graph.nodes, keys):
-            extra = 0.0  # what a kernel adds inside a model to its time alone (compose.short_kernel_us)
+            extra = 0.0  # what a kernel adds inside a model to its time alone: short kernels, cold weights
             scale = scales.get((n.family, n.kind))
             if scale is None:
                 scale = scales[(n.family, n.kind)] = c.scale(n.family, n.kind)
@@ -209,9 +214,9 @@ class Predictor:
                 t = lo = hi = 0.0  # a cast to the precision the model already runs in: a no-op
                 host = c.view_host_us
             elif n.kind == "kernel":
-                t, lo, hi, host = kernel_us[key]
+                t, lo, hi, host, cold = kernel_us[key]
                 host = c.launch_host_us if n.launched_by else host * c.host_scale + c.call_host_us
-                extra = short_kernel_us(t, c)
+                extra = short_kernel_us(t, c) + c.cold_weight_share * cold
             elif n.kind == "fallback":
                 t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes
                         / (FALLBACK_BANDWIDTH_SHARE * self.device.memory_bandwidth) * 1e6)

@@ -8,6 +8,7 @@ from predictor.catalogue.family import (
     bytes_moved,
     flops,
     get_family,
+    weight_bytes,
 )
 
-__all__ = ["FAMILIES", "PARAMETERS", "OpFamily", "bytes_moved", "flops", "get_family"]
+__all__ = ["FAMILIES", "PARAMETERS", "OpFamily", "bytes_moved", "flops", "get_family", "weight_bytes"]

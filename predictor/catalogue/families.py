@@ -61,11 +61,18 @@ def _conv_flops(p: Params, v: str, b: int) -> float:
     return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * kh * kw
 
 
+def _conv_weights(p: Params, v: str, e: int) -> float:
+    kh, kw = conv_window(p, v)
+    return float(e * (p["c_out"] * (p["c_in"] // p["groups"]) * kh * kw + (0 if v in CONV_NO_BIAS else p["c_out"])))
+
+
 def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:
     ho, wo = conv_out_hw(p, v)
-    kh, kw = conv_window(p, v)
-    weights = p["c_out"] * (p["c_in"] // p["groups"]) * kh * kw + (0 if v in CONV_NO_BIAS else p["c_out"])
-    return float(e * (b * p["c_in"] * p["h"] * p["w"] + weights + b * p["c_out"] * ho * wo))
+    return float(e * (b * p["c_in"] * p["h"] * p["w"] + b * p["c_out"] * ho * wo)) + _conv_weights(p, v, e)
+
+
+def _linear_weights(p: Params, v: str, e: int) -> float:
+    return float(e * (p["k"] * p["n"] + (0 if v == "nobias" else p["n"])))
 
 
 def _conv_validate(p: Params, v: str) -> str | None:
@@ -82,6 +89,7 @@ register(OpFamily(
     params=("c_in", "c_out", "h", "w", "kernel", "stride", "groups"),
     flops=_conv_flops,
     bytes_moved=_conv_bytes,
+    weight_bytes=_conv_weights,
     variants=("", "nobias") + CONV_VALID + (CONV_ROW, CONV_COL),
     layouts=("nchw", "nhwc"),
     validate=_conv_validate,
@@ -98,10 +106,8 @@ register(OpFamily(
     params=("tokens", "k", "n"),
     variants=("", "nobias"),
     flops=lambda p, v, b: 2.0 * b * p["tokens"] * p["k"] * p["n"],
-    bytes_moved=lambda p, v, b, e: float(
-        e * (b * p["tokens"] * p["k"] + p["k"] * p["n"] + (0 if v == "nobias" else p["n"])
-             + b * p["tokens"] * p["n"])
-    ),
+    bytes_moved=lambda p, v, b, e: float(e * b * p["tokens"] * (p["k"] + p["n"])) + _linear_weights(p, v, e),
+    weight_bytes=_linear_weights,
     description="x[batch, tokens, k] @ W[k, n] + bias; 'nobias' has none (LLaMA's, Qwen2's and "
                 "T5's projections): cuBLAS picks other kernels without the bias epilogue",
 ))

@@ -42,6 +42,7 @@ PARAMETERS: dict[str, str] = {
 Params = Mapping[str, int]
 FlopsFormula = Callable[[Params, str, int], float]
 BytesFormula = Callable[[Params, str, int, int], float]
+WeightsFormula = Callable[[Params, str, int], float]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,10 @@ class OpFamily:
 
     ``flops(params, variant, batch)`` counts floating-point operations of one call;
     ``bytes_moved(params, variant, batch, element_bytes)`` counts the fewest bytes that call
-    must move through device memory (each input read once, each output written once).
+    must move through device memory (each input read once, each output written once);
+    ``weight_bytes(params, variant, element_bytes)`` counts the layer's own parameters among them
+    (weights and bias), which a forward reads once each: cold from HBM inside a model, where a
+    sweep that replays the layer alone finds them warm in L2.
     """
 
     name: str
@@ -61,6 +65,7 @@ class OpFamily:
     variants: tuple[str, ...] = ("",)
     layouts: tuple[str, ...] = ("contiguous",)
     validate: Callable[[Params, str], str | None] = field(default=lambda p, v: None)
+    weight_bytes: WeightsFormula = field(default=lambda p, v, e: 0.0)
 
     def check(self, params: Params, variant: str = "", layout: str | None = None) -> None:
         """Raise ``ValueError`` naming the first problem with a configuration of this family."""
@@ -124,3 +129,8 @@ def flops(family: str, params: Params, variant: str, batch: int) -> float:
 def bytes_moved(family: str, params: Params, variant: str, batch: int, element_bytes: int) -> float:
     """Fewest bytes one call of ``family`` at ``batch`` moves through device memory."""
     return float(get_family(family).bytes_moved(params, variant, batch, element_bytes))
+
+
+def weight_bytes(family: str, params: Params, variant: str, element_bytes: int) -> float:
+    """Bytes of the parameters (weights and bias) one call of ``family`` reads."""
+    return float(get_family(family).weight_bytes(params, variant, element_bytes))

@@ -171,7 +171,12 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         return "embedding", "", dict(vocab=w.shape[0], c=w.shape[1], tokens=_per_sample(s, batch))
     if name == "contiguous" and x.dim() == 4 and not x.is_contiguous():
         return "transpose", "", dict(d1=s[2], d2=s[1], d3=s[3])
-    if name == "mean" and isinstance(out, torch.Tensor):
+    if (name in REDUCTIONS or name in ("max", "min")) and len(t) == 1 and isinstance(out, torch.Tensor) \
+            and _arg(args, kwargs, 1, "dim") is None and x.numel() > 1:
+        # A reduction of the whole tensor to one value (T5's fp16 guard `isinf(x).any()`):
+        # PyTorch's reduce kernel, costed as the mean of one row per sample.
+        return "mean", "", dict(rows=1, c=max(1, x.numel() // batch))
+    if name in REDUCTIONS and isinstance(out, torch.Tensor):
         dim = _arg(args, kwargs, 1, "dim")
         dims = tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
         if dims in ((-1,), (x.dim() - 1,)):
@@ -179,6 +184,10 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         if x.dim() == 4 and sorted(d % 4 for d in dims) == [2, 3]:
             return "mean", "", dict(rows=s[1], c=s[2] * s[3])
     return None
+
+
+#: Calls that reduce a tensor with PyTorch's reduce kernel, costed by the mean family.
+REDUCTIONS = {"mean", "sum", "any", "all", "amax", "amin", "prod"}
 
 
 def call_recorder(on_call: Callable[[str, tuple, dict, Any], None]) -> Any:
@@ -207,7 +216,10 @@ UNARY_ELEMENTWISE = {
     "masked_fill", "clone", "softplus", "leaky_relu", "elu", "mish", "relu6", "hardtanh",
     "dropout", "where", "maximum", "minimum", "clamp_min", "__and__", "__or__", "eq", "ne", "lt",
     "gt", "__lt__", "__gt__", "__eq__", "__ne__", "logical_not", "__invert__", "type_as",
-    "expand_as", "repeat", "tril", "triu", "copy_", "fill_", "zero_",
+    "expand_as", "repeat", "tril", "triu", "copy_", "fill_", "zero_", "isinf", "isnan",
+    "isfinite", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
+    "bitwise_not", "floor", "ceil", "round", "sign", "min", "max", "full_like", "zeros_like",
+    "ones_like",
 }
 
 

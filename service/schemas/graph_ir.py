@@ -19,6 +19,7 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import Required, TypedDict
 
 from predictor.catalogue import FAMILIES, PARAMETERS
+from predictor.precision import PRECISIONS
 from predictor.graph import IR_VERSION, MAX_SIZE, NODE_KINDS, Node, json_schema
 
 #: Parameters and sizes above this are refused (predictor.graph's bound, which says why).
@@ -36,6 +37,7 @@ _KNOWN: dict[str, Any] = {
     "params": dict[Literal[tuple(PARAMETERS)], Size],  # type: ignore[misc]
     "elements_per_sample": Size,
     "merged": list[str],
+    "precisions": list[Literal[tuple(PRECISIONS)]],  # type: ignore[misc]
     "inputs": list[list[Size]],
     "outputs": list[list[Size]],
 }

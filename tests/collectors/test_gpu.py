@@ -130,3 +130,28 @@ def test_importer_counts_the_kernels_window_attention_launches() -> None:
     with torch.inference_mode():
         launched = _kernel_names(lambda: model(x))
     assert predicted == len(launched), ([n.name for n in graph.nodes if n.kind != "free"], launched)
+
+
+def test_interleaved_replays_agree_with_the_sequential_timing() -> None:
+    """The interleaved protocol's cudagraph rows time the same replays as time_cudagraph."""
+    import statistics
+
+    import torch
+
+    from collectors.fingerprint import open_nvml, read_fingerprint
+    from collectors.interleaved_runs import measure_interleaved
+    from collectors.model_runs import ModelMeasurer, time_cudagraph
+    from collectors.zoo import get_zoo_model
+
+    measurer = ModelMeasurer(read_fingerprint("cuda"), open_nvml())
+    rows = measure_interleaved(measurer, ["distilbert-base"], (1, 8), ("fp16",), rounds=2, reps=3, seed=0,
+                               mode="cudagraph")
+    assert [(r["batch"], r["mode"], r["run_id"]) for r in rows] == [
+        (1, "cudagraph", "distilbert-base|b1|fp16|cudagraph|interleaved-all"),
+        (8, "cudagraph", "distilbert-base|b8|fp16|cudagraph|interleaved-all")]
+    zoo = get_zoo_model("distilbert-base")
+    with torch.inference_mode():
+        model = zoo.build().to(device="cuda", dtype=torch.float16).eval()
+        x = zoo.example_input(8, torch.device("cuda"), torch.float16)
+        sequential = statistics.median(time_cudagraph(lambda: model(x)))
+    assert 0.8 < rows[1]["latency_ms"] / sequential < 1.25

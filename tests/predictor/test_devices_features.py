@@ -113,3 +113,21 @@ def test_feature_frame_matches_feature_row() -> None:
         assert np.allclose([got[c] for c in FEATURE_COLUMNS], [expected[c] for c in FEATURE_COLUMNS],
                            equal_nan=True)
     assert set(TINY) <= set(FAMILIES)
+
+
+def test_cold_weight_read_is_the_weights_over_bandwidth_where_the_sweep_saw_them_warm() -> None:
+    from predictor.catalogue import weight_bytes
+    from predictor.features import cold_weight_us
+
+    h200 = resolve_device("h200")
+    small = {"tokens": 128, "k": 896, "n": 4864}  # Qwen2's MLP at batch 1: 8.7 MB of bf16 weights
+    expected = 896 * 4864 * 2 / h200.memory_bandwidth * 1e6
+    assert cold_weight_us("linear", small, "nobias", 1, "bf16", h200) == pytest.approx(expected)
+    assert cold_weight_us("linear", small, "nobias", 1, "fp32", h200) == pytest.approx(2 * expected)
+    assert weight_bytes("linear", small, "", 2) == (896 * 4864 + 4864) * 2  # with the bias
+    conv = {"c_in": 64, "c_out": 128, "h": 28, "w": 28, "kernel": 3, "stride": 1, "groups": 2}
+    assert weight_bytes("conv2d", conv, "nobias", 2) == 2 * 32 * 128 * 9
+    assert weight_bytes("conv2d", conv, "row_nobias", 2) == 2 * 32 * 128 * 3  # a 1 x 3 window
+    # a call whose bytes exceed L2 was measured cold already; activations have no weights
+    assert cold_weight_us("linear", {"tokens": 4096, "k": 8192, "n": 8192}, "", 8, "fp32", h200) == 0.0
+    assert cold_weight_us("activation", {"elements": 4096}, "relu", 1, "bf16", h200) == 0.0

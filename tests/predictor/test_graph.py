@@ -29,7 +29,7 @@ def tiny_graph() -> Graph:
         Node(name="2:sdpa", op="attn", kind="kernel", family="sdpa", merged=["a", "b"],
              params=dict(heads=2, seq_q=8, seq_kv=8, head_dim=16, causal=0)),
         Node(name="3:flatten", op="flatten", kind="free", outputs=[[3, 512]]),
-        Node(name="4:roll", op="roll", kind="fallback", elements_per_sample=1024),
+        Node(name="4:roll", op="roll", kind="fallback", elements_per_sample=1024, precisions=["fp16"]),
     ])
 
 

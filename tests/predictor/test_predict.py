@@ -214,6 +214,28 @@ def test_layers_apply_the_in_model_terms_and_the_host_of_each_kind(predictor: Pr
     assert fallback.host_us == 9.0 + 1.0
 
 
+def test_a_layer_with_weights_adds_their_cold_read_inside_a_model(predictor: Predictor) -> None:
+    """Alone the sweep found a small layer's weights warm in L2; in a model they come from HBM."""
+    from dataclasses import replace
+
+    from predictor.features import cold_weight_us
+
+    linear = Node(name="0:linear", op="linear", kind="kernel", family="linear", variant="nobias",
+                  params={"tokens": 128, "k": 896, "n": 4864})
+    relu = Node(name="1:relu", op="relu", kind="kernel", family="activation", variant="relu",
+                params={"elements": 128 * 4864})
+    graph = Graph("g", [linear, relu])
+    base = replace(predictor.constants, cold_weight_share=0.0)
+    cold = replace(base, cold_weight_share=1.5)
+    plain = Predictor(predictor.bundle, predictor.device, constants=base).layers(graph, 1, "bf16", "cudagraph")
+    warm_l, warm_r = plain
+    cold_l, cold_r = Predictor(predictor.bundle, predictor.device, constants=cold).layers(graph, 1, "bf16", "cudagraph")
+    read = cold_weight_us("linear", linear.params, "nobias", 1, "bf16", predictor.device)
+    assert read > 0
+    assert cold_l.kernel_us == pytest.approx(warm_l.kernel_us + 1.5 * read)
+    assert cold_r.kernel_us == pytest.approx(warm_r.kernel_us)  # no weights, nothing added
+
+
 def _eager_step_by_step(kernels: list[float], host: list[float], c: CompositionConstants) -> float:
     """The issue-and-overlap recurrence as written in the design: one node at a time."""
     t_host = t_gpu = 0.0

@@ -249,3 +249,21 @@ def test_linear_without_bias_is_its_own_variant() -> None:
     linears = [n for n in g.nodes if n.family == "linear"]
     assert [n.variant for n in linears] == ["", "nobias", "nobias"]
     assert all(n.params == {"tokens": TOKENS, "k": EMBED, "n": EMBED} for n in linears)
+
+
+def test_whole_tensor_reductions_and_tensor_min_max_have_families() -> None:
+    """T5's float16 guard reduces a whole tensor; its position buckets take a tensor minimum."""
+
+    class Guard(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            limit = torch.where(torch.isinf(x).any(), torch.finfo(x.dtype).max - 1000, torch.finfo(x.dtype).max)
+            y = torch.clamp(x, min=-limit, max=limit)
+            return torch.min(y, torch.full_like(y, 3.0)) + y.sum(-1, keepdim=True)
+
+    g = graph_from_module(Guard().eval(), torch.randn(BATCH, TOKENS, EMBED), name="guard")
+    by_op = {n.op: n for n in g.nodes}
+    assert not [n.op for n in g.nodes if n.kind == "fallback"]
+    assert (by_op["any"].family, by_op["any"].params) == ("mean", {"rows": 1, "c": TOKENS * EMBED})
+    assert (by_op["sum"].family, by_op["sum"].params) == ("mean", {"rows": TOKENS, "c": EMBED})
+    assert by_op["isinf"].family == "activation"
+    assert by_op["min"].family == "binary"  # two tensors of one shape: elementwise

@@ -20,9 +20,9 @@ def run(kernels: list[float], groups: list[int], measured: float = 1.0, dispatch
                      k == 0, np.zeros(len(k), bool), 0.0, 0.0)
 
 
-def test_graph_fit_recovers_scales_gap_short_share_and_replay() -> None:
+def test_graph_fit_recovers_scales_gap_short_share_replay_and_cold_weights() -> None:
     truth = CompositionConstants(group_scale={**dict.fromkeys(GROUPS, 1.0), "conv": 0.9, "elementwise": 1.2},
-                                 gap_us=0.6, short_kernel_share=0.15, replay_us=22.0)
+                                 gap_us=0.6, short_kernel_share=0.15, replay_us=22.0, cold_weight_share=1.2)
     rng = np.random.default_rng(3)
     runs = []
     for _ in range(60):
@@ -30,13 +30,15 @@ def test_graph_fit_recovers_scales_gap_short_share_and_replay() -> None:
         kernels = np.exp(rng.uniform(np.log(1.0), np.log(400.0), n))
         groups = rng.choice([CONV, ELEMENTWISE, FALLBACK], size=n, p=[0.5, 0.45, 0.05])
         r = run(list(kernels), list(groups))
+        r.cold_weight_us = np.where(np.array(groups) == CONV, rng.uniform(0.0, 5.0, n), 0.0)
         r.measured_us = predict_run(r, truth)
         runs.append(r)
-    scales, gap, short, replay = fit_graph_constants(runs)
-    assert scales["conv"] == pytest.approx(0.9, rel=1e-3)
-    assert scales["elementwise"] == pytest.approx(1.2, rel=1e-3)
-    assert scales["fallback"] == 1.0  # a fixed prior, never fitted
-    assert (gap, short, replay) == pytest.approx((0.6, 0.15, 22.0), rel=1e-3)
+    fit = fit_graph_constants(runs)
+    assert fit.group_scale["conv"] == pytest.approx(0.9, rel=1e-3)
+    assert fit.group_scale["elementwise"] == pytest.approx(1.2, rel=1e-3)
+    assert fit.group_scale["fallback"] == 1.0  # a fixed prior, never fitted
+    assert (fit.gap_us, fit.short_kernel_share, fit.replay_us, fit.cold_weight_share) == pytest.approx(
+        (0.6, 0.15, 22.0, 1.2), rel=1e-3)
 
 
 def test_short_kernel_term_counts_learned_kernels_up_to_the_cap() -> None:

@@ -251,7 +251,7 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     assert dataset_hash(copy) not in (original, duplicated)  # the name counts, not just the bytes
 
 
-def test_interleaved_eager_runs_replace_sequential_ones(tmp_path: Path) -> None:
+def test_interleaved_runs_replace_sequential_ones_and_the_latest_wins(tmp_path: Path) -> None:
     copy = tmp_path / "nvidia-h200"
     (copy / "models").mkdir(parents=True)
     for path in shard_paths(DATASET / "models"):
@@ -261,13 +261,23 @@ def test_interleaved_eager_runs_replace_sequential_ones(tmp_path: Path) -> None:
     (copy / INTERLEAVED_FOLDER).mkdir()
     for path in shard_paths(DATASET / INTERLEAVED_FOLDER):
         shutil.copy2(path, copy / INTERLEAVED_FOLDER / path.name)
+    interleaved = pd.read_parquet(copy / INTERLEAVED_FOLDER)
+    unit = ["model", "batch", "precision", "mode"]
     merged = load_model_runs(copy)
     assert len(merged) == len(sequential)  # replaced, not added
-    assert merged.groupby(["model", "batch", "precision", "mode"]).size().max() == 1
-    eager = merged[merged["mode"] == "eager"]
-    assert eager["run_id"].str.endswith("|eager|interleaved").all()
-    graph = merged[merged["mode"] == "cudagraph"].set_index("run_id")["latency_ms"]
-    assert graph.equals(sequential[sequential["mode"] == "cudagraph"].set_index("run_id")["latency_ms"])
+    assert merged.groupby(unit).size().max() == 1
+    replaced = merged["run_id"].str.contains("|interleaved", regex=False)
+    assert replaced.sum() == len(interleaved.drop_duplicates(unit))
+    # a unit measured interleaved more than once (two protocols) keeps its latest row
+    twice = interleaved[interleaved.duplicated(unit, keep=False)]
+    assert len(twice), "the committed dataset has eager units re-measured interleaved"
+    latest = twice.sort_values("timestamp").drop_duplicates(unit, keep="last").set_index(unit)
+    kept = merged.set_index(unit).loc[latest.index]
+    assert (kept["run_id"] == latest["run_id"]).all() and (kept["latency_ms"] == latest["latency_ms"]).all()
+    # units never measured interleaved keep their sequential row (cudagraph at batch 128)
+    untouched = merged[~replaced].set_index("run_id")["latency_ms"]
+    assert (merged.loc[~replaced, "mode"] == "cudagraph").all() and len(untouched)
+    assert untouched.equals(sequential.set_index("run_id")["latency_ms"].loc[untouched.index])
 
 
 def test_the_chosen_fit_is_refitted_on_every_row(ops: OpData, kernel_fit: FitResult) -> None:

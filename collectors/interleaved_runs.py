@@ -1,4 +1,4 @@
-"""Eager whole-model latency measured in interleaved rounds, so host drift hits every model alike.
+"""Whole-model latency measured in interleaved rounds, so drift hits every model alike.
 
 Eager latency at small batch is host time, and the host's speed drifts: the first zoo run, which
 measured one model after another, saw the same model differ up to 2x minutes apart, so one
@@ -9,9 +9,13 @@ common to all rows instead of a bias peculiar to each. (Interleaving models with
 at a time, as the first version did, still let drift between precision groups through: text
 models and ViT measured up to 1.5x slower in fp16 than in bf16, host-bound, with the same code.)
 
-Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|eager|interleaved``
+``--modes cudagraph`` does the same for CUDA-graph replays: every unit is captured once, and the
+rounds time replays (an event pair each) in shuffled order, so clock and power-state drift
+between one model's minute and the next is shared too.
+
+Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|<mode>|interleaved``
 and go to ``<root>/<device>/models_interleaved``; training prefers them over the sequential
-eager rows of the same unit (which stay on disk).
+rows of the same unit (which stay on disk).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +32,7 @@ import torch
 
 from collectors.campaign import Campaign
 from collectors.fingerprint import THROTTLE_MASK, open_nvml, read_fingerprint
-from collectors.model_runs import ModelMeasurer, ModelUnit, _sync
+from collectors.model_runs import ModelMeasurer, ModelUnit, _sync, capture
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.shards import ShardStore
 from collectors.timing import coefficient_of_variation
@@ -35,7 +40,12 @@ from collectors.zoo import ZOO, get_zoo_model
 from predictor.model_run_schema import INTERLEAVED_FOLDER, validate_model_runs
 from predictor.precision import get_precision
 
-PROTOCOL = "interleaved"
+#: this protocol's run-id suffix: rows of the first version, which interleaved one precision at a
+#: time, end in "interleaved"; a unit's latest row is the one training uses.
+PROTOCOL = "interleaved-all"
+
+
+MODES = ("eager", "cudagraph")
 
 
 def _once(forward: Any, device: torch.device) -> float:
@@ -46,10 +56,32 @@ def _once(forward: Any, device: torch.device) -> float:
     return (time.perf_counter_ns() - t0) / 1e6
 
 
+def _timer(mode: str, forward: Any, device: torch.device) -> Callable[[], float]:
+    """A callable timing one run of ``forward`` in ``mode``, in milliseconds: a synchronised
+    eager forward on the host clock, or one replay of its captured graph between two events
+    (as the sequential runs time them)."""
+    if mode == "eager":
+        return lambda: _once(forward, device)
+    graph = capture(forward)
+
+    def replay() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return replay
+
+
 def measure_interleaved(measurer: ModelMeasurer, models: list[str], batches: tuple[int, ...],
-                        precisions: tuple[str, ...], rounds: int, reps: int, seed: int) -> list[dict[str, Any]]:
-    """Rows for every (model, batch, precision), timed in shuffled interleaved rounds; each
-    forward runs under its precision's TF32 switches."""
+                        precisions: tuple[str, ...], rounds: int, reps: int, seed: int,
+                        mode: str = "eager") -> list[dict[str, Any]]:
+    """Rows for every (model, batch, precision) in ``mode``, timed in shuffled interleaved
+    rounds; each forward runs (and is captured) under its precision's TF32 switches."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
     device = measurer.device
     rows: list[dict[str, Any]] = []
     with torch.inference_mode():
@@ -68,6 +100,9 @@ def measure_interleaved(measurer: ModelMeasurer, models: list[str], batches: tup
             for _ in range(3):
                 forwards[unit]()
         _sync(device)
+        timers = {unit: _timer(mode, forwards[unit], device) for unit in units}
+        for unit in units:
+            timers[unit]()
         samples: dict[tuple[str, int, str], list[float]] = defaultdict(list)
         reasons = 0
         for r in range(rounds):
@@ -75,19 +110,19 @@ def measure_interleaved(measurer: ModelMeasurer, models: list[str], batches: tup
             random.Random(seed + r).shuffle(order)
             before = measurer.nvml.clock_event_reasons() if measurer.nvml else 0
             for unit in order:
-                samples[unit] += [_once(forwards[unit], device) for _ in range(reps)]
+                samples[unit] += [timers[unit]() for _ in range(reps)]
             after = measurer.nvml.clock_event_reasons() if measurer.nvml else 0
             reasons |= (before or 0) | (after or 0)
         for (model, batch, precision) in units:
             s = samples[(model, batch, precision)]
             p10, p50, p90 = (float(v) for v in np.percentile(s, [10, 50, 90]))
             unit = ModelUnit(model, batch, precision)
-            row = measurer._row(unit, get_zoo_model(model), "eager", latency_ms=p50, p10_ms=p10, p90_ms=p90,
+            row = measurer._row(unit, get_zoo_model(model), mode, latency_ms=p50, p10_ms=p10, p90_ms=p90,
                                 cv=coefficient_of_variation(s), repetitions=len(s), clock_reasons=reasons,
                                 throttled=bool(reasons & THROTTLE_MASK))
-            row["run_id"] = f"{unit.config_id}|eager|{PROTOCOL}"
+            row["run_id"] = f"{unit.config_id}|{mode}|{PROTOCOL}"
             rows.append(row)
-        del forwards
+        del timers, forwards
     torch.cuda.empty_cache()
     return rows
 
@@ -101,23 +136,28 @@ def _under(precision: Any, forward: Any) -> Any:
 
 
 def collect(root: Path, models: list[str], batches: tuple[int, ...], precisions: tuple[str, ...],
-            rounds: int = 5, reps: int = 3, seed: int = 0, device: str = "auto") -> int:
-    """Measure the models not yet on disk, all their precisions interleaved, in one shard."""
+            rounds: int = 5, reps: int = 3, seed: int = 0, device: str = "auto",
+            modes: tuple[str, ...] = ("eager",)) -> int:
+    """Measure, per mode, the models not yet on disk, all their precisions interleaved: a shard
+    per mode, written as soon as that mode is done."""
     fp = read_fingerprint(device)
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()
     store = ShardStore(campaign.directory / INTERLEAVED_FOLDER, validate_model_runs, key="run_id")
     done = store.completed_ids()
     measurer = ModelMeasurer(fp, open_nvml())
-    wanted = [m for m in models
-              if any(f"{ModelUnit(m, batches[0], p).config_id}|eager|{PROTOCOL}" not in done for p in precisions)]
-    if not wanted:
-        return 0
-    started = time.perf_counter()
-    rows = measure_interleaved(measurer, wanted, batches, precisions, rounds, reps, seed)
-    store.write(rows)
-    print(f"{len(rows)} rows in {time.perf_counter() - started:.0f} s", flush=True)
-    return len(rows)
+    written = 0
+    for mode in modes:
+        wanted = [m for m in models if any(f"{ModelUnit(m, b, p).config_id}|{mode}|{PROTOCOL}" not in done
+                                           for p in precisions for b in batches)]
+        if not wanted:
+            continue
+        started = time.perf_counter()
+        rows = measure_interleaved(measurer, wanted, batches, precisions, rounds, reps, seed, mode)
+        store.write(rows)
+        written += len(rows)
+        print(f"{mode}: {len(rows)} rows in {time.perf_counter() - started:.0f} s", flush=True)
+    return written
 
 
 def main() -> None:
@@ -131,9 +171,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"])
+    parser.add_argument("--modes", default="eager", help=f"comma-separated, of {', '.join(MODES)}")
     args = parser.parse_args()
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        parser.error(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
     written = collect(args.out, args.models.split(","), tuple(int(b) for b in args.batches.split(",")),
-                      tuple(args.precisions.split(",")), args.rounds, args.reps, device=args.device)
+                      tuple(args.precisions.split(",")), args.rounds, args.reps, device=args.device,
+                      modes=modes)
     print(f"{written} rows written")
 
 
