@@ -50,3 +50,21 @@ def test_fallback_host_time_is_the_median_elementwise_dispatch() -> None:
     runs = [run([2.0, 3.0, 4.0], [ELEMENTWISE, ELEMENTWISE, CONV], dispatch=d) for d in (6.0, 8.0, 30.0)]
     assert elementwise_dispatch_us(runs) == 8.0
     assert elementwise_dispatch_us([]) == CompositionConstants().fallback_host_us
+
+
+def test_the_eager_grid_at_once_equals_one_simulation_per_point() -> None:
+    import itertools
+
+    from training.composition import _eager, _eager_grid
+
+    rng = np.random.default_rng(5)
+    n = 300
+    kernels = np.where(rng.random(n) < 0.7, np.exp(rng.uniform(0.0, 5.0, n)), 0.0)
+    groups = rng.choice([CONV, ELEMENTWISE, FALLBACK], size=n)
+    r = run(list(kernels), list(groups), dispatch=9.0)
+    r.mode = "eager"
+    r.is_launched = (rng.random(n) < 0.1) & (kernels > 0)
+    c = CompositionConstants(short_kernel_share=0.1, launch_host_us=2.0, fallback_host_us=11.0)
+    grid = np.array(list(itertools.product((0.75, 1.0, 1.25), (0.0, 2.5), (5.0, 10.0))))
+    expected = [_eager(r, c, *point) for point in grid]
+    assert _eager_grid(r, c, grid) == pytest.approx(expected, rel=1e-12)
