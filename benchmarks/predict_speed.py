@@ -52,13 +52,22 @@ def main() -> None:
         predictor._cache.clear()  # every kernel configuration evaluated by the boosters
         predictor.predict(graph, 8, "fp16", mode)
 
-    base = statistics.median(timed(roofline_only, 30))
+    timings = (("predict cudagraph, 200 nodes, cold cache", lambda: cold("cudagraph")),
+               ("predict eager, 200 nodes, cold cache", lambda: cold("eager")),
+               ("predict cudagraph, 200 nodes, warm cache", lambda: predictor.predict(graph, 8, "fp16", "cudagraph")))
+    # Interleaved rounds, baseline first in each: this machine's speed drifts by a quarter from
+    # one second to the next, and timing each line in a block of its own let that drift into
+    # the ratios.
+    samples: dict[str, list[float]] = {"base": [], **{label: [] for label, _ in timings}}
+    for _ in range(30):
+        samples["base"] += timed(roofline_only, 1)
+        for label, fn in timings:
+            samples[label] += timed(fn, 1)
+    base = statistics.median(samples["base"])
     rows = [("bundle load", load_ms, None),
             (f"roofline only, 200 nodes ({kernels} kernels)", base, 1.0)]
-    for label, fn in (("predict cudagraph, 200 nodes, cold cache", lambda: cold("cudagraph")),
-                      ("predict eager, 200 nodes, cold cache", lambda: cold("eager")),
-                      ("predict cudagraph, 200 nodes, warm cache", lambda: predictor.predict(graph, 8, "fp16", "cudagraph"))):
-        value = statistics.median(timed(fn, 30))
+    for label, _ in timings:
+        value = statistics.median(samples[label])
         rows.append((label, value, value / base))
     predictor._cache.clear()
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from predictor.bundle import Bundle, BundleError
 from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us, short_kernel_us
@@ -99,6 +98,11 @@ def check_request(batch: int, precision: str, mode: str) -> None:
     check_batch(batch)
 
 
+def _matrix(rows: list[dict[str, float]], columns: list[str]) -> np.ndarray:
+    """Feature rows as a float64 matrix with ``columns`` in order (a bundle's order)."""
+    return np.array([[r[c] for c in columns] for r in rows], dtype=np.float64)
+
+
 class Predictor:
     """Predicts graphs on one device with one bundle."""
 
@@ -154,14 +158,15 @@ class Predictor:
         wanted = {key: value for key, value in needed.items() if key not in found}
         if wanted:
             nodes = list(wanted.values())
-            columns = list(FEATURE_COLUMNS)
             # key: (family, variant, layout, params, batch, precision); see _signature
             rows = [feature_row(n.family, n.params, key[1], n.layout, key[4], key[5], self.device)
                     for key, n in wanted.items()]
-            features = pd.DataFrame(np.array([[r[c] for c in columns] for r in rows], dtype=float), columns=columns)
-            roof = np.power(10.0, features["log_roofline_us"].to_numpy())
-            k_log = self.bundle.targets["kernel"].predict_log(features)
-            d_log = self.bundle.targets["dispatch"].predict_log(features)
+            roof = np.power(10.0, np.array([r["log_roofline_us"] for r in rows]))
+            kernel, dispatch = self.bundle.targets["kernel"], self.bundle.targets["dispatch"]
+            x = _matrix(rows, kernel.feature_columns)
+            k_log = kernel.predict_log_array(x)
+            same = dispatch.feature_columns == kernel.feature_columns
+            d_log = dispatch.predict_log_array(x if same else _matrix(rows, dispatch.feature_columns))
             widths = self.bundle.targets["kernel"].interval_log
             default = widths.get("*", 0.3)
             for key, node, r, k, d in zip(wanted, nodes, roof, k_log, d_log):
