@@ -70,6 +70,7 @@ def graphs(out: Path | None) -> None:
 
     target = out or GRAPH_DIR
     target.mkdir(parents=True, exist_ok=True)
+
     def trace(name: str, zoo: Any, dtype: Any) -> Any:
         return graph_from_module(zoo.build().to(dtype), zoo.example_input(1, "cpu", dtype), name,
                                  source=f"{zoo.kind}:{name}")

@@ -13,7 +13,7 @@ models and ViT measured up to 1.5x slower in fp16 than in bf16, host-bound, with
 rounds time replays (an event pair each) in shuffled order, so clock and power-state drift
 between one model's minute and the next is shared too.
 
-Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|<mode>|interleaved``
+Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|<mode>|interleaved-all``
 and go to ``<root>/<device>/models_interleaved``; training prefers them over the sequential
 rows of the same unit (which stay on disk).
 """
@@ -139,8 +139,14 @@ def collect(root: Path, models: list[str], batches: tuple[int, ...], precisions:
             rounds: int = 5, reps: int = 3, seed: int = 0, device: str = "auto",
             modes: tuple[str, ...] = ("eager",)) -> int:
     """Measure, per mode, the models not yet on disk, all their precisions interleaved: a shard
-    per mode, written as soon as that mode is done."""
+    per mode, written as soon as that mode is done. A model with any unit missing is measured
+    whole (its units share the rounds), and only the missing units are written."""
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
     fp = read_fingerprint(device)
+    if "cudagraph" in modes and fp.kind != "cuda":
+        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()
     store = ShardStore(campaign.directory / INTERLEAVED_FOLDER, validate_model_runs, key="run_id")
@@ -153,7 +159,8 @@ def collect(root: Path, models: list[str], batches: tuple[int, ...], precisions:
         if not wanted:
             continue
         started = time.perf_counter()
-        rows = measure_interleaved(measurer, wanted, batches, precisions, rounds, reps, seed, mode)
+        rows = [r for r in measure_interleaved(measurer, wanted, batches, precisions, rounds, reps, seed, mode)
+                if r["run_id"] not in done]
         store.write(rows)
         written += len(rows)
         print(f"{mode}: {len(rows)} rows in {time.perf_counter() - started:.0f} s", flush=True)
@@ -174,12 +181,12 @@ def main() -> None:
     parser.add_argument("--modes", default="eager", help=f"comma-separated, of {', '.join(MODES)}")
     args = parser.parse_args()
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        parser.error(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
-    written = collect(args.out, args.models.split(","), tuple(int(b) for b in args.batches.split(",")),
-                      tuple(args.precisions.split(",")), args.rounds, args.reps, device=args.device,
-                      modes=modes)
+    try:
+        written = collect(args.out, args.models.split(","), tuple(int(b) for b in args.batches.split(",")),
+                          tuple(args.precisions.split(",")), args.rounds, args.reps, device=args.device,
+                          modes=modes)
+    except ValueError as exc:  # a mode, or cudagraph without a GPU: say so, no traceback
+        parser.error(str(exc))
     print(f"{written} rows written")
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.catalogue import get_family
-from predictor.precision import PRECISIONS
+from predictor.precision import PRECISIONS, get_precision
 
 IR_VERSION = 1
 NODE_KINDS = ("kernel", "free", "fallback")
@@ -81,8 +81,9 @@ class Node:
                              f"{MAX_SIZE}")
         if type(self.merged) is not list or not all(type(m) is str for m in self.merged):
             raise ValueError(f"node {self.name!r}: field 'merged' must be a list of strings")
-        if type(self.precisions) is not list or not all(p in PRECISIONS for p in self.precisions):
-            raise ValueError(f"node {self.name!r}: field 'precisions' must be a list of precisions "
+        if (type(self.precisions) is not list or not all(type(p) is str and p in PRECISIONS for p in self.precisions)
+                or len(set(self.precisions)) != len(self.precisions)):
+            raise ValueError(f"node {self.name!r}: field 'precisions' must be a list of distinct precisions "
                              f"({', '.join(PRECISIONS)})")
         for name in ("inputs", "outputs"):
             if not _are_shapes(getattr(self, name)):
@@ -166,8 +167,12 @@ class Graph:
         (``Node.precisions``). Most graphs have none, and are returned as they are."""
         if not any(n.precisions for n in self.nodes):
             return self
-        return Graph(self.name, [n for n in self.nodes if not n.precisions or precision in n.precisions],
-                     self.batch, self.source, self.meta)
+        name = get_precision(precision).name
+        nodes = [n for n in self.nodes if not n.precisions or name in n.precisions]
+        if not nodes:
+            raise ValueError(f"graph {self.name!r} has no nodes at precision {name}: every node's "
+                             "'precisions' names others")
+        return Graph(self.name, nodes, self.batch, self.source, self.meta)
 
     def check(self) -> None:
         if not self.nodes:
@@ -266,7 +271,8 @@ def json_schema() -> dict[str, Any]:
                     "inputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "outputs": {"type": "array", "items": {"type": "array", "items": size}},
                     "dtype": {"type": "string"},
-                    "precisions": {"type": "array", "items": {"enum": list(PRECISIONS)}, "description":
+                    "precisions": {"type": "array", "items": {"enum": list(PRECISIONS)}, "uniqueItems": True,
+                                   "description":
                                    "the precisions this node runs at, where the model's code branches "
                                    "on its dtype (empty or absent: all)"},
                 }}},

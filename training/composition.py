@@ -62,12 +62,7 @@ class RunArrays:
     is_launched: np.ndarray  # kernels another call launches (Node.launched_by)
     roofline_us: float
     flops: float
-    #: per node, the time to read its weights cold (features.cold_weight_us), 0 where none
-    cold_weight_us: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        if self.cold_weight_us is None:
-            self.cold_weight_us = np.zeros(len(self.kernel_us))
+    cold_weight_us: np.ndarray  # per node, reading its weights cold (features.cold_weight_us), 0 where none
 
     def group_sums(self) -> np.ndarray:
         return np.bincount(self.group, weights=self.kernel_us, minlength=len(GROUPS))
@@ -171,6 +166,8 @@ def _eager_grid(r: RunArrays, c: CompositionConstants, grid: np.ndarray) -> np.n
     The grid search evaluates every run at every point in every fold: a loop of ``_eager``
     calls made training miss its two minutes.
     """
+    if not len(r.kernel_us):
+        return np.zeros(len(grid))
     other = ~r.is_launched
     sums = np.cumsum(np.stack([np.where(other, r.dispatch_us, 0.0), other & ~r.is_view, other & r.is_view]),
                      axis=1)

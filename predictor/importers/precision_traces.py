@@ -13,6 +13,7 @@ from dataclasses import replace
 from difflib import SequenceMatcher
 
 from predictor.graph import HALF_DTYPES, Graph, Node
+from predictor.precision import PRECISIONS
 
 
 def _signature(node: Node) -> tuple:
@@ -31,6 +32,14 @@ def merge_precision_traces(base: Graph, base_precisions: list[str], other: Graph
     lines up with the calls around it. ``other``'s own nodes are renamed ``NAME@PRECISION`` so
     that names stay unique, and their ``launched_by`` follows the renaming.
     """
+    if not base_precisions or not other_precisions:
+        raise ValueError("each trace needs the precisions it was traced for")
+    unknown = [p for p in (*base_precisions, *other_precisions) if p not in PRECISIONS]
+    if unknown:
+        raise ValueError(f"unknown precision(s) {unknown}: expected {', '.join(PRECISIONS)}")
+    if set(base_precisions) & set(other_precisions):
+        raise ValueError(f"the traces' precisions overlap ({sorted(set(base_precisions) & set(other_precisions))}): "
+                         "a node of both would run twice there")
     a = [_signature(n) for n in base.nodes]
     b = [_signature(n) for n in other.nodes]
     tag = other_precisions[0]

@@ -19,8 +19,8 @@ from pydantic import ConfigDict, Field, TypeAdapter
 from typing_extensions import Required, TypedDict
 
 from predictor.catalogue import FAMILIES, PARAMETERS
-from predictor.precision import PRECISIONS
 from predictor.graph import IR_VERSION, MAX_SIZE, NODE_KINDS, Node, json_schema
+from predictor.precision import PRECISIONS
 
 #: Parameters and sizes above this are refused (predictor.graph's bound, which says why).
 MAX_PARAM = MAX_SIZE

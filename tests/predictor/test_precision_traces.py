@@ -58,7 +58,7 @@ def test_a_graph_without_precision_marks_is_returned_as_it_is() -> None:
 def test_an_unknown_precision_in_a_node_is_refused_by_name() -> None:
     data = traces()[0].to_json()
     data["nodes"][1]["precisions"] = ["fp8"]
-    with pytest.raises(ValueError, match=r"node '1:relu': field 'precisions' must be a list of precisions"):
+    with pytest.raises(ValueError, match=r"node '1:relu': field 'precisions' must be a list of distinct precisions"):
         Graph.from_json(data)
 
 
@@ -75,3 +75,33 @@ def test_t5_costs_its_float16_overflow_guard_only_in_fp16() -> None:
         assert len(fp16.layers) == len(t5.nodes) == len(bf16.layers) + len(guard)
         assert not {layer.op for layer in bf16.layers} & {"isinf", "clamp"}
         assert fp16.total_ms > bf16.total_ms * 1.05
+
+
+@pytest.mark.parametrize("base, other, message", [
+    ([], ["fp16"], "each trace needs the precisions"),
+    (["bf16"], [], "each trace needs the precisions"),
+    (["bf16"], ["float16"], "unknown precision"),
+    (["bf16", "fp16"], ["fp16"], "overlap"),
+])
+def test_merging_refuses_precision_lists_that_would_miscount(base: list[str], other: list[str], message: str) -> None:
+    a, b = traces()
+    with pytest.raises(ValueError, match=message):
+        merge_precision_traces(a, base, b, other)
+
+
+@pytest.mark.parametrize("value", [[["fp16"]], [{}], ["fp16", "fp16"], "fp16"])
+def test_malformed_precisions_are_a_value_error_naming_the_field(value: object) -> None:
+    data = traces()[0].to_json()
+    data["nodes"][0]["precisions"] = value
+    with pytest.raises(ValueError, match="field 'precisions'"):
+        Graph.from_json(data)
+
+
+def test_a_graph_with_no_node_at_the_asked_precision_is_refused() -> None:
+    only_fp16 = Graph("g", [_linear("0:linear", "float16")])
+    only_fp16.nodes[0].precisions = ["fp16"]
+    assert len(only_fp16.at_precision("FP16").nodes) == 1  # names as the predictor accepts them
+    with pytest.raises(ValueError, match="no nodes at precision bf16"):
+        only_fp16.at_precision("bf16")
+    with pytest.raises(ValueError, match="unknown precision"):
+        only_fp16.at_precision("float16")

@@ -17,7 +17,7 @@ def run(kernels: list[float], groups: list[int], measured: float = 1.0, dispatch
     g = np.array(groups)
     fallback = g == FALLBACK
     return RunArrays("m", 1, "fp16", "cudagraph", measured, k, g, np.where(k > 0, dispatch, 0.0), fallback,
-                     k == 0, np.zeros(len(k), bool), 0.0, 0.0)
+                     k == 0, np.zeros(len(k), bool), 0.0, 0.0, np.zeros(len(k)))
 
 
 def test_graph_fit_recovers_scales_gap_short_share_replay_and_cold_weights() -> None:
@@ -68,3 +68,23 @@ def test_the_eager_grid_at_once_equals_one_simulation_per_point() -> None:
     grid = np.array(list(itertools.product((0.75, 1.0, 1.25), (0.0, 2.5), (5.0, 10.0))))
     expected = [_eager(r, c, *point) for point in grid]
     assert _eager_grid(r, c, grid) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_eager_fit_recovers_the_grid_point_that_made_its_runs() -> None:
+    from dataclasses import replace
+
+    from training.composition import fit_constants
+
+    rng = np.random.default_rng(11)
+    runs = []
+    for _ in range(40):
+        n = int(rng.integers(20, 300))
+        kernels = np.where(rng.random(n) < 0.75, np.exp(rng.uniform(0.0, 4.0, n)), 0.0)
+        r = run(list(kernels), list(rng.choice([CONV, ELEMENTWISE], size=n)), dispatch=float(rng.uniform(6, 14)))
+        r.mode = "eager"
+        runs.append(r)
+    truth = replace(fit_constants(runs), host_scale=1.1, call_host_us=2.5, view_host_us=8.75, sync_us=75.0)
+    for r in runs:
+        r.measured_us = predict_run(r, truth)
+    found = fit_constants(runs)
+    assert (found.host_scale, found.call_host_us, found.view_host_us, found.sync_us) == (1.1, 2.5, 8.75, 75.0)
