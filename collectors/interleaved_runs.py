@@ -32,7 +32,7 @@ import torch
 
 from collectors.campaign import Campaign
 from collectors.fingerprint import THROTTLE_MASK, open_nvml, read_fingerprint
-from collectors.model_runs import ModelMeasurer, ModelUnit, _sync, capture
+from collectors.model_runs import ModelMeasurer, ModelUnit, _sync, capture, eager_timer, replay_timer
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.shards import ShardStore
 from collectors.timing import coefficient_of_variation
@@ -48,31 +48,10 @@ PROTOCOL = "interleaved-all"
 MODES = ("eager", "cudagraph")
 
 
-def _once(forward: Any, device: torch.device) -> float:
-    """Milliseconds of one eager forward, host clock, synchronised (as the sequential runs)."""
-    t0 = time.perf_counter_ns()
-    forward()
-    _sync(device)
-    return (time.perf_counter_ns() - t0) / 1e6
-
-
 def _timer(mode: str, forward: Any, device: torch.device) -> Callable[[], float]:
-    """A callable timing one run of ``forward`` in ``mode``, in milliseconds: a synchronised
-    eager forward on the host clock, or one replay of its captured graph between two events
-    (as the sequential runs time them)."""
-    if mode == "eager":
-        return lambda: _once(forward, device)
-    graph = capture(forward)
-
-    def replay() -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
-    return replay
+    """A callable timing one run of ``forward`` in ``mode``, in milliseconds, as the sequential
+    runs time it: a synchronised eager forward, or one replay of its captured graph."""
+    return eager_timer(forward, device) if mode == "eager" else replay_timer(capture(forward))
 
 
 def measure_interleaved(measurer: ModelMeasurer, models: list[str], batches: tuple[int, ...],

@@ -65,19 +65,36 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def time_eager(forward: Callable[[], Any], device: torch.device, rule: RepetitionRule = RULE) -> list[float]:
-    """Milliseconds per eager forward, host clock, synchronised each time."""
-    for _ in range(3):
-        forward()
-    _sync(device)
-
+def eager_timer(forward: Callable[[], Any], device: torch.device) -> Callable[[], float]:
+    """A callable timing one eager forward in milliseconds, host clock, synchronised."""
     def once() -> float:
         t0 = time.perf_counter_ns()
         forward()
         _sync(device)
         return (time.perf_counter_ns() - t0) / 1e6
 
-    return _repeat(once, rule)
+    return once
+
+
+def replay_timer(graph: torch.cuda.CUDAGraph) -> Callable[[], float]:
+    """A callable timing one replay of ``graph`` in milliseconds, between an event pair."""
+    def once() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    return once
+
+
+def time_eager(forward: Callable[[], Any], device: torch.device, rule: RepetitionRule = RULE) -> list[float]:
+    """Milliseconds per eager forward, host clock, synchronised each time."""
+    for _ in range(3):
+        forward()
+    _sync(device)
+    return _repeat(eager_timer(forward, device), rule)
 
 
 def capture(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
@@ -99,17 +116,8 @@ def capture(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
 def time_cudagraph(forward: Callable[[], Any], rule: RepetitionRule = RULE) -> list[float]:
     """Milliseconds per replay of one captured forward, timed by an event pair per replay."""
     graph = capture(forward)
-
-    def once() -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end)
-
     try:
-        return _repeat(once, rule)
+        return _repeat(replay_timer(graph), rule)
     finally:
         del graph
 
