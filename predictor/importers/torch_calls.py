@@ -113,6 +113,10 @@ def _concat(tensors: Any, dim: int) -> tuple[str, str, dict[str, int]] | None:
     return None
 
 
+#: Calls that reduce a tensor with PyTorch's reduce kernel, costed by the mean family.
+REDUCTIONS = {"mean", "sum", "any", "all", "amax", "amin", "prod"}
+
+
 def recognize(name: str, args: tuple, kwargs: dict, out: Any,
               batch: int = 1) -> tuple[str, str, dict[str, int]] | None:
     """Map one torch call onto (family, variant, per-sample params), or None if not costed here.
@@ -184,10 +188,6 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         if x.dim() == 4 and sorted(d % 4 for d in dims) == [2, 3]:
             return "mean", "", dict(rows=s[1], c=s[2] * s[3])
     return None
-
-
-#: Calls that reduce a tensor with PyTorch's reduce kernel, costed by the mean family.
-REDUCTIONS = {"mean", "sum", "any", "all", "amax", "amin", "prod"}
 
 
 def call_recorder(on_call: Callable[[str, tuple, dict, Any], None]) -> Any:
