@@ -46,7 +46,7 @@ class CompositionConstants:
     #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model (short_kernel_us)
     short_kernel_share: float = 0.0
     #: the multiple of its cold weight read (features.cold_weight_us) a layer adds inside a model
-    #: (above 1 where HBM delivers less than its nominal bandwidth: 1.43 is 0.70 of it)
+    #: (above 1 where HBM delivers less than its nominal bandwidth: 1.40 is 0.71 of it)
     cold_weight_share: float = 0.0
     host_scale: float = 1.0
     call_host_us: float = 2.0
