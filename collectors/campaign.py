@@ -1,32 +1,36 @@
 """One device's dataset on disk, and the collection steps that fill it.
 
-Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold parquet shards,
-``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per sweep run (what the dataset
-card's rates and device time are computed from), ``README.md`` the card. The layer-shape
-catalogue ``<root>/layer_shapes.json`` is shared by every device.
+Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold the live parquet shards
+(operator rows, and whole-model runs of the one protocol), ``archive/<name>/`` whole-model
+runs a later measurement superseded (kept for comparison, read by nothing in training),
+``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
+dataset card's rates and device time are computed from), ``README.md`` the card. The
+layer-shape catalogue ``<root>/layer_shapes.json`` is shared by every device.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from predictor.dataset_schema import validate_rows
-from predictor.model_run_schema import validate_model_runs
-
 from collectors.fingerprint import DeviceFingerprint, open_nvml, read_fingerprint
 from collectors.layer_shapes import load_shapes
-from collectors.model_runs import ModelMeasurer, model_units
+from collectors.model_runs import MODEL_BATCHES, MODEL_PRECISIONS, PROTOCOL, ModelUnit, measure_models
 from collectors.op_measure import OpMeasurer
 from collectors.sampler import SamplerSettings, sample_configs
 from collectors.shards import ShardStore
 from collectors.sweep import SweepReport, run_sweep
 from collectors.timing import make_timer
+from collectors.zoo_models import get_zoo_model
+from predictor.dataset_schema import validate_rows
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, validate_model_runs
+from predictor.precision import get_precision
 
 SHAPES_FILE = "layer_shapes.json"
 
@@ -39,7 +43,7 @@ class Campaign:
         self.fp = fingerprint
         self.directory = self.root / fingerprint.device_id
         self.ops = ShardStore(self.directory / "ops", validate_rows)
-        self.models = ShardStore(self.directory / "models", validate_model_runs)
+        self.models = ShardStore(self.directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id")
 
     def record_fingerprint(self) -> None:
         """Write the device fingerprint beside the data (kept current across resumed runs)."""
@@ -90,22 +94,55 @@ def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: fl
     return report
 
 
-def collect_models(root: Path, device: str, models: list[str], batches: tuple[int, ...],
-                   precisions: tuple[str, ...], budget_s: float | None,
-                   progress: bool | None = None) -> SweepReport:
-    """Measure whole-model units of the zoo not yet on disk."""
+def collect_models(root: Path, device: str, models: list[str], batches: tuple[int, ...] = MODEL_BATCHES,
+                   precisions: tuple[str, ...] = MODEL_PRECISIONS, modes: tuple[str, ...] = ("eager",),
+                   rounds: int = 5, reps: int = 3, seed: int = 0,
+                   say: Callable[[str], None] = lambda line: None) -> SweepReport:
+    """Measure, per mode, the zoo models with a unit not yet on disk, in interleaved rounds: a
+    shard per mode, written as soon as that mode is done, and a line in the sweep log.
+
+    A model with any unit missing is measured whole (its units share the rounds) and only the
+    missing rows are written. Everything is checked before anything is written.
+    """
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
+    models = list(dict.fromkeys(models))
+    for name in models:
+        get_zoo_model(name)
+    batches = tuple(dict.fromkeys(batches))
+    if not batches or any(b < 1 for b in batches):
+        raise ValueError(f"batches must be positive integers, got {batches!r}")
+    precisions = tuple(dict.fromkeys(get_precision(p).name for p in precisions))
     require_validation()
     fp = read_fingerprint(device)
+    if "cudagraph" in modes and fp.kind != "cuda":
+        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()
-    measurer = ModelMeasurer(fp, open_nvml() if fp.kind == "cuda" else None)
+    done = campaign.models.completed_ids()
+    nvml = open_nvml() if fp.kind == "cuda" else None
+    planned = written = 0
     started = time.perf_counter()
-    report = run_sweep(model_units(models, batches, precisions), campaign.models, measurer.measure,
-                       flush_every=12, budget_s=budget_s, progress=progress,
-                       description=f"models on {fp.device_id}")
-    campaign.log("models", report, {"models": models, "batches": batches, "precisions": precisions,
-                                    "seconds": time.perf_counter() - started})
-    return report
+    for mode in modes:
+        units = [ModelUnit(m, b, p) for m in models for p in precisions for b in batches]
+        missing = {u for u in units if u.run_id(mode) not in done}
+        planned += len(units)
+        wanted = list(dict.fromkeys(u.model for u in units if u in missing))
+        if not wanted:
+            continue
+        mode_started = time.perf_counter()
+        rows = [r for r in measure_models(fp, wanted, batches, precisions, mode, rounds, reps, seed, nvml)
+                if r["run_id"] not in done]
+        campaign.models.write(rows)
+        written += len(rows)
+        seconds = time.perf_counter() - mode_started
+        campaign.log("models", SweepReport(len(missing), len(units) - len(missing), len(rows), 0, seconds,
+                                           "complete"),
+                     {"protocol": PROTOCOL, "mode": mode, "models": wanted, "batches": batches,
+                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed})
+        say(f"{mode}: {len(rows)} rows in {seconds:.0f} s")
+    return SweepReport(planned, planned - written, written, 0, time.perf_counter() - started, "complete")
 
 
 def collect_shapes(root: Path, device: str, models: list[str]) -> dict[str, Any]:
@@ -113,7 +150,6 @@ def collect_shapes(root: Path, device: str, models: list[str]) -> dict[str, Any]
     import torch
 
     from collectors.layer_shapes import extract_model_shapes, merge_shapes, save_shapes
-    from collectors.zoo import get_zoo_model
 
     fp = read_fingerprint(device)
     target = torch.device("cuda" if fp.kind == "cuda" else "cpu")

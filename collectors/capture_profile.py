@@ -11,12 +11,11 @@ mask through SDPA. This profiles, per text model, three forwards at one batch an
   CUPTI on CUDA 12 and newer) and timed.
 
 Writes one JSON file: per model and variant, the kernels by name with count and total time.
-Run on the GPU machine: ``python -m collectors.capture_profile --out DIR``.
+Run on the GPU machine: ``latpred collect profile --out DIR``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -27,9 +26,9 @@ from typing import Any
 
 import torch
 
-from collectors.model_runs import capture, time_cudagraph, time_eager
+from collectors.forward_timing import capture, time_cudagraph, time_eager
 from collectors.precision_flags import precision_flags, torch_dtype
-from collectors.zoo import TEXT, get_zoo_model
+from collectors.zoo_models import TEXT, get_zoo_model
 from predictor.importers.torch_capture import capture_path_forced
 from predictor.precision import get_precision
 
@@ -63,7 +62,9 @@ def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
             model = zoo.build()
         model = model.to(device=device, dtype=torch_dtype(precision)).eval()
         x = zoo.example_input(batch, device, torch_dtype(precision))
-        forward = lambda: model(x)  # noqa: E731
+        # F821: ruff reads the `del model` below as leaving this closure unbound; forward is not
+        # called after it
+        forward = lambda: model(x)  # noqa: E731, F821
         result["eager_ms"] = float(statistics.median(time_eager(forward, device)))
         result["eager"] = device_kernels(forward)
         with capture_path_forced():
@@ -78,28 +79,32 @@ def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--models", default=",".join(m.name for m in TEXT))
-    parser.add_argument("--batches", default="8,32")
-    parser.add_argument("--precision", default="fp16")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    results = []
-    for name in args.models.split(","):
-        for batch in (int(b) for b in args.batches.split(",")):
+#: the text models, whose captured graphs take another attention path than their eager forwards.
+TEXT_MODELS = tuple(m.name for m in TEXT)
+OUTPUT = "capture_profile.json"
+
+
+def profile_models(out: Path, models: tuple[str, ...] = TEXT_MODELS, batches: tuple[int, ...] = (8, 32),
+                   precision: str = "fp16", say: Callable[[str], None] = lambda line: None) -> Path:
+    """Profile each model at each batch into ``out/capture_profile.json`` (rewritten after
+    every model, so a lease that ends early keeps what was done); returns its path."""
+    for name in models:
+        get_zoo_model(name)
+    get_precision(precision)
+    if not torch.cuda.is_available():
+        raise RuntimeError("latpred collect profile needs a CUDA GPU: none is visible here")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / OUTPUT
+    results: list[dict[str, Any]] = []
+    for name in models:
+        for batch in batches:
             started = time.perf_counter()
             try:
-                results.append(profile_model(name, batch, args.precision))
+                results.append(profile_model(name, batch, precision))
             except Exception as exc:  # one model failing must not lose the others
                 results.append({"model": name, "batch": batch, "error": f"{type(exc).__name__}: {exc}"[:500]})
             r = results[-1]
-            print(f"{name} b{batch}: eager {r.get('eager_ms')} as-captured {r.get('eager_as_captured_ms')} "
-                  f"replay {r.get('replay_ms')} ({time.perf_counter() - started:.1f} s) {r.get('error', '')}",
-                  flush=True)
-            (args.out / "capture_profile.json").write_text(json.dumps(results, indent=1))
-
-
-if __name__ == "__main__":
-    main()
+            say(f"{name} b{batch}: eager {r.get('eager_ms')} as-captured {r.get('eager_as_captured_ms')} "
+                f"replay {r.get('replay_ms')} ({time.perf_counter() - started:.1f} s) {r.get('error', '')}")
+            path.write_text(json.dumps(results, indent=1))
+    return path

@@ -1,7 +1,9 @@
 """The dataset card: what a device's dataset holds, how it was measured, how fast and how well.
 
 Everything in the card is computed from the data, the fingerprint and the sweep log, so the
-card is regenerated (``latpred collect card``) rather than edited by hand.
+card is regenerated (``latpred collect card``) rather than edited by hand. The prose it cannot
+compute is read from files beside the data: ``archive/README.md`` (why rows were archived) and
+``notes.md`` (caveats and the history of each collection).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from predictor.dataset_schema import validate_rows
-from predictor.model_run_schema import validate_model_runs
-
 from collectors.shards import ShardStore
+from predictor.dataset_schema import validate_rows
+from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, validate_model_runs
+
+UNIT = ["model", "batch", "precision", "mode"]
 
 
 def _table(frame: pd.DataFrame) -> str:
@@ -28,7 +31,7 @@ def _table(frame: pd.DataFrame) -> str:
 def _sweep_log(directory: Path) -> pd.DataFrame:
     path = directory / "sweep_log.jsonl"
     if not path.exists():
-        return pd.DataFrame(columns=["kind", "seconds", "measured", "failed", "stopped"])
+        return pd.DataFrame(columns=["kind", "seconds", "measured", "failed", "stopped", "settings"])
     return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
 
 
@@ -36,7 +39,7 @@ def card_text(directory: Path) -> str:
     """The card as Markdown."""
     fingerprint = json.loads((directory / "fingerprint.json").read_text())
     ops = ShardStore(directory / "ops", validate_rows).read()
-    runs = ShardStore(directory / "models", validate_model_runs).read()
+    runs = ShardStore(directory / MODEL_RUNS_FOLDER, validate_model_runs).read()
     log = _sweep_log(directory)
     op_log, model_log = log[log["kind"] == "ops"], log[log["kind"] == "models"]
     op_seconds, model_seconds = float(op_log["seconds"].sum()), float(model_log["seconds"].sum())
@@ -58,26 +61,15 @@ def card_text(directory: Path) -> str:
             f"- rows flagged as measured under clock throttling: {int(ok['throttled'].sum())}",
             f"- median host dispatch per eager call: {ok['dispatch_us'].median():.1f} us", "",
             "Rows per family and precision (measured / failed):", "",
+            # pandas-stubs wants a numeric aggfunc; pandas takes one that makes text
             _table(pd.crosstab(ops["family"], ops["precision"], values=ops["status"],
-                               aggfunc=lambda s: f"{(s == 'ok').sum()} / {(s != 'ok').sum()}")
+                               aggfunc=lambda s: f"{(s == 'ok').sum()} / {(s != 'ok').sum()}")  # type: ignore[arg-type, return-value]
                    .fillna("0 / 0")),
         ]
         failures = ops.loc[ops["status"] == "failed", "error"].str.split(":").str[0].value_counts()
         if len(failures):
             lines += ["", "Failure reasons:", "", _table(failures.rename("rows").to_frame())]
-    lines += ["", "## Whole-model runs", ""]
-    if len(runs):
-        ok_runs = runs[runs["status"] == "ok"]
-        lines += [
-            f"- rows: {len(runs)} ({len(ok_runs)} measured) over {runs['model'].nunique()} models; "
-            f"device time {model_seconds / 60:.1f} min",
-            f"- median CV: eager {ok_runs.loc[ok_runs['mode'] == 'eager', 'cv'].median() * 100:.2f}%, "
-            f"cudagraph {ok_runs.loc[ok_runs['mode'] == 'cudagraph', 'cv'].median() * 100:.2f}%", "",
-            "Latency in ms (eager / cudagraph), by model, precision and batch:", "",
-            _table(_latency_grid(runs)),
-        ]
-    else:
-        lines.append("none collected yet")
+    lines += _model_runs_section(directory, runs, model_log)
     lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", "",
               METHOD]
     notes = directory / "notes.md"
@@ -102,9 +94,72 @@ METHOD = """## How rows were measured
   each, and log-uniform random shapes per family; each shape at three batch sizes drawn from
   1..256 whose fp32 working set is at most 3 GB and arithmetic at most 0.3 TFLOP, in every
   precision and layout. Seed 0; `latpred collect ops` redraws the same configurations.
-- Whole models: eager latency is host clock from issue to completion, synchronised each
-  repetition; CUDA-graph latency is the replay of one captured forward. The eager row carries a
-  torch.profiler breakdown (top-level aten ops in issue order, shapes, host time, kernels)."""
+- Whole models (`latpred collect models`, one protocol): every (model, batch, precision) is
+  built at once, and each round times a few forwards of every one of them in a fresh random
+  order, so host and clock drift is shared by all rows; a row's latency is the median over all
+  rounds. Eager latency is host clock from issue to completion, synchronised each forward;
+  CUDA-graph latency is one replay of the captured forward between an event pair. Only the
+  archived sequential rows carry a torch.profiler breakdown of the eager forward."""
+
+
+def _model_runs_section(directory: Path, runs: pd.DataFrame, log: pd.DataFrame) -> list[str]:
+    """The live whole-model runs (what training reads), then the archived ones."""
+    lines = ["", "## Whole-model runs", ""]
+    if not len(runs):
+        return lines + ["none collected yet"] + _archive_section(directory, runs)
+    ok_runs = runs[runs["status"] == "ok"]
+    counts = _protocol(runs).value_counts()
+    live_log = log[log["settings"].map(lambda s: isinstance(s, dict) and s.get("protocol") in counts.index)]
+    logged = float(live_log["seconds"].sum())
+    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100
+                 for mode in ("eager", "cudagraph")}
+    lines += [
+        f"- live rows, in `{MODEL_RUNS_FOLDER}/`: {len(runs)} ({len(ok_runs)} measured) over "
+        f"{runs['model'].nunique()} models; the only rows training reads",
+        "- protocol, by run-id suffix: " + ", ".join(f"`{p}` ({n})" for p, n in counts.items()),
+        f"- device time in the sweep log for this protocol: {logged / 60:.1f} min over {len(live_log)} run(s)"
+        if len(live_log) else "- device time: not in the sweep log (run before the protocol logged its runs)",
+        f"- median CV: eager {median_cv['eager']:.2f}%, cudagraph {median_cv['cudagraph']:.2f}%", "",
+        "Latency in ms (eager / cudagraph), by model, precision and batch:", "",
+        _table(_latency_grid(runs)),
+    ]
+    return lines + _archive_section(directory, runs)
+
+
+def _protocol(runs: pd.DataFrame) -> pd.Series:
+    """Each row's protocol, from its run-id suffix (the first protocol's run ids have none)."""
+    return runs["run_id"].map(lambda run_id: run_id.split("|")[4] if run_id.count("|") >= 4 else "sequential")
+
+
+def _archive_section(directory: Path, live: pd.DataFrame) -> list[str]:
+    """Which whole-model rows are archived, whether every archived unit has a live row, and why
+    (``archive/README.md``)."""
+    folders = sorted(p for p in (directory / ARCHIVE_FOLDER).glob("*") if p.is_dir())
+    if not folders:
+        return []
+    live_units = live.set_index(UNIT).index if len(live) else pd.MultiIndex.from_tuples([], names=UNIT)
+    rows = []
+    for folder in folders:
+        runs = ShardStore(folder, validate_model_runs).read()
+        if not len(runs):
+            continue
+        covered = runs.set_index(UNIT).index.isin(live_units)
+        rows.append({"folder": f"{ARCHIVE_FOLDER}/{folder.name}/", "rows": len(runs),
+                     "first": runs["timestamp"].min(),
+                     "protocol": ", ".join(sorted(_protocol(runs).unique())),
+                     "modes": ", ".join(sorted(runs["mode"].unique())),
+                     "measured": f"{runs['timestamp'].min():%Y-%m-%d %H:%M} to "
+                                 f"{runs['timestamp'].max():%Y-%m-%d %H:%M}",
+                     "units with a live row": f"{int(covered.sum())} of {len(runs)}"})
+    if not rows:
+        return []
+    lines = ["", "### Archived whole-model rows", "",
+             "Superseded by a later measurement of the same units, and read by nothing in training:", "",
+             _table(pd.DataFrame(rows).sort_values("first").drop(columns="first").set_index("folder"))]
+    why = directory / ARCHIVE_FOLDER / "README.md"
+    if why.exists():
+        lines += ["", why.read_text().strip()]
+    return lines
 
 
 def _latency_grid(runs: pd.DataFrame) -> pd.DataFrame:
@@ -113,7 +168,8 @@ def _latency_grid(runs: pd.DataFrame) -> pd.DataFrame:
                    for r in group.itertuples()}
         return f"{by_mode.get('eager', '-')} / {by_mode.get('cudagraph', '-')}"
 
-    cells = runs.groupby(["model", "precision", "batch"]).apply(cell, include_groups=False)
+    # pandas-stubs' apply() passes its keywords to the function and knows no include_groups
+    cells = runs.groupby(["model", "precision", "batch"]).apply(cell, include_groups=False)  # type: ignore[call-overload]
     return cells.unstack("batch").fillna("-")
 
 

@@ -1,10 +1,17 @@
-"""``latpred device`` and ``latpred collect {shapes,ops,models,card}``."""
+"""The collectors' commands: ``latpred device`` and ``latpred collect`` (shapes, graphs, ops, models,
+profile, card).
+
+Every measuring step is a ``latpred collect`` command, so the GPU machine runs one entry point
+(``python -m latpred`` from the checkout). Each command imports torch and the measuring modules
+when it runs: this module itself needs only click and the precisions' names, so loading the
+group stays cheap where torch is missing.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -13,11 +20,16 @@ from predictor.precision import PRECISIONS
 DEVICE_CHOICE = click.Choice(["auto", "cuda", "cpu"])
 
 
-def _fail(exc: Exception) -> None:
+@click.group()
+def commands() -> None:
+    """The collectors' commands, which the ``latpred`` root assembles."""
+
+
+def _fail(exc: Exception) -> NoReturn:
     raise click.ClickException(str(exc)) from None
 
 
-@click.command()
+@commands.command()
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the fingerprint as JSON")
 def device(device: str, as_json: bool) -> None:
@@ -39,7 +51,7 @@ def device(device: str, as_json: bool) -> None:
             click.echo(f"{key:>18}: {value}")
 
 
-@click.group()
+@commands.group()
 def collect() -> None:
     """Measure operators and whole models into a dataset."""
 
@@ -50,7 +62,7 @@ def collect() -> None:
 def shapes(out: Path, device: str) -> None:
     """Extract the layer shapes of the zoo's models (needs torchvision and transformers)."""
     from collectors.campaign import collect_shapes
-    from collectors.zoo import ZOO
+    from collectors.zoo_models import ZOO
 
     summary = collect_shapes(out, device, list(ZOO))
     click.echo(json.dumps({k: summary[k] for k in ("shapes", "models", "failures")}, indent=1))
@@ -63,7 +75,7 @@ def graphs(out: Path | None) -> None:
     """Trace the zoo and the held-out models into shipped graph IR files (needs torchvision)."""
     import torch
 
-    from collectors.zoo import HELD_OUT_GRAPH_MODELS, ZOO
+    from collectors.zoo_models import HELD_OUT_GRAPH_MODELS, ZOO
     from predictor.importers.precision_traces import merge_precision_traces
     from predictor.importers.torch_module import graph_from_module
     from predictor.zoo import GRAPH_DIR
@@ -84,8 +96,8 @@ def graphs(out: Path | None) -> None:
         if zoo.kind == "text":
             graph = merge_precision_traces(graph, ["fp32", "tf32", "bf16"], trace(name, zoo, torch.float16),
                                            ["fp16"])
-        graph.meta = {**graph.meta, "held_out": name in HELD_OUT_GRAPH_MODELS, "kind": zoo.kind,
-                      "traced_dtype": str(dtype).replace("torch.", "")}
+        graph.meta.update({"held_out": name in HELD_OUT_GRAPH_MODELS, "kind": zoo.kind,
+                           "traced_dtype": str(dtype).replace("torch.", "")})
         graph.save(target / f"{name}.json")
         only = sum(1 for n in graph.nodes if n.precisions)
         click.echo(f"{name}: {len(graph.nodes)} nodes" + (f", {only} at some precisions only" if only else ""))
@@ -149,32 +161,54 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
 
 
 @collect.command()
-@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
+              help="dataset root; rows go to OUT/<device-id>/models")
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
 @click.option("--models", default="", help="comma-separated zoo models (default: the whole zoo)")
 @click.option("--batches", default="1,8,32,128", show_default=True)
 @click.option("--precisions", default="fp32,fp16,bf16", show_default=True)
-@click.option("--budget-s", type=click.FloatRange(min=0), default=None)
-def models(out: Path, device: str, models: str, batches: str, precisions: str,
-           budget_s: float | None) -> None:
-    """Time zoo models eagerly and as CUDA graphs, with kernel breakdowns; resumable."""
+@click.option("--modes", default="eager", show_default=True,
+              help="comma-separated, of eager and cudagraph; each mode is its own set of rounds")
+@click.option("--rounds", type=click.IntRange(min=1), default=5, show_default=True,
+              help="rounds, each timing every unit in a fresh random order")
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
+              help="forwards (or replays) of a unit per round")
+@click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
+def models(out: Path, device: str, models: str, batches: str, precisions: str, modes: str, rounds: int,
+           reps: int, seed: int) -> None:
+    """Time zoo models in interleaved rounds (eager or as CUDA graphs); resumes by run id."""
     from collectors.campaign import collect_models
-    from collectors.zoo import ZOO, get_zoo_model
-    from predictor.precision import get_precision
+    from collectors.zoo_models import ZOO
 
     try:
-        names = list(dict.fromkeys(m.strip() for m in models.split(",") if m.strip())) or list(ZOO)
-        for name in names:
-            get_zoo_model(name)
-        batch_sizes = tuple(dict.fromkeys(int(b) for b in batches.split(",")))
-        if any(b < 1 for b in batch_sizes):
-            raise ValueError(f"--batches must be positive integers, got {batches!r}")
-        precs = tuple(dict.fromkeys(get_precision(p.strip()).name for p in precisions.split(",")))
-        report = collect_models(out, device, names, batch_sizes, precs, budget_s)
+        names = [m.strip() for m in models.split(",") if m.strip()] or list(ZOO)
+        batch_sizes = tuple(int(b) for b in batches.split(",") if b.strip())
+        precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
+        wanted_modes = tuple(m.strip() for m in modes.split(",") if m.strip())
+        report = collect_models(out, device, names, batch_sizes, precs, wanted_modes, rounds, reps, seed,
+                                say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
-    click.echo(f"models: {report.measured} units measured ({report.failed} with a failure), "
-               f"{report.already_done} already on disk, stopped: {report.stopped}")
+    click.echo(f"models: {report.measured} rows written, {report.already_done} already on disk")
+
+
+@collect.command()
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="folder for capture_profile.json")
+@click.option("--models", default="", help="comma-separated zoo models (default: the text models)")
+@click.option("--batches", default="8,32", show_default=True)
+@click.option("--precision", default="fp16", show_default=True)
+def profile(out: Path, models: str, batches: str, precision: str) -> None:
+    """Profile the kernels of text models eagerly, eagerly as if captured, and replayed (CUDA)."""
+    from collectors.capture_profile import TEXT_MODELS, profile_models
+
+    try:
+        names = tuple(m.strip() for m in models.split(",") if m.strip()) or TEXT_MODELS
+        batch_sizes = tuple(int(b) for b in batches.split(",") if b.strip())
+        path = profile_models(out, names, batch_sizes, precision, say=click.echo)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"wrote {path}")
 
 
 @collect.command()

@@ -139,7 +139,7 @@ def read_fingerprint(device: str = "auto") -> DeviceFingerprint:
     cuda = torch is not None and torch.cuda.is_available()
     if device == "cuda" and not cuda:
         raise RuntimeError("no CUDA GPU is visible to torch: use --device cpu, or check the driver")
-    common = dict(
+    common: dict[str, Any] = dict(  # the fields both kinds of device share
         torch_version=None if torch is None else torch.__version__,
         cpu_model=cpu_model(),
         cpu_cores=os.cpu_count() or 1,

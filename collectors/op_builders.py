@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -70,19 +70,22 @@ def _on(spec: BuildSpec) -> dict[str, Any]:
     return {"device": spec.device, "dtype": spec.dtype}
 
 
-def _module(spec: BuildSpec, module: nn.Module) -> nn.Module:
+M = TypeVar("M", bound=nn.Module)
+
+
+def _module(spec: BuildSpec, module: M) -> M:
     module = module.eval()
     if spec.layout == "nhwc":
-        module = module.to(memory_format=torch.channels_last)
+        module = module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # torch's stubs lack it
     return module
 
 
 @builder("conv2d")
 def _conv(spec: BuildSpec) -> OpCall:
     p = spec.params
-    window = conv_window(p, spec.variant)
-    conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], window, p["stride"],
-                                   padding=tuple(conv_padding(k, spec.variant) for k in window),
+    kh, kw = conv_window(p, spec.variant)
+    conv = _module(spec, nn.Conv2d(p["c_in"], p["c_out"], (kh, kw), p["stride"],
+                                   padding=(conv_padding(kh, spec.variant), conv_padding(kw, spec.variant)),
                                    groups=p["groups"], bias=spec.variant not in CONV_NO_BIAS, **_on(spec)))
     x = _image(spec, p["c_in"], p["h"], p["w"])
     return lambda: conv(x)
@@ -144,6 +147,7 @@ def _sdpa(spec: BuildSpec) -> OpCall:
 def _batch_norm(spec: BuildSpec) -> OpCall:
     p = spec.params
     bn = nn.BatchNorm2d(p["c"], **_on(spec))
+    assert bn.running_mean is not None and bn.running_var is not None  # track_running_stats: the default
     bn.running_mean.uniform_(-1, 1)
     bn.running_var.uniform_(0.5, 2)
     bn = _module(spec, bn)

@@ -15,11 +15,10 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from collectors.layer_shapes import Shape
+from collectors.op_config import OpConfig
 from predictor.catalogue import FAMILIES, bytes_moved, flops, get_family
 from predictor.precision import PRECISIONS
-
-from collectors.config import OpConfig
-from collectors.layer_shapes import Shape
 
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 PERTURB_FACTORS = (0.5, 0.75, 1.5, 2.0)

@@ -44,7 +44,8 @@ class ShardStore:
         frame = self.validate(pd.DataFrame(rows))
         self.directory.mkdir(parents=True, exist_ok=True)
         existing = self.shards()
-        index = int(SHARD_PATTERN.match(existing[-1].name).group(1)) + 1 if existing else 0
+        last = SHARD_PATTERN.match(existing[-1].name) if existing else None  # shards() lists matches only
+        index = int(last.group(1)) + 1 if last else 0
         final = self.directory / f"part-{index:05d}.parquet"
         tmp = final.with_name(final.name + ".tmp")
         frame.to_parquet(tmp, index=False)

@@ -5,7 +5,8 @@ Ctrl-C, SIGTERM and a time budget flush what was measured and stop cleanly; a SI
 loses only the unflushed buffer, which the next run measures again (ids on disk are skipped),
 so no row is lost or duplicated. A configuration that raises is the measuring function's to
 record as a failed row: the sweep itself never stops for one configuration. ``measure`` returns
-one row, or several rows that share the configuration's id (a whole-model unit's two modes).
+the configuration's row. (Whole-model runs are not swept one unit at a time: they are timed in
+interleaved rounds, ``collectors.model_runs``.)
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 def run_sweep(
     configs: Sequence[Identified],
     store: ShardStore,
-    measure: Callable[[Any], dict | list[dict]],
+    measure: Callable[[Any], dict],
     *,
     flush_every: int = 1000,
     flush_seconds: float = 30.0,
@@ -73,11 +74,10 @@ def run_sweep(
             if budget_s is not None and time.perf_counter() - started > budget_s:
                 stopped = "budget"
                 break
-            result = measure(cfg)
-            rows = result if isinstance(result, list) else [result]
-            buffer.extend(rows)
+            row = measure(cfg)
+            buffer.append(row)
             measured += 1
-            failed += any(row.get("status") == "failed" for row in rows)
+            failed += row.get("status") == "failed"
             bar.update(1)
             if len(buffer) >= flush_every or time.perf_counter() - last_flush > flush_seconds:
                 # Hand the rows over before writing: an interrupt landing after the shard is

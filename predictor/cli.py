@@ -1,66 +1,86 @@
-"""The ``latpred`` command line: a root group whose subcommands load lazily from their package.
+"""The predictor's commands: ``latpred devices`` and ``latpred predict``, from the shipped (or a given) bundle.
 
-Each package owns its commands (``collectors.cli`` measures, later ``training`` trains and
-``service`` serves); the root only knows where they live, so ``latpred --help`` and a serve-only
-install never import torch.
+The ``latpred`` root (``latpred.py``, above every package) assembles this group with the other
+packages' groups; predictor knows nothing of the packages above it.
 """
 
 from __future__ import annotations
 
-import importlib
+import csv
+import json
+import sys
+from pathlib import Path
 
 import click
 
-#: command name -> "module:attribute" of the Click command that implements it.
-LAZY_COMMANDS: dict[str, str] = {
-    "device": "collectors.cli:device",
-    "collect": "collectors.cli:collect",
-    "devices": "predictor.cli_predict:devices",
-    "predict": "predictor.cli_predict:predict",
-    "train": "training.cli:train",
-    "validate": "training.cli:validate",
-    "serve": "service.cli:serve",
-}
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError, bundle_dirs
+from predictor.compose import MODES
+from predictor.devices import DEVICES, resolve_device
+from predictor.graph_sources import load_graph
+from predictor.precision import PRECISIONS
+from predictor.predict import Predictor
 
 
-class LazyGroup(click.Group):
-    """A Click group that imports a subcommand's module only when that subcommand runs."""
+@click.group()
+def commands() -> None:
+    """The predictor's commands, which the ``latpred`` root assembles."""
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(LAZY_COMMANDS)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = LAZY_COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attribute = target.split(":")
+@commands.command()
+@click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
+def devices(bundles: Path) -> None:
+    """List the devices latpred knows, and which have a trained bundle."""
+    trained = bundle_dirs(bundles)
+    for spec in DEVICES.values():
+        state = f"bundle {trained[spec.device_id].name}" if spec.device_id in trained else "no bundle"
+        click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{state}")
+
+
+def load_predictor(device: str, bundle: Path | None) -> Predictor:
+    """The predictor for ``device`` from ``bundle``, or from the shipped bundle of that device."""
+    spec = resolve_device(device)
+    directory = bundle or DEFAULT_BUNDLE_DIR / spec.device_id
+    return Predictor(Bundle.load(directory), spec)
+
+
+@commands.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--device", default="h200", show_default=True, help="device id or part of its name")
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default="fp16", show_default=True)
+@click.option("--mode", type=click.Choice(list(MODES)), default="cudagraph", show_default=True)
+@click.option("--batch", type=click.IntRange(min=1, max=65536), default=None,
+              help="batch size (default: the graph's own)")
+@click.option("--format", "fmt", type=click.Choice(["json", "table", "csv"]), default="table", show_default=True)
+@click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
+def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batch: int | None,
+            fmt: str, bundle: Path | None) -> None:
+    """Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."""
+    try:
+        predictor = load_predictor(device, bundle)
+    except (ValueError, BundleError) as exc:
+        raise click.ClickException(str(exc)) from None
+    failed = 0
+    writer = csv.writer(sys.stdout) if fmt == "csv" else None
+    if writer:
+        writer.writerow(["model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms",
+                         "unsupported_ops"])
+    for path in paths:
         try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise click.ClickException(
-                f"'latpred {cmd_name}' needs a part of latpred that is not installed here "
-                f"({exc.name or exc}); install the extra it needs: pip install 'latpred[collect]' "
-                f"(measuring), 'latpred[train]' (training) or 'latpred[serve]' (serving)"
-            ) from None
-        return getattr(module, attribute)
-
-    def invoke(self, ctx: click.Context) -> object:
-        # Commands import their heavy dependencies (torch, xgboost, mlflow) when they run.
-        try:
-            return super().invoke(ctx)
-        except ImportError as exc:
-            raise click.ClickException(
-                f"this command needs {exc.name or exc}, which is not installed: install latpred with "
-                "the extra for the job: 'latpred[collect]' (measuring), 'latpred[train]' (training), "
-                "'latpred[predict]' (predicting) or 'latpred[serve]' (serving)"
-            ) from None
-
-
-@click.group(cls=LazyGroup)
-@click.version_option(package_name="latpred")
-def main() -> None:
-    """latpred: predict how long a neural network takes on a GPU, before running it there."""
-
-
-if __name__ == "__main__":  # python -m predictor.cli, where latpred is not installed (the GPU machine)
-    main()
+            result = predictor.predict(load_graph(path, batch), batch, precision, mode)
+        except ValueError as exc:
+            click.echo(f"error: {path}: {exc}", err=True)
+            failed += 1
+            continue
+        if fmt == "json":
+            click.echo(json.dumps(result.to_json()))
+        elif writer:
+            writer.writerow([result.model, result.device, result.batch, result.precision, result.mode,
+                             f"{result.total_ms:.4f}", f"{result.low_ms:.4f}", f"{result.high_ms:.4f}",
+                             sum(u["count"] for u in result.unsupported)])
+        else:
+            click.echo(f"{result.model:<24} {result.total_ms:9.3f} ms  [{result.low_ms:.3f}, {result.high_ms:.3f}]"
+                       f"  {result.device} b{result.batch} {result.precision} {result.mode}")
+            for warning in result.warnings:
+                click.echo(f"  warning: {warning}")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(paths)} graph(s) could not be predicted")

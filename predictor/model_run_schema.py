@@ -7,15 +7,21 @@ top-level aten ops in issue order, each with its input shapes, host time and ker
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _describe
 from predictor.precision import PRECISIONS
 
 MODEL_RUN_SCHEMA_VERSION = 1
-#: folder (beside ``models``) of runs re-measured in interleaved rounds
-#: (collectors.interleaved_runs), which training prefers to the sequential runs.
-INTERLEAVED_FOLDER = "models_interleaved"
+#: folder of a device's dataset that holds its live whole-model runs: one protocol
+#: (``latpred collect models``: interleaved rounds), one row per unit and mode. Rows that a
+#: re-measurement superseded live under ``archive/``, which training never reads.
+MODEL_RUNS_FOLDER = "models"
+#: folder beside it for whole-model runs a later measurement of the same units superseded, one
+#: subfolder per set: kept for comparison, read by nothing in training.
+ARCHIVE_FOLDER = "archive"
 MODES = ("eager", "cudagraph")
 
 
@@ -24,7 +30,7 @@ def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:
     import pandera.errors
     import pandera.pandas as pa
 
-    def text(*checks: pa.Check, **kw: object) -> pa.Column:
+    def text(*checks: pa.Check, **kw: Any) -> pa.Column:
         return pa.Column(str, list(checks), **kw)
 
     schema = pa.DataFrameSchema({

@@ -5,7 +5,12 @@ from __future__ import annotations
 import click
 
 
-@click.command()
+@click.group()
+def commands() -> None:
+    """The service's commands, which the ``latpred`` root assembles."""
+
+
+@commands.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to listen on")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="port to listen on")
 @click.option("--debug", is_flag=True, help="Flask's debug mode (reloader and debugger; never expose it)")

@@ -1,4 +1,7 @@
-"""``latpred train`` and ``latpred validate``."""
+"""The training commands: ``latpred train`` and ``latpred validate``, assembled by the ``latpred`` root.
+
+xgboost, lightgbm and mlflow load inside the commands, so listing them needs none of those.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,12 @@ import click
 from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
 
 
-@click.command()
+@click.group()
+def commands() -> None:
+    """The training commands, which the ``latpred`` root assembles."""
+
+
+@commands.command()
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/nvidia-h200"), show_default=True)
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
@@ -53,7 +61,7 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
                    f"{' (champion)' if t['champion'] else ' (champion kept: it scores higher)'}")
 
 
-@click.command()
+@commands.command()
 @click.option("--device", default="h200", show_default=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/nvidia-h200"), show_default=True)

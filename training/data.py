@@ -14,7 +14,7 @@ from predictor.catalogue import PARAMETERS
 from predictor.dataset_schema import validate_rows
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import feature_frame
-from predictor.model_run_schema import INTERLEAVED_FOLDER, validate_model_runs
+from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, validate_model_runs
 
 
 def shard_paths(directory: Path) -> list[Path]:
@@ -22,9 +22,10 @@ def shard_paths(directory: Path) -> list[Path]:
 
 
 def dataset_hash(dataset_dir: Path) -> str:
-    """sha256 over the shard files' bytes, in order: names the exact data a model saw."""
+    """sha256 over the live shard files' bytes, in order: names the exact data a model saw
+    (archived rows are read by nothing in training, so they are not part of it)."""
     digest = hashlib.sha256()
-    for path in [p for folder in ("ops", "models", INTERLEAVED_FOLDER)
+    for path in [p for folder in ("ops", MODEL_RUNS_FOLDER)
                  for p in shard_paths(Path(dataset_dir) / folder)]:
         digest.update(path.name.encode())
         digest.update(path.read_bytes())
@@ -78,19 +79,18 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
 def load_model_runs(dataset_dir: Path) -> pd.DataFrame:
     """The ok whole-model runs of a dataset, one per (model, batch, precision, mode).
 
-    Runs measured in interleaved rounds (``collectors.interleaved_runs``) replace the sequential
-    run of the same unit (host drift biased sequential eager rows by up to 2x; drift between one
-    model's minute and the next put resnet101 in bf16 12% above fp16 with the same kernels), and
-    of several interleaved runs of a unit the latest wins: each later protocol interleaved more
-    (precisions, then modes), and earlier rows stay on disk.
+    They come from one protocol, interleaved rounds (``latpred collect models``), in one folder:
+    rows of earlier protocols, which host and clock drift biased (up to 2x for sequential eager
+    rows), are archived, not merged, so nothing here decides between two measurements of a unit.
+    A unit measured twice is refused rather than silently picked.
     """
-    runs = read_frame(Path(dataset_dir) / "models", validate_model_runs)
-    runs = runs[runs["status"] == "ok"]
-    if shard_paths(Path(dataset_dir) / INTERLEAVED_FOLDER):
-        interleaved = read_frame(Path(dataset_dir) / INTERLEAVED_FOLDER, validate_model_runs)
-        interleaved = interleaved[interleaved["status"] == "ok"]
-        unit = ["model", "batch", "precision", "mode"]
-        interleaved = interleaved.sort_values("timestamp", kind="stable").drop_duplicates(unit, keep="last")
-        replaced = runs.set_index(unit).index.isin(interleaved.set_index(unit).index)
-        runs = pd.concat([runs[~replaced], interleaved], ignore_index=True)
-    return runs.reset_index(drop=True)
+    runs = read_frame(Path(dataset_dir) / MODEL_RUNS_FOLDER, validate_model_runs)
+    runs = runs[runs["status"] == "ok"].reset_index(drop=True)
+    unit = ["model", "batch", "precision", "mode"]
+    twice = runs[runs.duplicated(unit, keep=False)]
+    if len(twice):
+        first = twice.iloc[0]
+        raise ValueError(f"{len(twice)} whole-model rows measure a unit more than once (first: {first['model']} "
+                         f"b{first['batch']} {first['precision']} {first['mode']}): archive the superseded "
+                         f"rows under {Path(dataset_dir) / ARCHIVE_FOLDER}")
+    return runs

@@ -1,4 +1,5 @@
-"""The ``latpred`` command line: device fingerprint, collect's refusals, and the dataset card."""
+"""The collectors' commands through the ``latpred`` root: device fingerprint, collect's refusals,
+whole-model runs into the live folder, and the dataset card."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from click.testing import CliRunner
 
 from collectors.fingerprint import read_fingerprint
-from predictor.cli import main
+from collectors.zoo_models import ZOO, ZooModel
+from latpred import main
+from predictor.model_run_schema import MODEL_RUNS_FOLDER
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,20 +49,15 @@ def test_device_cuda_without_gpu_fails(runner: CliRunner) -> None:
     assert "no CUDA GPU" in result.output
 
 
-def test_root_cli_does_not_import_torch() -> None:
-    code = "import predictor.cli, sys; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
-
-
-def test_help_lists_commands_without_torch() -> None:
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom predictor.cli import main\n"
-            "r = CliRunner().invoke(main, ['--help'])\nprint(r.exit_code, 'torch' in sys.modules)\n"
+def test_collect_help_lists_every_measuring_step_without_torch() -> None:
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom latpred import main\n"
+            "r = CliRunner().invoke(main, ['collect', '--help'])\nprint(r.exit_code, 'torch' in sys.modules)\n"
             "print(r.output)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     first, rest = out.stdout.split("\n", 1)
     assert first == "0 False"
-    assert "collect" in rest and "device" in rest
+    for step in ("shapes", "graphs", "ops", "models", "profile", "card"):
+        assert f"  {step} " in rest, rest
 
 
 def test_collect_ops_refuses_an_unknown_precision(runner: CliRunner, tmp_path: Path) -> None:
@@ -90,6 +89,81 @@ def test_collect_models_refuses_a_held_out_model(runner: CliRunner, tmp_path: Pa
     assert not list(tmp_path.iterdir())
 
 
+@pytest.fixture
+def tiny_zoo(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A zoo model that builds in milliseconds without torchvision."""
+    def build() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
+
+    monkeypatch.setitem(ZOO, "tiny-cnn", ZooModel("tiny-cnn", "vision", build, image_size=8))
+    return "tiny-cnn"
+
+
+def test_collect_models_writes_interleaved_runs_into_the_live_folder(runner: CliRunner, tmp_path: Path,
+                                                                     tiny_zoo: str) -> None:
+    args = ["collect", "models", "--device", "cpu", "--out", str(tmp_path), "--models", tiny_zoo,
+            "--precisions", "fp32", "--rounds", "2", "--reps", "2"]
+    first = runner.invoke(main, [*args, "--batches", "1,2"])
+    assert first.exit_code == 0, first.output
+    assert "eager: 2 rows" in first.output and "models: 2 rows written, 0 already on disk" in first.output
+    dataset = tmp_path / read_fingerprint("cpu").device_id
+    (shard,) = sorted((dataset / MODEL_RUNS_FOLDER).glob("part-*.parquet"))  # the one live folder
+    rows = pd.read_parquet(shard)
+    assert sorted(rows["run_id"]) == [f"tiny-cnn|b{b}|fp32|eager|interleaved-all" for b in (1, 2)]
+    assert (rows["repetitions"] == 4).all()
+    # resumed by run id: a unit on disk is not measured again, a new batch is
+    again = runner.invoke(main, [*args, "--batches", "1,2,4"])
+    assert again.exit_code == 0, again.output
+    assert "models: 1 rows written, 2 already on disk" in again.output
+    assert len(list((dataset / MODEL_RUNS_FOLDER).glob("part-*.parquet"))) == 2
+    log = [json.loads(line) for line in (dataset / "sweep_log.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["measured"], e["settings"]["protocol"]) for e in log] == [
+        ("models", 2, "interleaved-all"), ("models", 1, "interleaved-all")]
+
+
+def test_card_says_which_runs_are_live_and_which_are_archived(runner: CliRunner, tmp_path: Path,
+                                                               tiny_zoo: str) -> None:
+    collected = runner.invoke(main, ["collect", "models", "--device", "cpu", "--out", str(tmp_path), "--models",
+                                     tiny_zoo, "--batches", "1,2", "--precisions", "fp32", "--rounds", "1"])
+    assert collected.exit_code == 0, collected.output
+    dataset = tmp_path / read_fingerprint("cpu").device_id
+    # an earlier protocol's rows of the same units, archived: run ids without a protocol suffix
+    old = pd.read_parquet(dataset / MODEL_RUNS_FOLDER / "part-00000.parquet")
+    old["run_id"] = old["run_id"].str.replace("|interleaved-all", "", regex=False)
+    (dataset / "archive" / "sequential").mkdir(parents=True)
+    old.to_parquet(dataset / "archive" / "sequential" / "part-00000.parquet", index=False)
+    (dataset / "archive" / "README.md").write_text("Drift biased the sequential rows.\n")
+    result = runner.invoke(main, ["collect", "card", str(dataset)])
+    assert result.exit_code == 0, result.output
+    card = (dataset / "README.md").read_text()
+    assert "- live rows, in `models/`: 2 (2 measured) over 1 models; the only rows training reads" in card
+    assert "- protocol, by run-id suffix: `interleaved-all` (2)" in card
+    assert "device time in the sweep log for this protocol:" in card and "over 1 run(s)" in card
+    assert "| archive/sequential/ | 2 | sequential | eager |" in card and "| 2 of 2 |" in card
+    assert "Drift biased the sequential rows." in card
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible")
+def test_collect_models_refuses_cudagraph_without_a_gpu_before_writing(runner: CliRunner, tmp_path: Path,
+                                                                      tiny_zoo: str) -> None:
+    result = runner.invoke(main, ["collect", "models", "--device", "cpu", "--out", str(tmp_path),
+                                  "--models", tiny_zoo, "--modes", "cudagraph"])
+    assert result.exit_code != 0 and "need a CUDA GPU" in result.output
+    assert not list(tmp_path.iterdir())
+    result = runner.invoke(main, ["collect", "models", "--device", "cpu", "--out", str(tmp_path),
+                                  "--models", tiny_zoo, "--modes", "eager,jit"])
+    assert result.exit_code != 0 and "jit" in result.output and "cudagraph" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible")
+def test_collect_profile_needs_a_gpu(runner: CliRunner, tmp_path: Path) -> None:
+    result = runner.invoke(main, ["collect", "profile", "--out", str(tmp_path / "profile")])
+    assert result.exit_code != 0 and "needs a CUDA GPU" in result.output
+    assert not list(tmp_path.iterdir())
+    unknown = runner.invoke(main, ["collect", "profile", "--out", str(tmp_path), "--models", "resnet18"])
+    assert unknown.exit_code != 0 and "not in the measured zoo" in unknown.output
+
+
 def test_collect_card_counts_rows(runner: CliRunner, tmp_path: Path) -> None:
     shutil.copy(REPO / "datasets" / "layer_shapes.json", tmp_path / "layer_shapes.json")
     swept = runner.invoke(main, ["collect", "ops", "--device", "cpu", "--out", str(tmp_path),
@@ -113,12 +187,7 @@ def test_collect_card_refuses_a_missing_folder(runner: CliRunner, tmp_path: Path
     assert result.exit_code != 0 and "nowhere" in result.output
 
 
-def test_collect_ops_refuses_an_unknown_variant_or_layout(tmp_path: Path) -> None:
-    from click.testing import CliRunner
-
-    from predictor.cli import main
-
-    runner = CliRunner()
+def test_collect_ops_refuses_an_unknown_variant_or_layout(runner: CliRunner, tmp_path: Path) -> None:
     result = runner.invoke(main, ["collect", "ops", "--out", str(tmp_path), "--families", "conv2d",
                                   "--variants", "no-bias"])
     assert result.exit_code != 0 and "no-bias" in result.output and "nobias" in result.output

@@ -34,13 +34,13 @@ def test_graph_timing_sees_through_launch_overhead() -> None:
 
 
 def test_measurer_records_a_conv_row() -> None:
-    from collectors.config import OpConfig
+    import pandas as pd
+
     from collectors.fingerprint import open_nvml, read_fingerprint
+    from collectors.op_config import OpConfig
     from collectors.op_measure import OpMeasurer
     from collectors.timing import make_timer
     from predictor.dataset_schema import validate_rows
-
-    import pandas as pd
 
     fp = read_fingerprint("cuda")
     measure = OpMeasurer(fp, make_timer("cuda"), open_nvml())
@@ -132,20 +132,19 @@ def test_importer_counts_the_kernels_window_attention_launches() -> None:
     assert predicted == len(launched), ([n.name for n in graph.nodes if n.kind != "free"], launched)
 
 
-def test_interleaved_replays_agree_with_the_sequential_timing() -> None:
-    """The interleaved protocol's cudagraph rows time the same replays as time_cudagraph."""
+def test_interleaved_replays_agree_with_one_model_timed_alone() -> None:
+    """The protocol's cudagraph rows time the same replays as time_cudagraph of one model."""
     import statistics
 
     import torch
 
     from collectors.fingerprint import open_nvml, read_fingerprint
-    from collectors.interleaved_runs import measure_interleaved
-    from collectors.model_runs import ModelMeasurer, time_cudagraph
-    from collectors.zoo import get_zoo_model
+    from collectors.forward_timing import time_cudagraph
+    from collectors.model_runs import measure_models
+    from collectors.zoo_models import get_zoo_model
 
-    measurer = ModelMeasurer(read_fingerprint("cuda"), open_nvml())
-    rows = measure_interleaved(measurer, ["distilbert-base"], (1, 8), ("fp16",), rounds=2, reps=3, seed=0,
-                               mode="cudagraph")
+    rows = measure_models(read_fingerprint("cuda"), ["distilbert-base"], (1, 8), ("fp16",), mode="cudagraph",
+                          rounds=2, reps=3, seed=0, nvml=open_nvml())
     assert [(r["batch"], r["mode"], r["run_id"]) for r in rows] == [
         (1, "cudagraph", "distilbert-base|b1|fp16|cudagraph|interleaved-all"),
         (8, "cudagraph", "distilbert-base|b8|fp16|cudagraph|interleaved-all")]
@@ -153,5 +152,5 @@ def test_interleaved_replays_agree_with_the_sequential_timing() -> None:
     with torch.inference_mode():
         model = zoo.build().to(device="cuda", dtype=torch.float16).eval()
         x = zoo.example_input(8, torch.device("cuda"), torch.float16)
-        sequential = statistics.median(time_cudagraph(lambda: model(x)))
-    assert 0.8 < rows[1]["latency_ms"] / sequential < 1.25
+        alone = statistics.median(time_cudagraph(lambda: model(x)))
+    assert 0.8 < rows[1]["latency_ms"] / alone < 1.25

@@ -1,4 +1,4 @@
-"""Whole-model runs on the CPU: eager timing, the profiler breakdown, the row contract, the zoo."""
+"""Whole-model runs on the CPU: the forward timers, the interleaved protocol's rows, the zoo."""
 
 from __future__ import annotations
 
@@ -11,15 +11,28 @@ import torch
 from torch import nn
 
 from collectors.fingerprint import read_fingerprint
-from collectors.model_runs import ModelUnit, model_units, profile_forward, time_eager
+from collectors.forward_timing import time_eager
+from collectors.model_runs import PROTOCOL, ModelUnit, measure_models, run_row
 from collectors.op_measure import provenance
 from collectors.timing import RepetitionRule
-from collectors.zoo import ZOO, get_zoo_model
+from collectors.zoo_models import ZOO, ZooModel, get_zoo_model
 from predictor.dataset_schema import DatasetSchemaError
 from predictor.holdout import HELD_OUT_MODELS, check_not_held_out
 from predictor.model_run_schema import MODEL_RUN_SCHEMA_VERSION, validate_model_runs
 
 CPU = torch.device("cpu")
+
+
+def tiny_cnn() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+
+
+@pytest.fixture
+def tiny_zoo(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A zoo model that builds in milliseconds without torchvision: the protocol, not the model,
+    is what these tests measure."""
+    monkeypatch.setitem(ZOO, "tiny-cnn", ZooModel("tiny-cnn", "vision", tiny_cnn, image_size=16))
+    return "tiny-cnn"
 
 
 @pytest.fixture(scope="module")
@@ -43,29 +56,45 @@ def test_time_eager_returns_positive_samples(forward: Any) -> None:
     assert max(samples) < 1000  # milliseconds: a tiny model is nowhere near a second
 
 
-def test_profile_forward_lists_top_level_ops_in_order(forward: Any) -> None:
-    ops = profile_forward(forward, CPU)
-    names = [op["name"] for op in ops]
-    assert names.index("aten::conv2d") < names.index("aten::relu") < names.index("aten::linear")
-    assert ops[0]["start_us"] == 0
-    starts = [op["start_us"] for op in ops]
-    assert starts == sorted(starts)
-    conv = ops[names.index("aten::conv2d")]
-    assert conv["shapes"][0] == [2, 3, 8, 8] and conv["shapes"][1] == [4, 3, 3, 3]
-    linear = ops[names.index("aten::linear")]
-    assert linear["shapes"][0] == [2, 256]
-    assert all(op["cpu_us"] >= 0 for op in ops)
-    # only top-level ops: the convolution's internals are folded into it
-    assert "aten::_convolution" not in names and "aten::addmm" not in names
-    json.dumps(ops)  # stored as JSON in the eager row
+def test_run_ids_name_the_unit_the_mode_and_the_protocol() -> None:
+    unit = ModelUnit("resnet34", 8, "fp16")
+    assert unit.config_id == "resnet34|b8|fp16"
+    assert unit.run_id("eager") == "resnet34|b8|fp16|eager|interleaved-all"
+    assert unit.run_id("cudagraph").endswith(f"|cudagraph|{PROTOCOL}")
 
 
-def run_row(mode: str = "eager", **values: Any) -> dict[str, Any]:
-    """A row as ModelMeasurer._row builds it."""
+def test_run_row_is_valid_and_reports_the_median() -> None:
+    unit = ModelUnit("resnet34", 8, "fp16")
+    row = run_row(unit, "cudagraph", read_fingerprint("cpu"), [3.0, 1.0, 2.0, 10.0, 2.5], clock_reasons=4)
+    frame = validate_model_runs(pd.DataFrame([row]))
+    assert frame.loc[0, "latency_ms"] == 2.5 and frame.loc[0, "repetitions"] == 5
+    assert frame.loc[0, "p10_ms"] < 2.5 < frame.loc[0, "p90_ms"]
+    assert frame.loc[0, "model_kind"] == "vision" and pd.isna(frame.loc[0, "profile"])
+    assert bool(frame.loc[0, "throttled"])  # 4: NVML's software power cap
+    assert not frame.loc[0, "allow_tf32_matmul"]
+
+
+def test_measure_models_times_every_unit_in_the_rounds(tiny_zoo: str) -> None:
+    rows = measure_models(read_fingerprint("cpu"), [tiny_zoo], (1, 4), ("fp32", "bf16"), "eager",
+                          rounds=2, reps=3, seed=0)
+    assert [(r["precision"], r["batch"]) for r in rows] == [("fp32", 1), ("fp32", 4), ("bf16", 1), ("bf16", 4)]
+    frame = validate_model_runs(pd.DataFrame(rows))
+    assert (frame["repetitions"] == 2 * 3).all() and (frame["latency_ms"] > 0).all()
+    assert frame["run_id"].str.endswith("|eager|interleaved-all").all()
+    assert frame["clock_reasons"].isna().all()  # no NVML on the CPU: nothing seen, not "no reason"
+
+
+def test_measure_models_refuses_an_unknown_mode(tiny_zoo: str) -> None:
+    with pytest.raises(ValueError, match="jit"):
+        measure_models(read_fingerprint("cpu"), [tiny_zoo], (1,), ("fp32",), "jit")
+
+
+def example_row(mode: str = "eager", **values: Any) -> dict[str, Any]:
+    """A whole-model row with every column, for the schema's checks."""
     unit = ModelUnit("resnet34", 8, "fp16")
     return {
         "schema_version": MODEL_RUN_SCHEMA_VERSION, "config_id": unit.config_id,
-        "run_id": f"{unit.config_id}|{mode}", "status": "ok", "error": None,
+        "run_id": unit.run_id(mode), "status": "ok", "error": None,
         **provenance(read_fingerprint("cpu")), "model": unit.model, "model_kind": "vision",
         "batch": unit.batch, "precision": unit.precision, "mode": mode,
         "allow_tf32_cudnn": True, "allow_tf32_matmul": False, "latency_ms": 3.2, "p10_ms": 3.0,
@@ -76,35 +105,24 @@ def run_row(mode: str = "eager", **values: Any) -> dict[str, Any]:
 
 
 def test_model_run_row_is_valid() -> None:
-    graph = run_row("cudagraph", profile=None, latency_ms=0.9, p10_ms=0.85, p90_ms=0.95)
-    frame = validate_model_runs(pd.DataFrame([run_row(), graph]))
+    graph = example_row("cudagraph", profile=None, latency_ms=0.9, p10_ms=0.85, p90_ms=0.95)
+    frame = validate_model_runs(pd.DataFrame([example_row(), graph]))
     assert list(frame["mode"]) == ["eager", "cudagraph"]
 
 
 def test_model_run_refuses_an_unknown_mode() -> None:
     with pytest.raises(DatasetSchemaError, match="column 'mode'"):
-        validate_model_runs(pd.DataFrame([run_row("jit")]))
+        validate_model_runs(pd.DataFrame([example_row("jit")]))
 
 
 def test_model_run_refuses_ok_without_latency_and_duplicate_runs() -> None:
     with pytest.raises(DatasetSchemaError, match="latency_ms"):
-        validate_model_runs(pd.DataFrame([run_row(latency_ms=None)]))
+        validate_model_runs(pd.DataFrame([example_row(latency_ms=None)]))
     with pytest.raises(DatasetSchemaError, match="run_id"):
-        validate_model_runs(pd.DataFrame([run_row(), run_row()]))
-    failed = run_row(status="failed", error="OutOfMemoryError: ...", latency_ms=None, p10_ms=None,
-                     p90_ms=None, cv=None, repetitions=None)
+        validate_model_runs(pd.DataFrame([example_row(), example_row()]))
+    failed = example_row(status="failed", error="OutOfMemoryError: ...", latency_ms=None, p10_ms=None,
+                         p90_ms=None, cv=None, repetitions=None)
     assert len(validate_model_runs(pd.DataFrame([failed]))) == 1
-
-
-def test_model_units_order_and_ids() -> None:
-    units = model_units(["alexnet", "opt-125m"], (1, 8, 32), ("fp32", "fp16"))
-    ids = [u.config_id for u in units]
-    assert len(ids) == len(set(ids)) == 12
-    assert ids[:4] == ["alexnet|b1|fp32", "alexnet|b8|fp32", "alexnet|b32|fp32", "alexnet|b1|fp16"]
-    assert ids[-1] == "opt-125m|b32|fp16"
-    # one model at a time, one precision at a time within it
-    assert [u.model for u in units] == ["alexnet"] * 6 + ["opt-125m"] * 6
-    assert [u.precision for u in units[:6]] == ["fp32"] * 3 + ["fp16"] * 3
 
 
 @pytest.mark.parametrize("name", ["bert-base", "BERT_base", "resnet18", "vit_b_16"])

@@ -12,25 +12,7 @@ from predictor.catalogue.families import conv_out_hw
 CPU = torch.device("cpu")
 BATCH = 3
 
-TINY: dict[str, dict[str, int]] = {
-    "conv2d": dict(c_in=4, c_out=8, h=8, w=8, kernel=3, stride=2, groups=2),
-    "linear": dict(tokens=4, k=16, n=8),
-    "matmul": dict(heads=2, m=4, k=8, n=5),
-    "sdpa": dict(heads=2, seq_q=8, seq_kv=6, head_dim=16, causal=0),
-    "batch_norm": dict(c=4, h=6, w=6),
-    "layer_norm": dict(tokens=4, c=16),
-    "group_norm": dict(c=8, h=4, w=4, groups=2),
-    "softmax": dict(rows=4, c=16),
-    "activation": dict(elements=64),
-    "binary": dict(elements=64),
-    "pool": dict(c=4, h=8, w=8, kernel=3, stride=2),
-    "embedding": dict(vocab=50, c=8, tokens=4),
-    "concat": dict(inputs=3, c=4, h=4, w=4),
-    "transpose": dict(d1=4, d2=3, d3=8),
-    "mean": dict(rows=4, c=16),
-}
-
-#: Per-sample output shape of each family for the configs above (variant-independent here,
+#: Per-sample output shape of each family for the shared ``op_params`` (variant-independent here,
 #: except adaptive pooling and unpadded convolutions).
 OUT_SHAPES: dict[str, tuple[int, ...]] = {
     "conv2d": (8, 4, 4), "linear": (4, 8), "matmul": (2, 4, 5), "sdpa": (2, 8, 16),
@@ -44,19 +26,19 @@ def cases() -> list[tuple[str, str, str]]:
     return [(name, v, layout) for name, fam in FAMILIES.items() for v in fam.variants for layout in fam.layouts]
 
 
-def test_every_family_has_a_builder() -> None:
+def test_every_family_has_a_builder(op_params: dict[str, dict[str, int]]) -> None:
     assert set(BUILDERS) == set(FAMILIES)
-    assert set(TINY) == set(FAMILIES)
+    assert set(op_params) == set(OUT_SHAPES) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("family,variant,layout", cases())
-def test_builds_and_runs(family: str, variant: str, layout: str) -> None:
-    call = build(BuildSpec(family, TINY[family], variant, layout, BATCH, torch.float32, CPU))
+def test_builds_and_runs(family: str, variant: str, layout: str, op_params: dict[str, dict[str, int]]) -> None:
+    call = build(BuildSpec(family, op_params[family], variant, layout, BATCH, torch.float32, CPU))
     out = call()
     assert isinstance(out, torch.Tensor)
     expected = (4, 1, 1) if variant == "adaptive_avg" else OUT_SHAPES[family]
     if family == "conv2d":  # the catalogue's output size (which FLOPs and features use) is what runs
-        expected = (TINY["conv2d"]["c_out"], *conv_out_hw(TINY["conv2d"], variant))
+        expected = (op_params["conv2d"]["c_out"], *conv_out_hw(op_params["conv2d"], variant))
     if layout == "strided" and family == "activation":  # the op keeps its view's [heads, rows, head]
         assert out.shape[0] == BATCH and out[0].numel() == expected[0]
     else:
@@ -79,17 +61,17 @@ def test_sdpa_causal_masks_the_future() -> None:
     assert not torch.allclose(outs[0][..., 0, :], outs[1][..., 0, :], atol=1e-3)
 
 
-def test_conv_runs_in_bf16() -> None:
-    out = build(BuildSpec("conv2d", TINY["conv2d"], "", "nhwc", 2, torch.bfloat16, CPU))()
+def test_conv_runs_in_bf16(op_params: dict[str, dict[str, int]]) -> None:
+    out = build(BuildSpec("conv2d", op_params["conv2d"], "", "nhwc", 2, torch.bfloat16, CPU))()
     assert out.dtype == torch.bfloat16 and tuple(out.shape) == (2, 8, 4, 4)
 
 
-def test_build_refuses_an_invalid_config() -> None:
-    bad = {**TINY["conv2d"], "c_in": 4, "groups": 3}
+def test_build_refuses_an_invalid_config(op_params: dict[str, dict[str, int]]) -> None:
+    bad = {**op_params["conv2d"], "c_in": 4, "groups": 3}
     with pytest.raises(ValueError, match="groups"):
         build(BuildSpec("conv2d", bad, "", "nchw", 1, torch.float32, CPU))
     with pytest.raises(ValueError, match="layout"):
-        build(BuildSpec("linear", TINY["linear"], "", "nhwc", 1, torch.float32, CPU))
+        build(BuildSpec("linear", op_params["linear"], "", "nhwc", 1, torch.float32, CPU))
 
 
 @pytest.mark.parametrize("elements", [64, 150528, 97])

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.config import OpConfig
 from collectors.layer_shapes import Shape, load_shapes
+from collectors.op_config import OpConfig
 from collectors.sampler import BATCHES, SamplerSettings, sample_configs
 from predictor.catalogue import bytes_moved, flops, get_family
 from predictor.holdout import HELD_OUT_MODELS

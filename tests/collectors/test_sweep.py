@@ -16,9 +16,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from collectors.config import OpConfig
 from collectors.fingerprint import read_fingerprint
 from collectors.layer_shapes import load_shapes
+from collectors.op_config import OpConfig
 from collectors.op_measure import OpMeasurer
 from collectors.sampler import SamplerSettings, sample_configs
 from collectors.shards import ShardStore
@@ -93,7 +93,7 @@ def test_config_missing_a_parameter_is_recorded_not_fatal(tmp_path: Path, measur
 
 
 def cli(out: Path, target: int, flush_every: int) -> list[str]:
-    return [sys.executable, "-m", "predictor.cli", "collect", "ops", "--device", "cpu",
+    return [sys.executable, "-m", "latpred", "collect", "ops", "--device", "cpu",
             "--out", str(out), "--families", ",".join(FAMILIES), "--target", str(target),
             "--max-bytes", str(MAX_BYTES), "--max-flops", str(MAX_FLOPS),
             "--flush-every", str(flush_every)]

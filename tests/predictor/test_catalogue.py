@@ -7,24 +7,6 @@ import pytest
 from predictor.catalogue import FAMILIES, bytes_moved, flops, get_family
 from predictor.precision import PRECISIONS, get_precision
 
-#: One small valid configuration (params, variant, layout) per family.
-TINY: dict[str, dict[str, int]] = {
-    "conv2d": dict(c_in=4, c_out=8, h=8, w=8, kernel=3, stride=1, groups=1),
-    "linear": dict(tokens=4, k=16, n=8),
-    "matmul": dict(heads=2, m=4, k=8, n=4),
-    "sdpa": dict(heads=2, seq_q=8, seq_kv=8, head_dim=16, causal=1),
-    "batch_norm": dict(c=4, h=8, w=8),
-    "layer_norm": dict(tokens=4, c=16),
-    "group_norm": dict(c=8, h=4, w=4, groups=2),
-    "softmax": dict(rows=4, c=16),
-    "activation": dict(elements=64),
-    "binary": dict(elements=64),
-    "pool": dict(c=4, h=8, w=8, kernel=3, stride=2),
-    "embedding": dict(vocab=50, c=8, tokens=4),
-    "concat": dict(inputs=3, c=4, h=4, w=4),
-    "transpose": dict(d1=4, d2=3, d3=8),
-    "mean": dict(rows=4, c=16),
-}
 DATA_MOVEMENT = {"embedding", "concat", "transpose"}
 #: Families whose bytes hold a term of fixed element size (fp32 norm statistics, int64 ids).
 FIXED_SIZE_TERMS = {"batch_norm", "embedding"}
@@ -34,13 +16,13 @@ def all_variants() -> list[tuple[str, str]]:
     return [(name, v) for name, fam in FAMILIES.items() for v in fam.variants]
 
 
-def test_every_family_has_a_tiny_config_here() -> None:
-    assert set(TINY) == set(FAMILIES)
+def test_every_family_has_a_shared_test_config(op_params: dict[str, dict[str, int]]) -> None:
+    assert set(op_params) == set(FAMILIES)
 
 
 @pytest.mark.parametrize("family,variant", all_variants())
-def test_flops_and_bytes_are_positive(family: str, variant: str) -> None:
-    params = TINY[family]
+def test_flops_and_bytes_are_positive(family: str, variant: str, op_params: dict[str, dict[str, int]]) -> None:
+    params = op_params[family]
     get_family(family).check(params, variant)
     f = flops(family, params, variant, 2)
     if family in DATA_MOVEMENT:
@@ -55,8 +37,8 @@ FIXED_WIDTH_VARIANTS = {("sdpa", "bool_padding"), ("sdpa", "bool_full"), ("sdpa"
 
 
 @pytest.mark.parametrize("family,variant", all_variants())
-def test_bytes_scale_with_element_size(family: str, variant: str) -> None:
-    params = TINY[family]
+def test_bytes_scale_with_element_size(family: str, variant: str, op_params: dict[str, dict[str, int]]) -> None:
+    params = op_params[family]
     fp32 = bytes_moved(family, params, variant, 2, get_precision("fp32").element_bytes)
     fp16 = bytes_moved(family, params, variant, 2, get_precision("fp16").element_bytes)
     if family in FIXED_SIZE_TERMS or (family, variant) in FIXED_WIDTH_VARIANTS:
@@ -66,8 +48,8 @@ def test_bytes_scale_with_element_size(family: str, variant: str) -> None:
 
 
 @pytest.mark.parametrize("family,variant", all_variants())
-def test_flops_and_bytes_grow_with_batch(family: str, variant: str) -> None:
-    params = TINY[family]
+def test_flops_and_bytes_grow_with_batch(family: str, variant: str, op_params: dict[str, dict[str, int]]) -> None:
+    params = op_params[family]
     assert bytes_moved(family, params, variant, 4, 4) > bytes_moved(family, params, variant, 1, 4)
     if family not in DATA_MOVEMENT:
         assert flops(family, params, variant, 4) == pytest.approx(4 * flops(family, params, variant, 1))

@@ -7,8 +7,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from collectors.config import OpConfig
 from collectors.fingerprint import read_fingerprint
+from collectors.op_config import OpConfig
 from collectors.op_measure import OpMeasurer
 from collectors.timing import CpuTimer, RepetitionRule
 from predictor.dataset_schema import COLUMNS, SCHEMA_VERSION, DatasetSchemaError, validate_rows

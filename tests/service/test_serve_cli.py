@@ -7,17 +7,17 @@ import sys
 
 from click.testing import CliRunner
 
-from predictor.cli import LAZY_COMMANDS, main
+from latpred import COMMANDS, main
 
 
 def test_serve_is_registered_and_documents_its_options() -> None:
-    assert LAZY_COMMANDS["serve"] == "service.cli:serve"
+    assert COMMANDS["serve"][0] == "service"
     result = CliRunner().invoke(main, ["serve", "--help"])
     assert result.exit_code == 0 and "--host" in result.output and "--port" in result.output
 
 
 def test_help_does_not_import_flask_or_torch() -> None:
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom predictor.cli import main\n"
+    code = ("import sys\nfrom click.testing import CliRunner\nfrom latpred import main\n"
             "r = CliRunner().invoke(main, ['--help'])\n"
             "print(r.exit_code, 'serve' in r.output, 'flask' in sys.modules, 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

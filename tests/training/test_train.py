@@ -17,12 +17,11 @@ import pytest
 
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
+from predictor.model_run_schema import MODEL_RUNS_FOLDER
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
-from training.data import (INTERLEAVED_FOLDER, OpData, dataset_hash, load_model_runs, load_ops, shape_group,
-                           shard_paths)
-from training.fit import FitResult, better, fit_target
-from training.fit import test_mask as fold_mask  # aliased: pytest would collect "test_mask"
+from training.data import OpData, dataset_hash, load_model_runs, load_ops, shape_group, shard_paths
+from training.fit import FitResult, better, fit_target, test_mask as fold_mask  # pytest would collect "test_mask"
 from training.tracking import CHAMPION, SCORE_METRIC, _maybe_promote, champion_version, registered_name, tracking_uri
 from training.train import TrainReport, TrainSettings, train
 
@@ -235,13 +234,15 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     assert len(original) == 64
     assert dataset_hash(DATASET) == original
     copy = tmp_path / "nvidia-h200"
-    for sub in ("ops", "models", INTERLEAVED_FOLDER):
+    for sub in ("ops", MODEL_RUNS_FOLDER):
         (copy / sub).mkdir(parents=True)
         for path in shard_paths(DATASET / sub):
             shutil.copy2(path, copy / sub / path.name)
     assert dataset_hash(copy) == original  # where the data lives does not matter
     (copy / "README.md").write_text("not a shard")
-    assert dataset_hash(copy) == original  # only shards count
+    (copy / "archive" / "old").mkdir(parents=True)
+    shutil.copy2(shard_paths(copy / MODEL_RUNS_FOLDER)[0], copy / "archive" / "old" / "part-00000.parquet")
+    assert dataset_hash(copy) == original  # only live shards count: training never reads the archive
     first = shard_paths(copy / "ops")[0]
     shutil.copy2(first, copy / "ops" / "part-99999.parquet")
     duplicated = dataset_hash(copy)
@@ -251,38 +252,31 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     assert dataset_hash(copy) not in (original, duplicated)  # the name counts, not just the bytes
 
 
-def test_interleaved_runs_replace_sequential_ones_and_the_latest_wins(tmp_path: Path) -> None:
-    copy = tmp_path / "nvidia-h200"
-    (copy / "models").mkdir(parents=True)
-    for path in shard_paths(DATASET / "models"):
-        shutil.copy2(path, copy / "models" / path.name)
-    sequential = load_model_runs(copy)
-    assert sequential.groupby(["model", "batch", "precision", "mode"]).size().max() == 1
-    (copy / INTERLEAVED_FOLDER).mkdir()
-    for path in shard_paths(DATASET / INTERLEAVED_FOLDER):
-        shutil.copy2(path, copy / INTERLEAVED_FOLDER / path.name)
-    interleaved = pd.read_parquet(copy / INTERLEAVED_FOLDER)
-    unit = ["model", "batch", "precision", "mode"]
-    merged = load_model_runs(copy)
-    assert len(merged) == len(sequential)  # replaced, not added
-    assert merged.groupby(unit).size().max() == 1
-    replaced = merged["run_id"].str.contains("|interleaved", regex=False)
-    assert replaced.sum() == len(interleaved.drop_duplicates(unit))
-    # a unit measured interleaved more than once (two protocols) keeps its latest row
-    twice = interleaved[interleaved.duplicated(unit, keep=False)]
-    assert len(twice), "the committed dataset has eager units re-measured interleaved"
-    latest = twice.sort_values("timestamp").drop_duplicates(unit, keep="last").set_index(unit)
-    kept = merged.set_index(unit).loc[latest.index]
-    assert (kept["run_id"] == latest["run_id"]).all() and (kept["latency_ms"] == latest["latency_ms"]).all()
-    # a unit never measured interleaved keeps its sequential row
-    (copy / INTERLEAVED_FOLDER / "part-00000.parquet").unlink()  # the first protocol's eager rows
-    for path in shard_paths(copy / INTERLEAVED_FOLDER):
-        shard = pd.read_parquet(path)
-        shard[shard["batch"] != 128].to_parquet(path, index=False)  # as if batch 128 was not re-measured
-    partial = load_model_runs(copy)
-    kept = partial[partial["batch"] == 128].set_index("run_id")["latency_ms"]
-    assert len(kept) == len(sequential[sequential["batch"] == 128])
-    assert kept.equals(sequential.set_index("run_id")["latency_ms"].loc[kept.index])
+UNIT = ["model", "batch", "precision", "mode"]
+
+
+def test_model_runs_come_from_one_protocol_in_one_folder() -> None:
+    runs = load_model_runs(DATASET)
+    on_disk = pd.concat([pd.read_parquet(p) for p in shard_paths(DATASET / MODEL_RUNS_FOLDER)])
+    assert len(runs) == len(on_disk) == runs.groupby(UNIT).ngroups  # one row per unit, nothing merged
+    assert runs["run_id"].str.endswith("|interleaved-all").all()
+    assert runs["mode"].value_counts().to_dict() == {"eager": 324, "cudagraph": 324}
+    # the archive drops nothing: every unit measured by an earlier protocol has its live row
+    archived = pd.concat([pd.read_parquet(p) for p in sorted((DATASET / "archive").glob("*/part-*.parquet"))])
+    assert len(archived) and not archived["run_id"].str.endswith("|interleaved-all").any()
+    assert archived.set_index(UNIT).index.isin(runs.set_index(UNIT).index).all()
+
+
+def test_a_unit_measured_twice_is_refused_not_picked(tmp_path: Path) -> None:
+    live = tmp_path / "nvidia-h200" / MODEL_RUNS_FOLDER
+    live.mkdir(parents=True)
+    for path in shard_paths(DATASET / MODEL_RUNS_FOLDER):
+        shutil.copy2(path, live / path.name)
+    first = pd.read_parquet(shard_paths(live)[0]).head(1)
+    first.assign(run_id=first["run_id"] + "-again").to_parquet(live / "part-00099.parquet", index=False)
+    with pytest.raises(ValueError, match="more than once") as exc:
+        load_model_runs(live.parent)
+    assert first["model"].iloc[0] in str(exc.value) and "archive" in str(exc.value)
 
 
 def test_the_chosen_fit_is_refitted_on_every_row(ops: OpData, kernel_fit: FitResult) -> None:
@@ -299,6 +293,7 @@ def test_the_chosen_fit_is_refitted_on_every_row(ops: OpData, kernel_fit: FitRes
     truth = np.log(ops.rows["kernel_us"].to_numpy(dtype=float)[held_out] / ops.roofline_us[held_out])
 
     def error(fit: FitResult) -> float:
-        return float(np.mean(np.abs(TargetModel(fit.library, fit.booster, {}, list(FEATURE_COLUMNS)).predict_log(x) - truth)))
+        model = TargetModel(fit.library, fit.booster, {}, list(FEATURE_COLUMNS))
+        return float(np.mean(np.abs(model.predict_log(x) - truth)))
 
     assert error(full) < 0.8 * error(kernel_fit)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner, Result
 
-from predictor.cli import main
+from latpred import main
 from predictor.zoo import load_zoo_graph
 from training.validate import METHODS, scatter_plot, score
 

@@ -1,4 +1,5 @@
-"""The measured zoo: real models whose whole-model runs are the ground truth for composition.
+"""The measured zoo's torch modules: real models whose whole-model runs are the ground truth for
+composition. (``predictor.zoo`` holds the graphs traced from them, which need no torch.)
 
 torchvision CNNs and vision transformers, and transformers encoders and decoders built from
 configs (no weights: latency does not depend on their values). Text models are base models

@@ -26,13 +26,14 @@ class OpConfig:
 
     @staticmethod
     def make(family: str, params: Mapping[str, int], variant: str = "", layout: str = "contiguous",
-             precision: str = "fp32", batch: int = 1, source: str = "") -> "OpConfig":
+             precision: str = "fp32", batch: int = 1, source: str = "") -> OpConfig:
         """Build a config with parameters in canonical (sorted) order."""
         return OpConfig(family, tuple(sorted((k, int(v)) for k, v in params.items())), variant,
                         layout, precision, int(batch), source)
 
     @property
     def param_dict(self) -> dict[str, int]:
+        """The parameters by name, as the catalogue's formulas and the builders take them."""
         return dict(self.params)
 
     @property
@@ -41,7 +42,3 @@ class OpConfig:
         key = json.dumps([self.family, self.params, self.variant, self.layout, self.precision,
                           self.batch], separators=(",", ":"))
         return hashlib.sha256(key.encode()).hexdigest()[:20]
-
-    def shape_key(self) -> tuple[object, ...]:
-        """What identifies the *shape* (for grouped splits): family, variant and parameters."""
-        return (self.family, self.variant, self.params)
