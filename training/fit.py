@@ -61,8 +61,10 @@ class FitResult:
         return f"{self.library}/{self.structure}"
 
 
-def _fit(library: str, x: pd.DataFrame, y: np.ndarray, threads: int, seed: int,
-         scale: float = 1.0) -> Any:
+def fit_booster(library: str, x: pd.DataFrame, y: np.ndarray, threads: int, seed: int,
+                scale: float = 1.0) -> Any:
+    """One XGBoost or LightGBM booster fitted to ``y``, with the library's tree count times ``scale``
+    (at least 50 trees); the bare booster, which saves in the library's own format."""
     trees = max(50, int(scale * (XGB_PARAMS if library == "xgboost" else LGBM_PARAMS)["n_estimators"]))
     if library == "xgboost":
         import xgboost
@@ -119,11 +121,11 @@ def _fit_structure(data: OpData, target: str, library: str, structure: str, rows
     x = data.features[list(FEATURE_COLUMNS)]
     trees = scale * TARGET_SCALE[target]
     if structure == "single":
-        return _fit(library, x[rows], y[rows], threads, seed, trees)
+        return fit_booster(library, x[rows], y[rows], threads, seed, trees)
     if structure == "per_family":
         families = data.rows["family"].to_numpy()
-        return {f: _fit(library, x[rows & (families == f)], y[rows & (families == f)], threads, seed,
-                        trees * PER_FAMILY_SCALE) for f in sorted(set(families[rows]))}
+        return {f: fit_booster(library, x[rows & (families == f)], y[rows & (families == f)], threads, seed,
+                               trees * PER_FAMILY_SCALE) for f in sorted(set(families[rows]))}
     raise ValueError(f"unknown model structure {structure!r}: expected one of {STRUCTURES}")
 
 

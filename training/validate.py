@@ -97,7 +97,7 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
     from training.bundle_export import in_memory_bundle
     from training.composition import fit_constants, predict_run
     from training.data import load_ops
-    from training.fit import FitResult, _fit
+    from training.fit import FitResult, fit_booster
     from training.train import zoo_graphs
 
     served = Bundle.load(bundle_dir)
@@ -112,10 +112,11 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
     rows = []
     for held in sorted(graphs):
         keep = ~data.rows["source"].isin([f"model:{held}", f"perturbed:{held}"]).to_numpy()
-        kernel = {f: _fit("lightgbm", x[keep & (families == f)], measured_kernel[keep & (families == f)],
-                          threads, 0, scale * 0.5) for f in sorted(set(families[keep]))}
-        dispatch = _fit("lightgbm", x[keep], measured_dispatch[keep], threads, 0, scale * 0.15)
-        fits = {"kernel": FitResult("kernel", "lightgbm", kernel, {}, pd.DataFrame(), served.targets["kernel"].interval_log),
+        kernel = {f: fit_booster("lightgbm", x[keep & (families == f)], measured_kernel[keep & (families == f)],
+                                 threads, 0, scale * 0.5) for f in sorted(set(families[keep]))}
+        dispatch = fit_booster("lightgbm", x[keep], measured_dispatch[keep], threads, 0, scale * 0.15)
+        fits = {"kernel": FitResult("kernel", "lightgbm", kernel, {}, pd.DataFrame(),
+                                    served.targets["kernel"].interval_log),
                 "dispatch": FitResult("dispatch", "lightgbm", dispatch, {}, pd.DataFrame(), {})}
         predictor = Predictor(in_memory_bundle(served.device_id, fits), device)
         arrays = run_arrays(predictor, graphs, runs)

@@ -25,11 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from predictor.graph import Graph, Node
-from predictor.importers.onnx_load import _fix_batch, _infer, _load, _opset
-from predictor.importers.onnx_ops import _checked, _classify
-from predictor.importers.onnx_patterns import _detect_kernels, _Fused
-from predictor.importers.onnx_tensors import _Tensors
-
+from predictor.importers.onnx_load import fix_batch, infer_folded_shapes, load_model, standard_opset
+from predictor.importers.onnx_ops import classify_node, kernel_fields
+from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
+from predictor.importers.onnx_tensors import GraphTensors
 
 # ---------------------------------------------------------------------------- the importer
 
@@ -54,14 +53,15 @@ def _names(nodes: list[Any]) -> list[str]:
     return [nm if nm == n.name or nm not in real else f"{nm}#{i}" for i, (nm, n) in enumerate(zip(names, nodes))]
 
 
-def _node(t: _Tensors, i: int, names: list[str], fused: _Fused | None) -> Node:
+def _node(t: GraphTensors, i: int, names: list[str], fused: FusedKernel | None) -> Node:
     """The graph node for ONNX node ``i``, or for the fused kernel that ends there."""
     n = t.nodes[i]
     reads = [x for x in n.input if x]
+    fields: dict[str, Any] | None
     if fused is None:
-        fields, op, merged = _classify(t, n), n.op_type, []
+        fields, op, merged = classify_node(t, n), n.op_type, []
     else:
-        fields, op, merged = _checked(fused.hit), fused.op, [names[j] for j in fused.indices]
+        fields, op, merged = kernel_fields(fused.hit), fused.op, [names[j] for j in fused.indices]
         inside = {o for j in fused.indices for o in t.nodes[j].output}
         reads = list(dict.fromkeys(x for j in fused.indices for x in t.nodes[j].input
                                    if x and x not in inside and x not in t.static))
@@ -80,11 +80,11 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     """
     if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool) or batch < 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    model = _load(source)
-    traced = _fix_batch(model, batch)
-    inferred, values = _infer(model, _opset(model))
-    t = _Tensors(model, inferred, values, traced)
-    fused = _detect_kernels(t)
+    model = load_model(source)
+    traced = fix_batch(model, batch)
+    inferred, values = infer_folded_shapes(model, standard_opset(model))
+    t = GraphTensors(model, inferred, values, traced)
+    fused = detect_fused_kernels(t)
     absorbed = {j for f in fused.values() for j in f.indices}
     names = _names(t.nodes)
     nodes = [_node(t, i, names, fused.get(i)) for i in range(len(t.nodes)) if i in fused or i not in absorbed]
@@ -94,6 +94,4 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     meta: dict[str, Any] = {"opset": t.opset, "producer": f"{model.producer_name} {model.producer_version}".strip()}
     if unknown:
         meta["shapes_unknown"] = unknown
-    graph = Graph(name=name or "onnx_model", nodes=nodes, batch=batch or traced, source="onnx", meta=meta)
-    graph.check()
-    return graph
+    return Graph(name=name or "onnx_model", nodes=nodes, batch=batch or traced, source="onnx", meta=meta)

@@ -21,7 +21,7 @@ STANDARD = ("", "ai.onnx")  # the default ONNX domain; other domains' ops are ne
 
 # ---------------------------------------------------------------------------- loading
 
-def _load(source: bytes | str | Path) -> Any:
+def load_model(source: bytes | str | Path) -> Any:
     """Parse the model without touching any file it points at; garbage becomes ValueError."""
     import onnx
 
@@ -47,7 +47,8 @@ def _load(source: bytes | str | Path) -> Any:
     return model
 
 
-def _opset(model: Any) -> int:
+def standard_opset(model: Any) -> int:
+    """The opset version the model imports for the default ONNX domain (1 if it names none)."""
     return next((o.version for o in model.opset_import if o.domain in STANDARD), 1)
 
 
@@ -82,7 +83,7 @@ def _refuse_external_data(model: Any) -> None:
                              "save the model with its weights inside the .onnx file")
 
 
-def _fix_batch(model: Any, batch: int | None) -> int:
+def fix_batch(model: Any, batch: int | None) -> int:
     """Set symbolic or missing batch dims (axis 0) of the inputs and return the batch the shapes
     will carry: an input's fixed batch if there is one (so the inputs stay consistent), else
     ``batch`` (default 1). Symbolic dims elsewhere are refused: they leave the shapes unknown."""
@@ -115,7 +116,8 @@ def _fix_batch(model: Any, batch: int | None) -> int:
 FOLD_LIMIT = 1 << 16  # shape arithmetic is tiny; anything bigger is not folded
 
 
-def _constant_value(node: Any) -> Any:
+def constant_value(node: Any) -> Any:
+    """The numpy value a Constant node holds, or None for a form it does not hold inline."""
     from onnx import helper, numpy_helper
 
     attr = node.attribute[0] if len(node.attribute) == 1 else None
@@ -139,16 +141,16 @@ def _fold(nodes: list[Any], shapes: dict[str, list[int] | None], values: dict[st
         ins = [x for x in n.input if x]
         out: list[Any] | None = None
         if n.op_type == "Constant":
-            out = [_constant_value(n)]
-        elif n.op_type in ("Shape", "Size") and shapes.get(n.input[0]) is not None:
-            dims = shapes[n.input[0]]
-            a = _attrs(n)
+            out = [constant_value(n)]
+        elif n.op_type in ("Shape", "Size") and (dims := shapes.get(n.input[0])) is not None:
+            a = node_attributes(n)
             out = [np.array(dims[a.get("start", 0):a.get("end", len(dims))] if n.op_type == "Shape"
                             else math.prod(dims), dtype=np.int64)]
         elif ins and all(x in values for x in ins) and sum(values[x].size for x in ins) <= FOLD_LIMIT \
                 and not any(a.HasField("g") or a.graphs for a in n.attribute):
             try:
-                out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})
+                # a list: only run(intermediate=True) answers a dict, which onnx's annotation allows for
+                out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})  # type: ignore[assignment]
             except Exception:
                 out = None  # an op the reference cannot run: leave it to shape inference
         for name, value in zip(n.output, out or []):
@@ -158,19 +160,21 @@ def _fold(nodes: list[Any], shapes: dict[str, list[int] | None], values: dict[st
     return grew
 
 
-def _shapes(model: Any) -> dict[str, list[int] | None]:
+def known_shapes(model: Any) -> dict[str, list[int] | None]:
+    """Every tensor's dims from the model's inputs, value_info, outputs and initializers; None
+    where a dimension is not a known number."""
     shapes: dict[str, list[int] | None] = {}
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
         tt = vi.type.tensor_type
         if tt.HasField("shape"):
-            dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
-            shapes[vi.name] = None if None in dims else dims
+            dims = [d.dim_value for d in tt.shape.dim if d.HasField("dim_value")]
+            shapes[vi.name] = dims if len(dims) == len(tt.shape.dim) else None
     for t in model.graph.initializer:
         shapes[t.name] = list(t.dims)
     return shapes
 
 
-def _infer(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
+def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
     """Shape inference, repeated with the shape arithmetic folded into constants until it settles:
     onnx's own data propagation stops at ops such as Div and Cast that exporters put in reshapes."""
     from onnx import helper, numpy_helper, shape_inference
@@ -191,7 +195,7 @@ def _infer(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
                 w.ClearField(data)
     inferred = infer(light)
     for _ in range(8):
-        if not _fold(list(model.graph.node), _shapes(inferred), values, opset):
+        if not _fold(list(model.graph.node), known_shapes(inferred), values, opset):
             break
         probe = type(light)()
         probe.CopyFrom(light)
@@ -210,7 +214,8 @@ def _infer(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
     return inferred, values
 
 
-def _attrs(node: Any) -> dict[str, Any]:
+def node_attributes(node: Any) -> dict[str, Any]:
+    """A node's attributes as plain Python values, by name."""
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from predictor.catalogue import get_family
-from predictor.importers.onnx_load import STANDARD, _attrs
-from predictor.importers.onnx_tensors import INT_TYPES, _Tensors
+from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_tensors import INT_TYPES, GraphTensors
 
 Hit = tuple[str, str, dict[str, int]]  # (family, variant, per-sample params)
 
@@ -32,7 +32,7 @@ ACTIVATIONS = {"Relu": "relu", "Gelu": "gelu", "Sigmoid": "sigmoid", "Tanh": "ta
                "HardSwish": "hardswish", "HardSigmoid": "hardsigmoid", "Clip": "clamp"}
 
 
-def _conv(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _conv(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s, w = t.shape(n.input[0]), t.shape(n.input[1])
     if s is None or w is None or len(s) != 4 or len(w) != 4:
         return None
@@ -47,7 +47,8 @@ def _conv(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
                                                        stride=strides[0], groups=a.get("group", 1))
 
 
-def _matmul(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def matmul_rule(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+    """MatMul as ``linear`` (static 2-d weight) or batched ``matmul`` (both operands 3-d or more)."""
     x, y = t.shape(n.input[0]), t.shape(n.input[1])
     if x is None or y is None or len(x) < 1:
         return None
@@ -58,7 +59,7 @@ def _matmul(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return None
 
 
-def _gemm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _gemm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     x, y = t.shape(n.input[0]), t.shape(n.input[1])
     if x is None or y is None or a.get("transA", 0) or n.input[1] not in t.static:
         return None
@@ -67,29 +68,30 @@ def _gemm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "linear", "" if has_bias else "nobias", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
 
 
-def _last_axis(t: _Tensors, n: Any, axis: int) -> list[int] | None:
+def _last_axis(t: GraphTensors, n: Any, axis: int) -> list[int] | None:
     s = t.shape(n.input[0])
     if s is None or axis % max(len(s), 1) != len(s) - 1:
         return None
     return s
 
 
-def _softmax(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def softmax_rule(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+    """Softmax over the last axis (the only one the family covers)."""
     s = _last_axis(t, n, a.get("axis", -1 if t.opset >= 13 else 1))
     return None if s is None else ("softmax", "", dict(rows=t.per_sample(s[:-1]), c=s[-1]))
 
 
-def _layer_norm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _layer_norm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = _last_axis(t, n, a.get("axis", -1))
     return None if s is None else ("layer_norm", "", dict(tokens=t.per_sample(s[:-1]), c=s[-1]))
 
 
-def _nchw(t: _Tensors, n: Any) -> list[int] | None:
+def _nchw(t: GraphTensors, n: Any) -> list[int] | None:
     s = t.shape(n.input[0])
     return s if s is not None and len(s) == 4 else None
 
 
-def _pool(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _pool(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s, k = _nchw(t, n), a.get("kernel_shape", [0, 0])
     strides, pads = a.get("strides", [1, 1]), list(a.get("pads", [0] * 4))
     if s is None or k[0] != k[1] or strides[0] != strides[1] or a.get("ceil_mode", 0) \
@@ -99,7 +101,7 @@ def _pool(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
                                                                    stride=strides[0])
 
 
-def _mean(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _mean(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = t.shape(n.input[0])
     axes = a.get("axes")
     if axes is None and len(n.input) > 1 and n.input[1]:
@@ -115,7 +117,7 @@ def _mean(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return None
 
 
-def _gather(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _gather(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     table, ids = t.shape(n.input[0]), t.shape(n.input[1])
     if table is None or ids is None or len(table) != 2 or a.get("axis", 0) != 0 \
             or n.input[0] not in t.static or t.types.get(n.input[1]) not in INT_TYPES:
@@ -123,15 +125,16 @@ def _gather(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "embedding", "", dict(vocab=table[0], c=table[1], tokens=t.per_sample(ids))
 
 
-def _concat(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    parts = [t.shape(x) for x in n.input]
-    if not parts or any(p is None or len(p) != 4 for p in parts) or a.get("axis") not in (1, -3):
+def _concat(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+    shapes = [t.shape(x) for x in n.input]
+    parts = [p for p in shapes if p is not None and len(p) == 4]
+    if not parts or len(parts) != len(shapes) or a.get("axis") not in (1, -3):
         return None
     return "concat", "", dict(inputs=len(parts), c=round(sum(p[1] for p in parts) / len(parts)),
                               h=parts[0][2], w=parts[0][3])
 
 
-def _transpose(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _transpose(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = t.shape(n.input[0])
     readers = t.consumers.get(n.output[0], [])
     if s is None or len(s) != 4 or list(a.get("perm", [])) != [0, 2, 1, 3] \
@@ -140,19 +143,19 @@ def _transpose(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "transpose", "", dict(d1=s[1], d2=s[2], d3=s[3])
 
 
-def _same_shape_binary(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _same_shape_binary(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     x, y, out = (t.shape(v) for v in (n.input[0], n.input[1], n.output[0]))
     if x is None or x != y or x != out:
         return None
     return "binary", n.op_type.lower(), dict(elements=t.per_sample(out))
 
 
-def _activation(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _activation(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     out = t.shape(n.output[0])
     return None if out is None else ("activation", ACTIVATIONS[n.op_type], dict(elements=t.per_sample(out)))
 
 
-def _norm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _norm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = _nchw(t, n)
     if s is None:
         return None
@@ -161,7 +164,7 @@ def _norm(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
 
 
-def _attention(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _attention(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     """ONNX's own Attention (opset 23): q, k, v as [batch, heads, seq, head_dim] or [batch, seq, hidden]."""
     q, k = t.shape(n.input[0]), t.shape(n.input[1])
     if q is None or k is None or len(q) != len(k) or len(q) not in (3, 4):
@@ -174,13 +177,13 @@ def _attention(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
                                                     head_dim=q[2] // heads, causal=causal))
 
 
-def _global_avg(t: _Tensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _global_avg(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     s = _nchw(t, n)
     return None if s is None else ("pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1))
 
 
-FAMILY_RULES: dict[str, Callable[[_Tensors, Any, dict[str, Any]], Hit | None]] = {
-    "Conv": _conv, "MatMul": _matmul, "Attention": _attention, "Gemm": _gemm, "Softmax": _softmax,
+FAMILY_RULES: dict[str, Callable[[GraphTensors, Any, dict[str, Any]], Hit | None]] = {
+    "Conv": _conv, "MatMul": matmul_rule, "Attention": _attention, "Gemm": _gemm, "Softmax": softmax_rule,
     "LayerNormalization": _layer_norm, "BatchNormalization": _norm, "GroupNormalization": _norm,
     "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg, "ReduceMean": _mean,
     "Gather": _gather, "Concat": _concat, "Transpose": _transpose, "Add": _same_shape_binary,
@@ -188,7 +191,7 @@ FAMILY_RULES: dict[str, Callable[[_Tensors, Any, dict[str, Any]], Hit | None]] =
 }
 
 
-def _safely(rule: Callable[..., Any], *args: Any) -> Any:
+def try_rule(rule: Callable[..., Any], *args: Any) -> Any:
     """Run a rule; a node too odd for it (a missing input, a strange attribute) just falls back."""
     try:
         return rule(*args)
@@ -196,7 +199,7 @@ def _safely(rule: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def _checked(hit: Hit | None) -> dict[str, Any] | None:
+def kernel_fields(hit: Hit | None) -> dict[str, Any] | None:
     """Node fields for a family hit the catalogue accepts, else None (the node falls back)."""
     if hit is None:
         return None
@@ -211,7 +214,7 @@ def _checked(hit: Hit | None) -> dict[str, Any] | None:
     return {"kind": "kernel", "family": family, "variant": variant, "layout": layout, "params": params}
 
 
-def _classify(t: _Tensors, n: Any) -> dict[str, Any]:
+def classify_node(t: GraphTensors, n: Any) -> dict[str, Any]:
     """How one unfused ONNX node is costed, as Node fields."""
     ins, outs = [x for x in n.input if x], [x for x in n.output if x]
     standard = n.domain in STANDARD
@@ -219,7 +222,7 @@ def _classify(t: _Tensors, n: Any) -> dict[str, Any]:
                      or (all(t.shape_like(x) for x in ins) and all(t.shape_like(x) for x in outs))):
         return {"kind": "free"}  # shape arithmetic: computed on the host, or folded away
     rule = FAMILY_RULES.get(n.op_type) if standard else None
-    fields = _checked(_safely(rule, t, n, _attrs(n))) if rule else None
+    fields = kernel_fields(try_rule(rule, t, n, node_attributes(n))) if rule else None
     if fields:
         return fields
     if standard and (n.op_type in VIEW_OPS or (n.op_type == "Gather" and n.input[1] in t.static

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from predictor.importers.onnx_load import STANDARD, _attrs
-from predictor.importers.onnx_ops import Hit, _checked, _matmul, _safely, _softmax
-from predictor.importers.onnx_tensors import _Tensors
-
+from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_ops import Hit, kernel_fields, matmul_rule, softmax_rule, try_rule
+from predictor.importers.onnx_tensors import GraphTensors
 
 # ---------------------------------------------------------------------------- kernel detection
 
@@ -28,7 +27,7 @@ def _other(node: Any, name: str) -> str | None:
 
 
 @dataclass
-class _Fused:
+class FusedKernel:
     """Several ONNX nodes that PyTorch runs as one kernel; emitted where the last one stands."""
 
     indices: list[int]
@@ -36,7 +35,7 @@ class _Fused:
     hit: Hit
 
 
-def _producer(t: _Tensors, name: str, ops: tuple[str, ...]) -> int | None:
+def _producer(t: GraphTensors, name: str, ops: tuple[str, ...]) -> int | None:
     """The node producing ``name`` if it is one of ``ops`` and ``name`` has no other reader."""
     i = t.producer.get(name)
     if i is None or t.nodes[i].op_type not in ops or len(t.consumers.get(name, [])) != 1:
@@ -44,7 +43,7 @@ def _producer(t: _Tensors, name: str, ops: tuple[str, ...]) -> int | None:
     return i
 
 
-def _scalar_operand(t: _Tensors, node: Any) -> str | None:
+def _scalar_operand(t: GraphTensors, node: Any) -> str | None:
     """For Mul/Div by a one-element tensor, the other (activation) operand."""
     if node.op_type not in ("Mul", "Div") or len(node.input) != 2:
         return None
@@ -54,7 +53,7 @@ def _scalar_operand(t: _Tensors, node: Any) -> str | None:
     return b if node.op_type == "Mul" and t.numel(a) == 1 else None
 
 
-def _causal(t: _Tensors, node: Any, scores: str) -> int:
+def _causal(t: GraphTensors, node: Any, scores: str) -> int:
     """1 when an Add or Where applies a constant upper-triangular -inf mask (torch's is_causal)."""
     import numpy as np
 
@@ -76,7 +75,7 @@ def _causal(t: _Tensors, node: Any, scores: str) -> int:
     return int(bool((c == (~upper(c.shape) if then == scores else upper(c.shape))).all()))
 
 
-def _scores_operand(t: _Tensors, add: Any) -> str:
+def _scores_operand(t: GraphTensors, add: Any) -> str:
     """Which input of a mask Add carries the attention scores (the other is the mask)."""
     def scores(x: str) -> bool:
         i = t.producer.get(x)
@@ -88,10 +87,10 @@ def _scores_operand(t: _Tensors, add: Any) -> str:
     return b if t.shape(b) == t.shape(add.output[0]) != t.shape(a) else a
 
 
-def _find_sdpa(t: _Tensors, softmax: int) -> _Fused | None:
+def _find_sdpa(t: GraphTensors, softmax: int) -> FusedKernel | None:
     """MatMul(Q, Transpose(K)) [-> scale] [-> mask] -> Softmax -> MatMul(., V) as one sdpa."""
     sm = t.nodes[softmax]
-    if _softmax(t, sm, _attrs(sm)) is None:
+    if softmax_rule(t, sm, node_attributes(sm)) is None:
         return None  # attention normalises over the keys: the last axis
     taken, causal = [softmax], 0
     j = t.only_consumer(sm.output[0])
@@ -138,14 +137,14 @@ def _find_sdpa(t: _Tensors, softmax: int) -> _Fused | None:
     if qs is None or ss is None or vs is None or min(len(qs), len(ss), len(vs)) < 3:
         return None
     params = dict(heads=t.per_sample(qs[:-2]), seq_q=qs[-2], seq_kv=ss[-1], head_dim=qs[-1], causal=causal)
-    return _Fused(sorted(taken), "Attention", ("sdpa", "", params))
+    return FusedKernel(sorted(taken), "Attention", ("sdpa", "", params))
 
 
 def _is(value: float | None, target: float) -> bool:
     return value is not None and abs(value - target) < 1e-3 * abs(target)
 
 
-def _find_gelu(t: _Tensors, erf: int) -> _Fused | None:
+def _find_gelu(t: GraphTensors, erf: int) -> FusedKernel | None:
     """x * 0.5 * (1 + Erf(x / sqrt 2)), in either order of the two Muls, as one gelu."""
     d = _producer(t, t.nodes[erf].input[0], ("Div", "Mul"))
     if d is None:
@@ -153,8 +152,8 @@ def _find_gelu(t: _Tensors, erf: int) -> _Fused | None:
     dn = t.nodes[d]
     x = _scalar_operand(t, dn)
     const = _other(dn, x) if x else None
-    if not x or not (_is(t.scalar(const), math.sqrt(2)) if dn.op_type == "Div"
-                     else _is(t.scalar(const), 1 / math.sqrt(2))):
+    if not x or const is None or not (_is(t.scalar(const), math.sqrt(2)) if dn.op_type == "Div"
+                                      else _is(t.scalar(const), 1 / math.sqrt(2))):
         return None
     add = t.only_consumer(t.nodes[erf].output[0])
     if add is None or t.nodes[add].op_type != "Add" \
@@ -180,34 +179,36 @@ def _find_gelu(t: _Tensors, erf: int) -> _Fused | None:
     out = t.shape(t.nodes[max(taken)].output[0])
     if out is None:
         return None
-    return _Fused(sorted(taken), "Gelu", ("activation", "gelu", dict(elements=t.per_sample(out))))
+    return FusedKernel(sorted(taken), "Gelu", ("activation", "gelu", dict(elements=t.per_sample(out))))
 
 
-def _find_silu(t: _Tensors, sig: int) -> _Fused | None:
+def _find_silu(t: GraphTensors, sig: int) -> FusedKernel | None:
     """x * Sigmoid(x) as one silu."""
     x, s = t.nodes[sig].input[0], t.nodes[sig].output[0]
     m = t.only_consumer(s)
     if m is None or t.nodes[m].op_type != "Mul" or _other(t.nodes[m], s) != x:
         return None
     out = t.shape(t.nodes[m].output[0])
-    return None if out is None else _Fused([sig, m], "Silu", ("activation", "silu", dict(elements=t.per_sample(out))))
+    if out is None:
+        return None
+    return FusedKernel([sig, m], "Silu", ("activation", "silu", dict(elements=t.per_sample(out))))
 
 
-def _find_linear_bias(t: _Tensors, mm: int) -> _Fused | None:
+def _find_linear_bias(t: GraphTensors, mm: int) -> FusedKernel | None:
     """MatMul by a constant 2-d weight followed by a constant bias Add: one addmm, as torch runs it."""
-    hit = _matmul(t, t.nodes[mm], {})
+    hit = matmul_rule(t, t.nodes[mm], {})
     if hit is None or hit[0] != "linear":
         return None
     add = t.only_consumer(t.nodes[mm].output[0])
     if add is None or t.nodes[add].op_type != "Add":
         return None
     bias = _other(t.nodes[add], t.nodes[mm].output[0])
-    if bias not in t.static or t.numel(bias) != hit[2]["n"]:
+    if bias is None or bias not in t.static or t.numel(bias) != hit[2]["n"]:
         return None
-    return _Fused([mm, add], "MatMul+Add", hit)
+    return FusedKernel([mm, add], "MatMul+Add", hit)
 
 
-def _find_group_norm(t: _Tensors, inorm: int) -> _Fused | None:
+def _find_group_norm(t: GraphTensors, inorm: int) -> FusedKernel | None:
     """GroupNorm as exporters write it before opset 18: Reshape to [batch, groups, -1] ->
     InstanceNormalization -> Reshape back [-> Mul weight -> Add bias], as one group_norm."""
     r1 = _producer(t, t.nodes[inorm].input[0], ("Reshape",))
@@ -224,26 +225,27 @@ def _find_group_norm(t: _Tensors, inorm: int) -> _Fused | None:
             break
         taken.append(j)
         out = t.nodes[j].output[0]
-    return _Fused(sorted(taken), "GroupNormalization", ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])))
+    return FusedKernel(sorted(taken), "GroupNormalization",
+                       ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])))
 
 
-FUSIONS: dict[str, Callable[[_Tensors, int], _Fused | None]] = {
+FUSIONS: dict[str, Callable[[GraphTensors, int], FusedKernel | None]] = {
     "Softmax": _find_sdpa, "Erf": _find_gelu, "Sigmoid": _find_silu, "MatMul": _find_linear_bias,
     "InstanceNormalization": _find_group_norm,
 }
 
 
-def _detect_kernels(t: _Tensors) -> dict[int, _Fused]:
+def detect_fused_kernels(t: GraphTensors) -> dict[int, FusedKernel]:
     """Fused kernels found in the graph, keyed by the index of their last node (where each is
     emitted); a node joins at most one, and attention is looked for first."""
-    fused: dict[int, _Fused] = {}
+    fused: dict[int, FusedKernel] = {}
     absorbed: set[int] = set()
     for op_type, find in FUSIONS.items():
         for i, n in enumerate(t.nodes):
             if n.op_type != op_type or n.domain not in STANDARD or i in absorbed:
                 continue
-            found = _safely(find, t, i)
-            if found is None or absorbed & set(found.indices) or _checked(found.hit) is None:
+            found = try_rule(find, t, i)
+            if found is None or absorbed & set(found.indices) or kernel_fields(found.hit) is None:
                 continue
             fused[max(found.indices)] = found
             absorbed.update(found.indices)

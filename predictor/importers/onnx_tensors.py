@@ -1,7 +1,7 @@
 """What is known about every tensor of an ONNX graph once its shapes are inferred.
 
 The rules in onnx_ops and the kernel detection in onnx_patterns read the graph only through
-``_Tensors``: shapes, element types, producers and consumers, and which tensors are static
+``GraphTensors``: shapes, element types, producers and consumers, and which tensors are static
 (known without running the model). onnx is imported inside the methods.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from predictor.importers.onnx_load import RANDOM_OPS, _constant_value, _opset, _shapes
+from predictor.importers.onnx_load import RANDOM_OPS, constant_value, known_shapes, standard_opset
 
 INT_TYPES = {2, 3, 4, 5, 6, 7, 9, 12, 13}  # uint8..int64, bool, uint32, uint64 (TensorProto codes)
 
 
-class _Tensors:
+class GraphTensors:
     """Shapes, types, producers, consumers and constness of every tensor after shape inference."""
 
     def __init__(self, model: Any, inferred: Any, values: dict[str, Any], batch: int) -> None:
@@ -26,10 +26,10 @@ class _Tensors:
         self.nodes = list(graph.node)
         self.batch = batch
         self.values = values
-        self.opset = _opset(model)
+        self.opset = standard_opset(model)
         #: indices of nodes fused into attention (their inputs are read strided, as views)
         self.attention: set[int] = set()
-        self.shapes = _shapes(inferred)
+        self.shapes = known_shapes(inferred)
         self.types: dict[str, int] = {}
         for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             self.types[vi.name] = vi.type.tensor_type.elem_type
@@ -79,7 +79,7 @@ class _Tensors:
         if name in self.weights:
             return self._to_array(self.weights[name])
         node = self.constants.get(name)
-        return None if node is None else _constant_value(node)
+        return None if node is None else constant_value(node)
 
     def scalar(self, name: str) -> float | None:
         v = self.value(name)

@@ -149,8 +149,8 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
     if name == "scaled_dot_product_attention" and x.dim() == 4:
         k = t[1]
         causal = int(bool(_arg(args, kwargs, 5, "is_causal", False)))
-        return "sdpa", _sdpa_mask_variant(_arg(args, kwargs, 3, "attn_mask")), dict(heads=_rows(s, batch, 2), seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3],
-                                causal=causal)
+        return "sdpa", _sdpa_mask_variant(_arg(args, kwargs, 3, "attn_mask")), dict(
+            heads=_rows(s, batch, 2), seq_q=s[2], seq_kv=k.shape[2], head_dim=s[3], causal=causal)
     if name == "batch_norm" and x.dim() == 4:
         return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
     if name == "layer_norm":
@@ -232,13 +232,14 @@ COPY_CALLS = {"cat", "concat", "pad"}
 RELAYOUT_CALLS = {"roll", "reshape", "flatten", "contiguous"}
 
 
-def _tensors(value: Any) -> list[Any]:
+def tensors_in(value: Any) -> list[Any]:
+    """The tensors in a call's argument or result, nested lists and tuples flattened in order."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     return []
 
 
@@ -246,7 +247,7 @@ def _layout(layouts: tuple[str, ...], args: tuple, out: Any) -> str:
     """The catalogue layout a recognised call runs in, among its family's ``layouts``."""
     import torch
 
-    tensors = [t for t in _tensors(list(args)) if t.numel()]
+    tensors = [t for t in tensors_in(list(args)) if t.numel()]
     if "nchw" not in layouts:
         if "strided" not in layouts:
             return "contiguous"
@@ -261,7 +262,7 @@ def _layout(layouts: tuple[str, ...], args: tuple, out: Any) -> str:
 def _channels_last(args: tuple) -> bool:
     import torch
 
-    first = next(iter(_tensors(list(args))), None)
+    first = next(iter(tensors_in(list(args))), None)
     return bool(first is not None and first.dim() == 4 and not first.is_contiguous()
                 and first.is_contiguous(memory_format=torch.channels_last))
 
@@ -388,8 +389,8 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
                     "params": {k: int(v) for k, v in params.items()}}
         except ValueError:
             pass  # a shape the catalogue cannot express is costed as a fallback below
-    outs = _tensors(out)
-    ins = _tensors(list(args) + list(kwargs.values()))
+    outs = tensors_in(out)
+    ins = tensors_in(list(args) + list(kwargs.values()))
     if not outs:
         return {"kind": "free"}
     in_storages = {_storage(t) for t in ins if t.numel()}

@@ -6,10 +6,11 @@ them, which is what the eager composition needs. torch is imported lazily.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from predictor.graph import Graph, Node
-from predictor.importers.torch_calls import _tensors, attention_block, call_recorder, classify, hidden_kernels
+from predictor.importers.torch_calls import attention_block, call_recorder, classify, hidden_kernels, tensors_in
 from predictor.importers.torch_capture import capture_path_forced
 
 
@@ -24,22 +25,23 @@ def graph_from_module(model: Any, example: Any, name: str, source: str = "torch"
     graph = _trace(model, example, name, source)
     with capture_path_forced():
         captured = _trace(model, example, name, source)
-    _mark_capture_variants(graph, captured)
-    graph.check()
-    return graph
+    return _with_capture_variants(graph, captured)
 
 
-def _mark_capture_variants(graph: Graph, captured: Graph) -> None:
-    """Copy the captured trace's sdpa variants onto the eager graph's sdpa nodes, in order."""
-    eager_sdpa = [n for n in graph.nodes if n.family == "sdpa"]
+def _with_capture_variants(graph: Graph, captured: Graph) -> Graph:
+    """The eager graph with the captured trace's sdpa variants on its sdpa nodes, in order (new
+    nodes, so the catalogue checks each capture variant as the node is made)."""
+    eager_sdpa = [i for i, n in enumerate(graph.nodes) if n.family == "sdpa"]
     captured_sdpa = [n for n in captured.nodes if n.family == "sdpa"]
     if len(eager_sdpa) != len(captured_sdpa):
         graph.meta["capture_trace"] = (f"the captured trace has {len(captured_sdpa)} attention calls, the "
                                        f"eager one {len(eager_sdpa)}: capture variants not recorded")
-        return
-    for eager_node, captured_node in zip(eager_sdpa, captured_sdpa):
-        if captured_node.variant != eager_node.variant and captured_node.params == eager_node.params:
-            eager_node.capture_variant = captured_node.variant
+        return graph
+    nodes = list(graph.nodes)
+    for i, captured_node in zip(eager_sdpa, captured_sdpa):
+        if captured_node.variant != nodes[i].variant and captured_node.params == nodes[i].params:
+            nodes[i] = replace(nodes[i], capture_variant=captured_node.variant)
+    return replace(graph, nodes=nodes)
 
 
 def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
@@ -55,8 +57,8 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
             index = len(nodes)
             # Each part keeps a dispatch of its own: the fused call runs three aten operators
             # (backend selection included), not three bare launches (ViT's eager runs say so).
-            for part, fields in zip(("qkv", "attention", "out_proj"), block):
-                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **fields))
+            for part, part_fields in zip(("qkv", "attention", "out_proj"), block):
+                nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **part_fields))
             return
         fields = classify(op, args, kwargs, out, batch)
         if fields is None:
@@ -65,7 +67,7 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
         if fields["kind"] == "kernel":  # copies the call makes before its own kernel, in order
             for j, hidden in enumerate(hidden_kernels(op, args, kwargs, batch)):
                 nodes.append(Node(name=f"{index}:{op}/copy{j}", op=op, launched_by=f"{index}:{op}", **hidden))
-        outs = _tensors(out)
+        outs = tensors_in(out)
         nodes.append(Node(
             name=f"{index}:{op}", op=op,
             outputs=[list(t.shape) for t in outs[:2]],
