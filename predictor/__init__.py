@@ -1,4 +1,5 @@
-"""latpred's predictor package: the operator catalogue, graph IR and (later) prediction.
+"""latpred's predictor package: the operator catalogue, the graph IR and its importers, and
+prediction (per-layer models from a bundle, composed into a whole-model latency).
 
 Nothing here imports torch at module level: the service runs without it.
 """

@@ -131,7 +131,7 @@ class Bundle:
         return self.metadata.get("composition", {})
 
     @staticmethod
-    def load(directory: Path) -> "Bundle":
+    def load(directory: Path) -> Bundle:
         directory = Path(directory)
         meta_path = directory / "metadata.json"
         if not meta_path.exists():

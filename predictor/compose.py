@@ -1,4 +1,11 @@
-"""Composing per-layer times into a whole-model latency, per execution mode.
+"""Composing per-layer times into a whole-model latency, per execution mode: the one formula.
+
+``Predictor.layers`` gives a graph as ``LayerArrays``: what each node costs *alone* (learned
+kernel and dispatch times, fallbacks' bytes at a bandwidth prior). Everything the composition
+constants do to those arrays is here, vectorised, and nowhere else: ``layer_times`` (per node,
+for the breakdown), ``compose`` (the whole model), ``cudagraph_terms`` (the linear terms each
+captured-graph constant multiplies, which training fits by least squares) and
+``eager_grid_us`` (an eager forward at many host constants at once, which training searches).
 
 cudagraph: the GPU runs the captured kernels back to back, so the latency is the kernel times
 (with what a kernel adds inside a model: short kernels and cold weights) plus a learned gap per
@@ -11,7 +18,6 @@ latency, which summing kernels can never show.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,6 +33,7 @@ FAMILY_GROUPS: dict[str, str] = {
     "batch_norm": "norm", "layer_norm": "norm", "group_norm": "norm",
 }
 GROUPS = ("conv", "gemm", "attention", "norm", "elementwise", "fallback")
+FALLBACK_GROUP = GROUPS.index("fallback")
 
 
 def family_group(family: str | None, kind: str) -> str:
@@ -43,7 +50,7 @@ class CompositionConstants:
     group_scale: dict[str, float] = field(default_factory=lambda: {g: 1.0 for g in GROUPS})
     gap_us: float = 1.0
     replay_us: float = 0.0
-    #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model (short_kernel_us)
+    #: the share of a kernel's first SHORT_KERNEL_CAP_US it runs longer inside a model
     short_kernel_share: float = 0.0
     #: the multiple of its cold weight read (features.cold_weight_us) a layer adds inside a model
     #: (above 1 where HBM delivers less than its nominal bandwidth: 1.40 is 0.71 of it)
@@ -57,6 +64,7 @@ class CompositionConstants:
     launch_host_us: float = 2.0
     fallback_host_us: float = 20.0
     sync_us: float = 20.0
+    #: the floor of any launch, applied to fallbacks' bandwidth estimate
     min_kernel_us: float = 2.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -65,44 +73,169 @@ class CompositionConstants:
     def scale(self, family: str | None, kind: str) -> float:
         return self.group_scale.get(family_group(family, kind), 1.0)
 
+    def group_scales(self) -> np.ndarray:
+        """The kernel-time scale of each group, in GROUPS order (1 for a group not given)."""
+        return np.array([self.group_scale.get(g, 1.0) for g in GROUPS])
 
-#: Up to this time a kernel measured alone runs a share longer inside a model (short_kernel_us).
+
+#: Up to this time a kernel measured alone runs a share longer inside a model (_in_model_extra_us).
 SHORT_KERNEL_CAP_US = 25.0
 
 
-def short_kernel_us(kernel_us: float, c: CompositionConstants) -> float:
-    """What a kernel adds inside a model to its scaled time measured alone: a learned share of
-    its time up to SHORT_KERNEL_CAP_US. Alone, a kernel replays with its inputs and weights warm
-    in L2; in a model they arrive cold from HBM, which a short kernel waits for and a long one
-    streams anyway (on the H200 zoo the share is 0.13-0.16; with it 86% of the first lease's
-    captured runs fell within +-10% leave-one-model-out, against 82% with a flat gap per kernel
-    alone). A layer's weights, cold in a model too, are a term of their own
-    (``cold_weight_share``, features.cold_weight_us)."""
-    return c.short_kernel_share * min(kernel_us, SHORT_KERNEL_CAP_US)
+@dataclass(frozen=True)
+class LayerArrays:
+    """One graph at one (batch, precision, mode), node by node, as the per-layer models and the
+    roofline see each node *alone*, before any composition constant. Training keeps these per
+    measured run and refits constants on them without predicting a node again."""
+
+    #: learned kernel time alone; for fallbacks their bytes at the bandwidth prior (before the
+    #: launch floor); 0 where nothing launches (views, no-op casts)
+    kernel_us: np.ndarray
+    #: the learned kernel time's interval (fallbacks get theirs from the floored estimate)
+    low_us: np.ndarray
+    high_us: np.ndarray
+    #: learned host dispatch of a kernel call, 0 elsewhere
+    dispatch_us: np.ndarray
+    #: reading the layer's weights cold from HBM (features.cold_weight_us), 0 where none
+    cold_weight_us: np.ndarray
+    #: scale group (index into GROUPS)
+    group: np.ndarray
+    #: kernels a learned model predicts (not no-op casts, not fallbacks)
+    is_kernel: np.ndarray
+    #: kernels no model covers, costed by the roofline
+    is_fallback: np.ndarray
+    #: kernels another node's call launches (Node.launched_by): the host pays their launch only
+    is_launched: np.ndarray
+
+    @property
+    def is_view(self) -> np.ndarray:
+        """Calls that launch no kernel: views, shape arithmetic, no-op casts."""
+        return ~(self.is_kernel | self.is_fallback)
+
+    def short_us(self) -> np.ndarray:
+        """Per node, the part of its time alone that the short-kernel share applies to."""
+        return np.where(self.is_kernel, np.minimum(self.kernel_us, SHORT_KERNEL_CAP_US), 0.0)
 
 
-def cudagraph_us(kernel_us: Sequence[float], c: CompositionConstants) -> float:
-    """Replay time of a captured graph: kernel times plus a gap per launched kernel, plus the
-    replay's own launch and synchronisation (none for a graph that launches nothing)."""
-    launched = [k for k in kernel_us if k > 0]
-    return sum(launched) + c.gap_us * len(launched) + (c.replay_us if launched else 0.0)
+@dataclass(frozen=True)
+class LayerTimes:
+    """Per node, in microseconds: kernel time inside the model with its interval, and host time."""
+
+    kernel_us: np.ndarray
+    low_us: np.ndarray
+    high_us: np.ndarray
+    host_us: np.ndarray
 
 
-def eager_us(kernel_us: Sequence[float], host_us: Sequence[float], c: CompositionConstants) -> float:
-    """Issue-and-overlap simulation of one eager forward, ending with the synchronisation.
+def _alone_us(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kernel time alone with its interval; a fallback's is floored at a launch and spans 0.5-2x."""
+    floored = np.maximum(c.min_kernel_us, a.kernel_us)
+    kernel = np.where(a.is_fallback, floored, a.kernel_us)
+    low = np.where(a.is_fallback, floored * 0.5, a.low_us)
+    high = np.where(a.is_fallback, floored * 2.0, a.high_us)
+    return kernel, low, high
+
+
+def _in_model_extra_us(a: LayerArrays, c: CompositionConstants) -> np.ndarray:
+    """What a learned kernel adds inside a model to its scaled time alone.
+
+    Short kernels: a learned share of its time up to SHORT_KERNEL_CAP_US. Alone, a kernel
+    replays with its inputs and weights warm in L2; in a model they arrive cold from HBM, which
+    a short kernel waits for and a long one streams anyway (on the H200 zoo the share is
+    0.13-0.16; with it 86% of the first lease's captured runs fell within +-10%
+    leave-one-model-out, against 82% with a flat gap per kernel alone). Weights: a learned
+    multiple of reading them cold (``cold_weight_share``, features.cold_weight_us)."""
+    return c.short_kernel_share * a.short_us() + np.where(a.is_kernel, c.cold_weight_share * a.cold_weight_us, 0.0)
+
+
+def _host_terms(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, np.ndarray]:
+    """A node's host time is linear in (host_scale, call_host_us, view_host_us): the three
+    coefficients per node (3, nodes) and the part that is fixed (launches, fallbacks' dispatch)."""
+    own_call = a.is_kernel & ~a.is_launched
+    coefficients = np.stack([np.where(own_call, a.dispatch_us, 0.0),
+                             (own_call | a.is_fallback).astype(float), a.is_view.astype(float)])
+    fixed = (np.where(a.is_kernel & a.is_launched, c.launch_host_us, 0.0)
+             + np.where(a.is_fallback, c.fallback_host_us, 0.0))
+    return coefficients, fixed
+
+
+def _in_model_us(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kernel time inside the model with its interval: group scale x alone, plus what a learned
+    kernel adds there (short kernels' share, its weights' cold read)."""
+    scale = c.group_scales()[a.group]
+    extra = _in_model_extra_us(a, c)
+    kernel, low, high = _alone_us(a, c)
+    return kernel * scale + extra, low * scale + extra, high * scale + extra
+
+
+def layer_times(a: LayerArrays, c: CompositionConstants) -> LayerTimes:
+    """Per node, its kernel time inside the model with its interval, and its host issue time:
+    dispatch x host scale + a call's cost for a kernel, its launch for a kernel another call
+    launches, the view cost for a call that launches nothing, the fallback dispatch plus a
+    call's cost for a fallback."""
+    coefficients, fixed = _host_terms(a, c)
+    host = np.array([c.host_scale, c.call_host_us, c.view_host_us]) @ coefficients + fixed
+    return LayerTimes(*_in_model_us(a, c), host)
+
+
+#: cudagraph_terms' columns after the group sums, in order: the constants that multiply them.
+CUDAGRAPH_TERMS = ("gap_us", "short_kernel_share", "replay_us", "cold_weight_share")
+
+
+def cudagraph_terms(a: LayerArrays, c: CompositionConstants) -> np.ndarray:
+    """A captured graph's replay time split into the terms each constant multiplies: the kernel
+    time alone summed per group (GROUPS order), the kernels launched, the short-kernel time, one
+    replay (none when nothing launches) and the cold weight reads. ``compose`` is these terms
+    times ``cudagraph_weights``, and training fits the weights on them."""
+    kernel, _, _ = _alone_us(a, c)
+    launched = kernel > 0
+    sums = np.bincount(a.group, weights=kernel, minlength=len(GROUPS))
+    cold = float(np.where(a.is_kernel, a.cold_weight_us, 0.0).sum())
+    return np.append(sums, [float(launched.sum()), float(a.short_us().sum()), float(launched.any()), cold])
+
+
+def cudagraph_weights(c: CompositionConstants) -> np.ndarray:
+    """The constants ``cudagraph_terms`` are multiplied by, in the same order."""
+    return np.append(c.group_scales(), [getattr(c, name) for name in CUDAGRAPH_TERMS])
+
+
+def eager_grid_us(a: LayerArrays, c: CompositionConstants, grid: np.ndarray) -> np.ndarray:
+    """One eager forward, without its final synchronisation, at every (host_scale, call_host_us,
+    view_host_us) row of ``grid`` at once; ``c`` gives every other constant.
+
+    A node's issue time is linear in the three, so the issue times of all grid points are one
+    matrix product of running sums; the overlap of host and GPU is then ``_forward_end`` per
+    row. Training evaluates every run at every grid point in every fold this way; a prediction
+    is the one-row case.
+    """
+    grid = np.atleast_2d(np.asarray(grid, dtype=float))
+    if not len(a.kernel_us):
+        return np.zeros(len(grid))
+    coefficients, fixed = _host_terms(a, c)
+    issued = grid @ np.cumsum(coefficients, axis=1) + np.cumsum(fixed)  # (points, nodes)
+    return _forward_end(issued, _in_model_us(a, c)[0])
+
+
+def _forward_end(issued: np.ndarray, kernel: np.ndarray) -> np.ndarray:
+    """When the last of host and GPU finishes, per row of issue times (points, nodes).
 
     Kernel i starts at max(issued_i, end_{i-1}), so end_i = max over launched j <= i of
     (issued_j + kernels j..i): with K the running kernel sum, end = K_n + max_j(issued_j - K_{j-1}).
-    That closed form is the same recurrence without a Python loop (training evaluates it for
-    every run at every point of its grid).
+    That closed form is the recurrence without a Python loop.
     """
-    kernel = np.asarray(kernel_us, dtype=float)
-    issued = np.cumsum(np.asarray(host_us, dtype=float))
-    if issued.size == 0:
-        return c.sync_us
     launched = kernel > 0
     if not launched.any():
-        return float(issued[-1]) + c.sync_us
+        return issued[:, -1]
     running = np.cumsum(kernel)
-    gpu_end = running[-1] + float(np.max((issued - (running - kernel))[launched]))
-    return max(float(issued[-1]), gpu_end) + c.sync_us
+    gpu_end = running[-1] + np.max((issued - (running - kernel))[:, launched], axis=1)
+    return np.maximum(issued[:, -1], gpu_end)
+
+
+def compose(a: LayerArrays, c: CompositionConstants, mode: str) -> float:
+    """A whole model's latency in microseconds from its layers alone, in execution ``mode``."""
+    if mode == "cudagraph":
+        return float(cudagraph_terms(a, c) @ cudagraph_weights(c))
+    if mode == "eager":
+        point = np.array([[c.host_scale, c.call_host_us, c.view_host_us]])
+        return float(eager_grid_us(a, c, point)[0]) + c.sync_us
+    raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")

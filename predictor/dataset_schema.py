@@ -7,7 +7,7 @@ imported lazily: the service never loads a dataset.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -35,10 +35,10 @@ class DatasetSchemaError(ValueError):
     """A row or shard breaks the dataset contract; the message names the column."""
 
 
-def _schema() -> "pa.DataFrameSchema":
+def _schema() -> pa.DataFrameSchema:
     import pandera.pandas as pa
 
-    def text(*checks: pa.Check, **kw: object) -> pa.Column:
+    def text(*checks: pa.Check, **kw: Any) -> pa.Column:
         return pa.Column(str, list(checks), **kw)
 
     columns: dict[str, pa.Column] = {
@@ -121,6 +121,7 @@ def _describe(cases: pd.DataFrame) -> str:
     cases = cases.assign(column=[
         _ROW_CHECK_COLUMNS.get(str(check), column) for check, column in zip(cases["check"], cases["column"])
     ]).drop_duplicates(subset=["column", "check", "index"])
+    column: Any  # a name, or None or NaN where a check covers whole rows (pandas-stubs says Hashable)
     for (column, check), group in cases.groupby(["column", "check"], dropna=False, sort=False):
         where = "" if column is None or pd.isna(column) else f"column '{column}': "
         if str(check) in _ROW_CHECK_COLUMNS:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,13 +111,11 @@ def cold_weight_us(family: str, params: Mapping[str, int], variant: str, batch: 
     return w / device.memory_bandwidth * 1e6
 
 
-#: (parameter, its feature column), built once: a cold prediction computes a hundred rows.
-_PARAMETER_KEYS = tuple((p, f"p_{p}") for p in PARAMETERS)
-
-
-def feature_row(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
-                precision: str, device: DeviceSpec) -> dict[str, float]:
-    """The features of one call (family, per-sample params, variant, layout, batch, precision)."""
+def feature_values(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
+                   precision: str, device: DeviceSpec) -> list[float]:
+    """The features of one call (family, per-sample params, variant, layout, batch, precision),
+    in FEATURE_COLUMNS order: a batch of new graphs computes thousands of rows, and a list goes
+    to the boosters' matrix without a lookup per column."""
     prec = PRECISIONS[precision]
     f = flops(family, params, variant, batch)
     b = bytes_moved(family, params, variant, batch, prec.element_bytes)
@@ -124,27 +123,28 @@ def feature_row(family: str, params: Mapping[str, int], variant: str, layout: st
     roof = max(f / peak, b / device.memory_bandwidth) * 1e6
     tiles = output_tiles(family, params, batch, variant)
     waves = tiles / device.sm_count
-    row = {
-        "family_code": FAMILY_CODES[family], "variant_code": VARIANT_CODES.get(variant, -1),
-        "layout_code": LAYOUT_CODES.get(layout, 0), "precision_code": PRECISION_CODES[precision],
-        "element_bytes": prec.element_bytes, "log_batch": math.log2(batch),
-        **{key: float(params[p]) if p in params else np.nan for p, key in _PARAMETER_KEYS},
-        "log_flops": math.log10(f + 1), "log_bytes": math.log10(b + 1),
-        "log_intensity": math.log10((f + 1) / (b + 1)),
-        "log_roofline_us": math.log10(roof + 1e-6),
-        "compute_bound": float(f / peak > b / device.memory_bandwidth),
-        "log_tiles": math.log10(tiles), "waves": waves,
-        "wave_efficiency": waves / math.ceil(waves),
-    }
     m, n, k = gemm_dims(family, params, batch, variant)
-    row.update(log_gemm_m=math.log2(m + 1), log_gemm_n=math.log2(n + 1), log_gemm_k=math.log2(k + 1),
-               log_out_elements=math.log2(_output_elements(family, params, batch, variant) + 1))
-    return row
+    return [
+        FAMILY_CODES[family], VARIANT_CODES.get(variant, -1), LAYOUT_CODES.get(layout, 0), PRECISION_CODES[precision],
+        prec.element_bytes, math.log2(batch),
+        *[float(params[p]) if p in params else np.nan for p in PARAMETERS],
+        math.log10(f + 1), math.log10(b + 1), math.log10((f + 1) / (b + 1)), math.log10(roof + 1e-6),
+        float(f / peak > b / device.memory_bandwidth), math.log10(tiles), waves, waves / math.ceil(waves),
+        math.log2(m + 1), math.log2(n + 1), math.log2(k + 1),
+        math.log2(_output_elements(family, params, batch, variant) + 1),
+    ]
+
+
+def feature_row(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
+                precision: str, device: DeviceSpec) -> dict[str, float]:
+    """``feature_values`` by column name."""
+    return dict(zip(FEATURE_COLUMNS, feature_values(family, params, variant, layout, batch, precision, device)))
 
 
 def feature_frame(rows: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     """Features for a frame of dataset rows (family, variant, layout, precision, batch, params)."""
     records = []
+    r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
     for r in rows.itertuples(index=False):
         family = r.family
         params = {p: int(getattr(r, p)) for p in get_family(family).params}

@@ -10,11 +10,15 @@ Parameters are per sample, so one graph is predicted at any batch size.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, TypeVar
 
-from predictor.catalogue import get_family
+from pydantic import AfterValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
+from pydantic.dataclasses import dataclass
+
+from predictor.catalogue import FAMILIES, PARAMETERS, get_family
 from predictor.precision import PRECISIONS, get_precision
 
 IR_VERSION = 1
@@ -24,120 +28,137 @@ HALF_PRECISIONS = ("fp16", "bf16")
 #: torch calls that only change a tensor's dtype.
 CAST_OPS = frozenset({"to", "float", "half", "bfloat16", "type", "type_as"})
 
+#: Largest parameter or size the IR accepts: no layer comes near 2**40 elements per sample, and
+#: the bound keeps the features' arithmetic finite.
+MAX_SIZE = 1 << 40
 
-@dataclass
+#: Fields are strict: an integer is an integer (not "3", 3.0 or true), a string a string.
+Size = Annotated[int, Strict(), Field(ge=0, le=MAX_SIZE)]
+Text = Annotated[str, Strict()]
+Shape = list[Size]
+#: Unknown fields are refused; a Node or Graph object given as a value is taken as it is (an
+#: importer's nodes were checked when they were made).
+IR_CONFIG = ConfigDict(extra="forbid", revalidate_instances="never")
+
+#: Values ``Graph.derived`` keeps per graph (a zoo graph asked at many batch sizes keeps the latest).
+DERIVED_LIMIT = 32
+T = TypeVar("T")
+
+#: Kernel configurations whose family, variant, layout and parameters passed the catalogue's
+#: check: models repeat their blocks, and a server checks every uploaded graph's every node.
+_CHECKED: set[tuple] = set()
+_CHECKED_LIMIT = 100_000
+
+
+@dataclass(config=IR_CONFIG, frozen=True)
 class Node:
     """One operator call. ``op`` is the source's own name (torch function or ONNX op type)."""
 
-    name: str
-    op: str
-    kind: str
-    family: str | None = None
-    variant: str = ""
-    #: the variant this kernel runs in when the model is captured into a CUDA graph, where that
-    #: differs: transformers cannot skip attention masks while a stream captures, so a captured
-    #: encoder's attention takes PyTorch's masked (math) path instead of flash attention.
-    capture_variant: str = ""
-    layout: str = "contiguous"
-    params: dict[str, int] = field(default_factory=dict)
-    #: fallback nodes: bytes moved per sample (inputs read plus outputs written), in elements.
-    elements_per_sample: int = 0
-    #: names of source nodes merged into this one by kernel detection (e.g. ONNX's attention).
-    merged: list[str] = field(default_factory=list)
-    #: where one call launches several kernels (a matmul's operand copies, a roll's further
-    #: passes), the node of that call: its dispatch is paid once, and this kernel costs the host
-    #: only its launch.
-    launched_by: str = ""
-    inputs: list[list[int]] = field(default_factory=list)
-    outputs: list[list[int]] = field(default_factory=list)
-    dtype: str = ""
-    #: the precisions (of the whole model) this node runs at, where the model's code branches on
-    #: its dtype: T5 guards its hidden states against overflow only in float16. Empty: all.
-    precisions: list[str] = field(default_factory=list)
+    name: Annotated[Text, Field(max_length=1024)]
+    op: Annotated[Text, Field(max_length=256)]
+    kind: Literal["kernel", "free", "fallback"]
+    family: Literal[tuple(FAMILIES)] | None = None  # type: ignore[valid-type]
+    variant: Text = ""
+    capture_variant: Annotated[Text, Field(description=(
+        "variant run when the model is captured into a CUDA graph, where it differs from 'variant': "
+        "transformers cannot skip attention masks while a stream captures, so a captured encoder's "
+        "attention takes PyTorch's masked (math) path instead of flash attention"))] = ""
+    layout: Text = "contiguous"
+    params: Annotated[dict[Literal[tuple(PARAMETERS)], Size],  # type: ignore[valid-type]
+                      Field(description="the family's parameters, per sample",
+                            json_schema_extra={"properties": {p: {"description": d}
+                                                              for p, d in PARAMETERS.items()}})] = \
+        field(default_factory=dict)
+    elements_per_sample: Annotated[Size, Field(description=(
+        "fallback nodes: elements moved per sample (inputs read plus outputs written)"))] = 0
+    merged: Annotated[list[Text], Field(description=(
+        "names of source nodes kernel detection merged into this one (e.g. ONNX's attention)"))] = \
+        field(default_factory=list)
+    launched_by: Annotated[Text, Field(description=(
+        "the node whose call launches this kernel too (a matmul's operand copies, a roll's further "
+        "passes): its dispatch is paid once, and this kernel costs the host only its launch"))] = ""
+    inputs: list[Shape] = field(default_factory=list)
+    outputs: list[Shape] = field(default_factory=list)
+    dtype: Text = ""
+    precisions: Annotated[list[Literal[tuple(PRECISIONS)]], Field(description=(  # type: ignore[valid-type]
+        "the precisions (of the whole model) this node runs at, where the model's code branches on "
+        "its dtype (T5 guards its hidden states against overflow only in float16); empty: all"),
+        json_schema_extra={"uniqueItems": True})] = field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> Node:
+        """What only the catalogue knows: a kernel's family, variant, layout and parameters.
+        Runs for every node of every uploaded graph, so it does as little as it can."""
+        if self.precisions and len(set(self.precisions)) != len(self.precisions):
+            raise ValueError(f"node {self.name!r}: 'precisions' lists a precision twice")
+        if self.kind != "kernel":
+            return self
+        if not self.family:
+            raise ValueError(f"node {self.name!r}: a kernel node needs a family")
+        # made here, once: every prediction keys its kernel cache by the sorted parameters
+        self.__dict__["params_key"] = tuple(sorted(self.params.items()))  # frozen: not a field, not set twice
+        key = (self.family, self.variant, self.capture_variant, self.layout, self.params_key)
+        if key in _CHECKED:
+            return self
+        try:
+            get_family(self.family).check(self.params, self.variant, self.layout)
+            if self.capture_variant:
+                get_family(self.family).check(self.params, self.capture_variant, self.layout)
+        except ValueError as exc:
+            raise ValueError(f"node {self.name!r}: {exc}") from None
+        if len(_CHECKED) >= _CHECKED_LIMIT:
+            _CHECKED.clear()
+        _CHECKED.add(key)
+        return self
+
+    @property
+    def params_key(self) -> tuple[tuple[str, int], ...]:
+        """A kernel node's parameters as a sorted tuple, made once when the node is checked:
+        sorting them per node per prediction was a tenth of a new graph's cost."""
+        return self.__dict__["params_key"]
 
     def variant_in(self, mode: str) -> str:
         """The variant that runs in execution ``mode`` ('eager' or 'cudagraph')."""
         return self.capture_variant if mode == "cudagraph" and self.capture_variant else self.variant
 
-    def check(self, checked: set[tuple] | None = None) -> None:
-        """Raise ``ValueError`` naming the node if it breaks the IR's rules.
 
-        ``checked`` remembers the kernel configurations a graph has already checked: models
-        repeat their blocks, and a server checks every uploaded graph.
-        """
-        for name in ("name", "op", "variant", "capture_variant", "layout", "dtype", "launched_by"):
-            if not isinstance(getattr(self, name), str):
-                raise ValueError(f"node {self.name!r}: field '{name}' must be a string")
-        if self.family is not None and not isinstance(self.family, str):
-            raise ValueError(f"node {self.name!r}: field 'family' must be a string")
-        if not isinstance(self.params, dict):
-            raise ValueError(f"node {self.name!r}: field 'params' must be an object")
-        for key, value in self.params.items():
-            if not _is_size(value):
-                raise ValueError(f"node {self.name!r}: parameter {key} must be an integer from 0 to "
-                                 f"{MAX_SIZE}, got {value!r}")
-        if not _is_size(self.elements_per_sample):
-            raise ValueError(f"node {self.name!r}: field 'elements_per_sample' must be an integer from 0 to "
-                             f"{MAX_SIZE}")
-        if type(self.merged) is not list or not all(type(m) is str for m in self.merged):
-            raise ValueError(f"node {self.name!r}: field 'merged' must be a list of strings")
-        if (type(self.precisions) is not list or not all(type(p) is str and p in PRECISIONS for p in self.precisions)
-                or len(set(self.precisions)) != len(self.precisions)):
-            raise ValueError(f"node {self.name!r}: field 'precisions' must be a list of distinct precisions "
-                             f"({', '.join(PRECISIONS)})")
-        for name in ("inputs", "outputs"):
-            if not _are_shapes(getattr(self, name)):
-                raise ValueError(f"node {self.name!r}: field '{name}' must be a list of shapes "
-                                 "(lists of integers >= 0)")
-        if self.kind not in NODE_KINDS:
-            raise ValueError(f"node {self.name!r}: kind {self.kind!r} is not one of {NODE_KINDS}")
-        if self.kind == "kernel":
-            if not self.family:
-                raise ValueError(f"node {self.name!r}: a kernel node needs a family")
-            key = (self.family, self.variant, self.capture_variant, self.layout, tuple(self.params.items()))
-            if checked is not None and key in checked:
-                return
-            try:
-                get_family(self.family).check(self.params, self.variant, self.layout)
-                if self.capture_variant:
-                    get_family(self.family).check(self.params, self.capture_variant, self.layout)
-            except ValueError as exc:
-                raise ValueError(f"node {self.name!r}: {exc}") from None
-            if checked is not None:
-                checked.add(key)
+def _supported_version(version: int) -> int:
+    if version != IR_VERSION:
+        raise ValueError(f"graph IR version {version} is not supported (this latpred reads version {IR_VERSION})")
+    return version
 
 
-#: Largest parameter or size the IR accepts: no layer comes near 2**40 elements per sample, and
-#: the bound keeps the features' arithmetic finite.
-MAX_SIZE = 1 << 40
-
-
-def _is_size(value: object) -> bool:
-    return type(value) is int and 0 <= value <= MAX_SIZE  # type(True) is bool, not int
-
-
-def _are_shapes(shapes: object) -> bool:
-    """A list of lists of sizes (written out: every uploaded graph's every node is checked)."""
-    if type(shapes) is not list:
-        return False
-    for shape in shapes:
-        if type(shape) is not list:
-            return False
-        for d in shape:
-            if type(d) is not int or d < 0 or d > MAX_SIZE:
-                return False
-    return True
-
-
-@dataclass
+@dataclass(config=IR_CONFIG, frozen=True)
 class Graph:
-    """A model as the ordered calls it makes; ``batch`` is the batch size it was traced at."""
+    """A model as the ordered calls it makes; ``batch`` is the batch size it was traced at.
 
-    name: str
-    nodes: list[Node]
-    batch: int = 1
-    source: str = ""
+    Made from JSON (``from_json``), by an importer, or in code, it is checked once, when made:
+    types and bounds by pydantic, each kernel by the catalogue, names unique. Graphs and nodes
+    are frozen (``dataclasses.replace`` makes a changed, checked copy), so what was checked, and
+    what predictions derive from a graph (``derived``), stays true.
+    """
+
+    name: Annotated[Text, Field(max_length=1024)]
+    nodes: Annotated[list[Node], Field(min_length=1)]
+    batch: Annotated[int, Strict(), Field(ge=1, description="the batch size the graph was traced at")] = 1
+    source: Text = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    ir_version: Annotated[int, Strict(), AfterValidator(_supported_version),
+                          Field(json_schema_extra={"const": IR_VERSION})] = IR_VERSION
+
+    @model_validator(mode="after")
+    def _check_nodes(self) -> Graph:
+        """Node names are unique; and, while walking the nodes, note whether any runs at some
+        precisions only (asked by every prediction)."""
+        seen: set[str] = set()
+        branches = False
+        for node in self.nodes:
+            if node.name in seen:
+                raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
+            seen.add(node.name)
+            branches = branches or bool(node.precisions)
+        self.__dict__["branches_on_precision"] = branches
+        return self
 
     @property
     def traced_in_half(self) -> bool:
@@ -162,10 +183,26 @@ class Graph:
         """False for a cast that is a no-op at ``precision``."""
         return not (self.precision_plan(precision)[1] and node.op in CAST_OPS)
 
-    def at_precision(self, precision: str) -> "Graph":
+    def derived(self, key: tuple, make: Callable[[], T]) -> T:
+        """A value derived from this graph, made once per ``key`` and kept with the graph (a
+        graph is not changed once made): a prediction derives each node's kernel key per
+        (batch, precision, mode), and a batch request asks twice, to prefetch and to predict."""
+        memo: dict[tuple, Any] = self.__dict__.setdefault("_derived", {})
+        if key not in memo:
+            if len(memo) >= DERIVED_LIMIT:
+                memo.clear()
+            memo[key] = make()
+        return memo[key]
+
+    @property
+    def branches_on_precision(self) -> bool:
+        """Whether some node runs at some precisions only (``Node.precisions``)."""
+        return self.__dict__["branches_on_precision"]
+
+    def at_precision(self, precision: str) -> Graph:
         """The graph as it runs at ``precision``: without the nodes its code runs only at others
         (``Node.precisions``). Most graphs have none, and are returned as they are."""
-        if not any(n.precisions for n in self.nodes):
+        if not self.branches_on_precision:
             return self
         name = get_precision(precision).name
         nodes = [n for n in self.nodes if not n.precisions or name in n.precisions]
@@ -173,17 +210,6 @@ class Graph:
             raise ValueError(f"graph {self.name!r} has no nodes at precision {name}: every node's "
                              "'precisions' names others")
         return Graph(self.name, nodes, self.batch, self.source, self.meta)
-
-    def check(self) -> None:
-        if not self.nodes:
-            raise ValueError(f"graph {self.name!r} has no nodes")
-        seen: set[str] = set()
-        checked: set[tuple] = set()
-        for node in self.nodes:
-            if node.name in seen:
-                raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
-            seen.add(node.name)
-            node.check(checked)
 
     def to_json(self) -> dict[str, Any]:
         return {"ir_version": IR_VERSION, "name": self.name, "batch": self.batch,
@@ -195,40 +221,17 @@ class Graph:
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))
 
     @staticmethod
-    def from_json(data: Any) -> "Graph":
-        """Parse (and check) a graph from its JSON form, naming what is wrong."""
+    def from_json(data: Any) -> Graph:
+        """Parse and check a graph from its JSON form (parsed JSON), naming what is wrong."""
         if not isinstance(data, dict):
             raise ValueError("a graph must be a JSON object with 'name' and 'nodes'")
-        if data.get("ir_version", IR_VERSION) != IR_VERSION:
-            raise ValueError(f"graph IR version {data.get('ir_version')!r} is not supported "
-                             f"(this latpred reads version {IR_VERSION})")
-        if not isinstance(data.get("nodes"), list):
-            raise ValueError("graph field 'nodes' must be a list of nodes")
-        nodes = []
-        allowed = set(Node.__dataclass_fields__)
-        for i, raw in enumerate(data["nodes"]):
-            if not isinstance(raw, dict):
-                raise ValueError(f"nodes[{i}] must be an object")
-            unknown = set(raw) - allowed
-            if unknown:
-                raise ValueError(f"nodes[{i}]: unknown field(s) {sorted(unknown)}")
-            missing = {"name", "op", "kind"} - set(raw)
-            if missing:
-                raise ValueError(f"nodes[{i}]: missing field(s) {sorted(missing)}")
-            nodes.append(Node(**raw))
-        batch = data.get("batch", 1)
-        if not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"graph field 'batch' must be a positive integer, got {batch!r}")
-        meta = data.get("meta") or {}
-        if not isinstance(meta, dict):
-            raise ValueError("graph field 'meta' must be an object")
-        graph = Graph(name=str(data.get("name") or "graph"), nodes=nodes, batch=batch,
-                      source=str(data.get("source", "")), meta=meta)
-        graph.check()
-        return graph
+        try:
+            return GRAPH_ADAPTER.validate_python(data)
+        except ValidationError as exc:
+            raise ValueError(validation_message(exc)) from None
 
     @staticmethod
-    def load(path: Path) -> "Graph":
+    def load(path: Path) -> Graph:
         try:
             data = json.loads(Path(path).read_text())
         except json.JSONDecodeError as exc:
@@ -236,45 +239,35 @@ class Graph:
         return Graph.from_json(data)
 
 
-def json_schema() -> dict[str, Any]:
-    """The published JSON Schema of the graph IR."""
-    from predictor.catalogue import FAMILIES, PARAMETERS
+GRAPH_ADAPTER: TypeAdapter[Graph] = TypeAdapter(Graph)
 
-    size = {"type": "integer", "minimum": 0, "maximum": MAX_SIZE}
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": "latpred graph IR", "type": "object", "required": ["name", "nodes"],
-        "properties": {
-            "ir_version": {"const": IR_VERSION},
-            "name": {"type": "string"},
-            "batch": {"type": "integer", "minimum": 1},
-            "source": {"type": "string"},
-            "meta": {"type": "object"},
-            "nodes": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "required": ["name", "op", "kind"], "additionalProperties": False,
-                "properties": {
-                    "name": {"type": "string"}, "op": {"type": "string"},
-                    "kind": {"enum": list(NODE_KINDS)},
-                    "family": {"enum": list(FAMILIES)},
-                    "variant": {"type": "string"}, "layout": {"type": "string"},
-                    "capture_variant": {"type": "string", "description":
-                                        "variant run when the model is captured into a CUDA graph, "
-                                        "where it differs from 'variant'"},
-                    "params": {"type": "object", "additionalProperties": False, "properties": {
-                        p: {"type": "integer", "minimum": 0, "maximum": MAX_SIZE, "description": d}
-                        for p, d in PARAMETERS.items()}},
-                    "elements_per_sample": {"type": "integer", "minimum": 0, "maximum": MAX_SIZE},
-                    "merged": {"type": "array", "items": {"type": "string"}},
-                    "launched_by": {"type": "string", "description":
-                                    "the node whose call launches this kernel too (its dispatch is "
-                                    "paid once; this kernel costs the host only its launch)"},
-                    "inputs": {"type": "array", "items": {"type": "array", "items": size}},
-                    "outputs": {"type": "array", "items": {"type": "array", "items": size}},
-                    "dtype": {"type": "string"},
-                    "precisions": {"type": "array", "items": {"enum": list(PRECISIONS)}, "uniqueItems": True,
-                                   "description":
-                                   "the precisions this node runs at, where the model's code branches "
-                                   "on its dtype (empty or absent: all)"},
-                }}},
-        },
-    }
+
+def validation_message(exc: ValidationError, limit: int = 3) -> str:
+    """A pydantic error as one line per failing field, each led by its path (nodes[3].params.k)."""
+    parts = []
+    for error in exc.errors(include_url=False)[:limit]:
+        path = ""
+        for part in error["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] not in ("value_error", "missing") and not isinstance(error["input"], (dict, list)):
+            message += f", got {error['input']!r}"[:120]
+        parts.append(f"{path}: {message}" if path else message)
+    more = exc.error_count() - limit
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of the graph IR (predictor/graph_ir.schema.json), generated
+    from the same declaration that validates graphs."""
+    schema = GRAPH_ADAPTER.json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "latpred graph IR", **{
+        k: v for k, v in schema.items() if k != "title"}}
+
+
+#: The published schema, beside this module (package data): ``python -m predictor.graph`` rewrites it.
+SCHEMA_FILE = Path(__file__).parent / "graph_ir.schema.json"
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=1) + "\n")
+    print(f"wrote {SCHEMA_FILE}")

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field, fields
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 
 from predictor.bundle import Bundle, BundleError
-from predictor.compose import MODES, CompositionConstants, cudagraph_us, eager_us, short_kernel_us
+from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose, family_group, layer_times
 from predictor.devices import DeviceSpec
-from predictor.features import FEATURE_COLUMNS, cold_weight_us, feature_codes, feature_row
+from predictor.features import FEATURE_COLUMNS, cold_weight_us, feature_codes, feature_values
 from predictor.graph import CAST_OPS, Graph
+from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
+from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
+from predictor.variant import check_variant
 
-MAX_BATCH = 65_536
+#: a kernel cache key: the node's configuration in the mode asked, the batch, the node's precision
+KernelKey = tuple[KernelConfig, int, str]
 CACHE_LIMIT = 200_000  # remembered kernel configurations (about 100 bytes each)
 PREFETCH_LIMIT = CACHE_LIMIT // 4  # configurations one prefetch evaluates at most
 
@@ -33,74 +36,30 @@ PREFETCH_LIMIT = CACHE_LIMIT // 4  # configurations one prefetch evaluates at mo
 FALLBACK_BANDWIDTH_SHARE = 0.5
 
 
-def _signature(node: Any, variant: str, batch: int, precision: str) -> tuple:
-    """What a kernel prediction depends on: the node's configuration, batch and precision."""
-    return (node.family, variant, node.layout, tuple(sorted(node.params.items())), batch, precision)
+def _node_kinds(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per node, what no variant changes: its scale group, whether it is a fallback, whether
+    another call launches it, and a fallback's elements per sample."""
+    groups: dict[tuple[str | None, str], int] = {}
+    for n in graph.nodes:
+        if (n.family, n.kind) not in groups:
+            groups[(n.family, n.kind)] = GROUPS.index(family_group(n.family, n.kind))
+    group = np.array([groups[(n.family, n.kind)] for n in graph.nodes], dtype=np.intp)
+    is_fallback = np.array([n.kind == "fallback" for n in graph.nodes], dtype=bool)
+    is_launched = np.array([bool(n.launched_by) for n in graph.nodes], dtype=bool)
+    elements = np.array([n.elements_per_sample for n in graph.nodes], dtype=float)
+    return group, is_fallback, is_launched, elements
 
 
-@dataclass
-class LayerPrediction:
-    """One node's share: kernel time (with interval) and host issue time, in microseconds."""
-
-    name: str
-    op: str
-    kind: str
-    family: str | None
-    kernel_us: float
-    low_us: float
-    high_us: float
-    host_us: float
-    #: source nodes kernel detection merged into this one (e.g. ONNX's MatMul/Softmax/MatMul).
-    merged: list[str] = field(default_factory=list)
+#: where the roofline estimate is among the features (each kernel is predicted as a ratio to it)
+ROOFLINE_COLUMN = FEATURE_COLUMNS.index("log_roofline_us")
 
 
-@dataclass
-class Prediction:
-    """A whole-model prediction and everything that produced it."""
-
-    model: str
-    device: str
-    batch: int
-    precision: str
-    mode: str
-    total_ms: float
-    low_ms: float
-    high_ms: float
-    model_version: str
-    layers: list[LayerPrediction]
-    unsupported: list[dict[str, Any]] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_json(self, with_layers: bool = True) -> dict[str, Any]:
-        """The prediction as JSON-ready data. Layers are shallow copies: ``dataclasses.asdict``
-        deep-copies hundreds of layers, milliseconds a graph, which a batch of thousands (the
-        service's NAS endpoint) cannot afford."""
-        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "layers"}
-        if with_layers:
-            data["layers"] = [dict(vars(layer)) for layer in self.layers]
-        return data
-
-
-def check_mode(mode: str) -> None:
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
-
-
-def check_batch(batch: int) -> None:
-    if not isinstance(batch, int) or isinstance(batch, bool) or not 1 <= batch <= MAX_BATCH:
-        raise ValueError(f"batch must be an integer from 1 to {MAX_BATCH}, got {batch!r}")
-
-
-def check_request(batch: int, precision: str, mode: str) -> None:
-    """Refuse bad inputs with a message that names the field."""
-    get_precision(precision)
-    check_mode(mode)
-    check_batch(batch)
-
-
-def _matrix(rows: list[dict[str, float]], columns: list[str]) -> np.ndarray:
-    """Feature rows as a float64 matrix with ``columns`` in order (a bundle's order)."""
-    return np.array([[r[c] for c in columns] for r in rows], dtype=np.float64)
+def _columns(features: np.ndarray, columns: list[str]) -> np.ndarray:
+    """``features`` (FEATURE_COLUMNS order) as a booster's columns: the same matrix when they
+    agree, as in every bundle today."""
+    if tuple(columns) == FEATURE_COLUMNS:
+        return features
+    return features[:, [FEATURE_COLUMNS.index(c) for c in columns]]
 
 
 class Predictor:
@@ -120,30 +79,29 @@ class Predictor:
         self.bundle = bundle
         self.device = device
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
-        self._cache: dict[tuple, tuple[float, float, float, float, float]] = {}
+        #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch, cold weight read)
+        self._cache: dict[tuple[KernelConfig, int, str], tuple[float, float, float, float, float]] = {}
 
     @staticmethod
-    def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[tuple | None]:
-        """Each node's kernel configuration (None where no kernel runs), computed once per node:
-        a graph's nodes are walked twice per prediction, and thousands of graphs a minute."""
+    def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
+        """Each node's kernel configuration (None where no kernel runs), made once per graph and
+        (batch, precision, mode): a batch request walks every graph to prefetch and to predict."""
+        return graph.derived(("kernel keys", batch, precision, mode),
+                             lambda: Predictor._make_node_keys(graph, batch, precision, mode))
+
+    @staticmethod
+    def _make_node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
         upcast, noop_casts = graph.precision_plan(precision)
-        keys: list[tuple | None] = []
+        keys: list[KernelKey | None] = []
         for n in graph.nodes:
             if n.kind != "kernel" or (noop_casts and n.op in CAST_OPS):
                 keys.append(None)
                 continue
             node_precision = "fp32" if upcast and n.dtype == "float32" else precision
-            keys.append(_signature(n, n.variant_in(mode), batch, node_precision))
+            keys.append((kernel_config(n, n.variant_in(mode)), batch, node_precision))
         return keys
 
-    @staticmethod
-    def _needed(graph: Graph, keys: list[tuple | None], needed: dict[tuple, Any]) -> None:
-        """Add the distinct kernel configurations of ``graph`` to ``needed`` (key -> a node)."""
-        for n, key in zip(graph.nodes, keys):
-            if key is not None:
-                needed.setdefault(key, n)
-
-    def _evaluate(self, needed: dict[tuple, Any]) -> dict[tuple, tuple[float, float, float, float, float]]:
+    def _evaluate(self, needed: Iterable[KernelKey]) -> dict[KernelKey, tuple[float, float, float, float, float]]:
         """(kernel, low, high, dispatch, cold weight read) per configuration, from the cache or
         the boosters.
 
@@ -152,27 +110,25 @@ class Predictor:
         evaluated once and remembered: the boosters dominate prediction time otherwise.
         """
         cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
+        needed = set(needed)
         if len(cache) + len(needed) > CACHE_LIMIT:
             cache = self._cache = {}
         found = {key: cache[key] for key in needed if key in cache}
-        wanted = {key: value for key, value in needed.items() if key not in found}
+        wanted = [key for key in needed if key not in found]
         if wanted:
-            nodes = list(wanted.values())
-            # key: (family, variant, layout, params, batch, precision); see _signature
-            rows = [feature_row(n.family, n.params, key[1], n.layout, key[4], key[5], self.device)
-                    for key, n in wanted.items()]
-            roof = np.power(10.0, np.array([r["log_roofline_us"] for r in rows]))
+            features = np.array([feature_values(c.family, c.params, c.variant, c.layout, batch, precision, self.device)
+                                 for c, batch, precision in wanted], dtype=np.float64)
+            roof = np.power(10.0, features[:, ROOFLINE_COLUMN])
             kernel, dispatch = self.bundle.targets["kernel"], self.bundle.targets["dispatch"]
-            x = _matrix(rows, kernel.feature_columns)
-            k_log = kernel.predict_log_array(x)
-            same = dispatch.feature_columns == kernel.feature_columns
-            d_log = dispatch.predict_log_array(x if same else _matrix(rows, dispatch.feature_columns))
+            k_log = kernel.predict_log_array(_columns(features, kernel.feature_columns))
+            d_log = dispatch.predict_log_array(_columns(features, dispatch.feature_columns))
             widths = self.bundle.targets["kernel"].interval_log
             default = widths.get("*", 0.3)
-            for key, node, r, k, d in zip(wanted, nodes, roof, k_log, d_log):
-                q = widths.get(node.family, default)
+            for key, r, k, d in zip(wanted, roof, k_log, d_log):
+                c, batch, precision = key
+                q = widths.get(c.family, default)
                 t = float(r * math.exp(k))
-                cold = cold_weight_us(node.family, node.params, key[1], key[4], key[5], self.device)
+                cold = cold_weight_us(c.family, c.params, c.variant, batch, precision, self.device)
                 found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)), cold)
         return found
 
@@ -183,75 +139,65 @@ class Predictor:
         asked graph by graph, each booster runs once per family per graph, and that fixed cost
         dominates. Invalid requests are skipped here: ``predict`` refuses them by name.
         """
-        needed: dict[tuple, Any] = {}
+        needed: set[KernelKey] = set()
         for graph, batch, precision, mode in requests:
             batch = graph.batch if batch is None else batch
             try:
-                check_request(batch, precision, mode)
+                check_variant(batch, precision, mode)
             except ValueError:
                 continue
             name = get_precision(precision).name
             graph = graph.at_precision(name)
-            self._needed(graph, self._node_keys(graph, batch, name, mode), needed)
+            needed.update(key for key in self._node_keys(graph, batch, name, mode) if key is not None)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
                 break
         if needed:
             self._evaluate(needed)
 
-    def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> list[LayerPrediction]:
-        """Per-node predictions at ``batch`` and ``precision``, in graph order, for ``mode``
-        (a node may run another kernel variant when the model is captured as a CUDA graph)."""
+    def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
+        """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a
+        node may run another kernel variant when the model is captured as a CUDA graph), in graph
+        order, as arrays for predictor.compose. ``graph`` must already be at ``precision``
+        (``Graph.at_precision``), as ``predict`` and training's runs make it."""
         prec = get_precision(precision)
-        graph = graph.at_precision(prec.name)
         keys = self._node_keys(graph, batch, prec.name, mode)
-        needed: dict[tuple, Any] = {}
-        self._needed(graph, keys, needed)
-        kernel_us = self._evaluate(needed)
-        c = self.constants
-        scales: dict[tuple[str | None, str], float] = {}
-        out = []
-        for n, key in zip(graph.nodes, keys):
-            extra = 0.0  # what a kernel adds inside a model to its time alone: short kernels, cold weights
-            scale = scales.get((n.family, n.kind))
-            if scale is None:
-                scale = scales[(n.family, n.kind)] = c.scale(n.family, n.kind)
-            if n.kind == "kernel" and key is None:
-                t = lo = hi = 0.0  # a cast to the precision the model already runs in: a no-op
-                host = c.view_host_us
-            elif n.kind == "kernel":
-                t, lo, hi, host, cold = kernel_us[key]
-                host = c.launch_host_us if n.launched_by else host * c.host_scale + c.call_host_us
-                extra = short_kernel_us(t, c) + c.cold_weight_share * cold
-            elif n.kind == "fallback":
-                t = max(c.min_kernel_us, n.elements_per_sample * batch * prec.element_bytes
-                        / (FALLBACK_BANDWIDTH_SHARE * self.device.memory_bandwidth) * 1e6)
-                lo, hi, host = t * 0.5, t * 2.0, c.fallback_host_us + c.call_host_us
-            else:
-                t = lo = hi = 0.0
-                host = c.view_host_us
-            out.append(LayerPrediction(n.name, n.op, n.kind, n.family, t * scale + extra, lo * scale + extra,
-                                       hi * scale + extra, host, list(n.merged)))
-        return out
+        none = (0.0, 0.0, 0.0, 0.0, 0.0)  # kernel, low, high, dispatch, cold weight read
+        cache = self._cache
+        try:  # after a prefetch every kernel is in the cache: no need to collect the graph's needs
+            rows = [none if key is None else cache[key] for key in keys]
+        except KeyError:
+            evaluated = self._evaluate(key for key in keys if key is not None)
+            rows = [none if key is None else evaluated[key] for key in keys]
+        group, is_fallback, is_launched, fallback_elements = graph.derived(("node kinds",), lambda: _node_kinds(graph))
+        values = np.array(rows).reshape(len(keys), 5).T
+        is_kernel = np.array([key is not None for key in keys], dtype=bool)
+        bytes_per_us = FALLBACK_BANDWIDTH_SHARE * self.device.memory_bandwidth / 1e6 / prec.element_bytes
+        kernel = np.where(is_fallback, fallback_elements * batch / bytes_per_us, values[0])
+        return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
+                           is_fallback, is_launched & is_kernel)
 
     def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
-                mode: str = "cudagraph") -> Prediction:
-        """Latency of ``graph`` (at its own batch unless ``batch`` overrides it)."""
+                mode: str = "cudagraph", with_layers: bool = True) -> Prediction:
+        """Latency of ``graph`` (at its own batch unless ``batch`` overrides it); without its
+        per-layer breakdown when ``with_layers`` is false (a NAS loop wants the total of
+        thousands of graphs, and building hundreds of layer objects each was a fifth of that)."""
         batch = graph.batch if batch is None else batch
-        check_request(batch, precision, mode)
-        layers = self.layers(graph, batch, precision, mode)
-        kernels = [layer.kernel_us for layer in layers]
+        check_variant(batch, precision, mode)
+        graph = graph.at_precision(get_precision(precision).name)
+        arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
-        if mode == "cudagraph":
-            total = cudagraph_us(kernels, c)
-        else:
-            total = eager_us(kernels, [layer.host_us for layer in layers], c)
+        total = compose(arrays, c, mode)
+        times = layer_times(arrays, c)
+        layers = [LayerPrediction(n.name, n.op, n.kind, n.family, k, lo, hi, host, list(n.merged))
+                  for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),
+                                                 times.high_us.tolist(), times.host_us.tolist())] if with_layers else []
         q = self.bundle.composition.get("interval_log", {}).get(mode, 0.25)
-        fallback = Counter(layer.op for layer in layers if layer.kind == "fallback")
-        unsupported = [{"op": op, "count": count, "costed_as": "roofline on bytes moved"}
+        fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback) if is_fallback)
+        unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")
                        for op, count in fallback.most_common()]
         warnings = []
         if unsupported:
-            share = sum(layer.kernel_us for layer in layers if layer.kind == "fallback") / max(sum(kernels), 1e-9)
+            share = float(times.kernel_us[arrays.is_fallback].sum()) / max(float(times.kernel_us.sum()), 1e-9)
             warnings.append(f"{sum(fallback.values())} call(s) of {len(fallback)} op type(s) have no "
                             f"learned model and were estimated by the roofline ({share:.0%} of kernel time)")
         return Prediction(

@@ -12,7 +12,7 @@ import time
 from flask import Response, g, request
 from flask_openapi3 import Info
 
-from service import content
+from service import request_body
 from service.auth import SECURITY_SCHEMES, check_key
 from service.config import ServiceConfig
 from service.graph_store import GraphStore
@@ -39,7 +39,7 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
         validation_error_status=422, validation_error_callback=openapi_validation_callback,
     )
     app.config.update(MAX_CONTENT_LENGTH=config.max_body_bytes)
-    content.install(app)
+    request_body.install(app)
     metrics = Metrics()
     marker = config.graph_store / ".reload"
     if registry is None:
@@ -71,9 +71,9 @@ def _register_hooks(app: LatpredOpenAPI) -> None:
         g.started = time.perf_counter()
         st = app.extensions["latpred"]
         st.registry.follow_marker()
-        if content.view_attribute("__latpred_guarded__"):
+        if request_body.view_attribute("__latpred_guarded__"):
             check_key()
-        content.check_body(request)
+        request_body.check_body(request)
 
     @app.after_request
     def _after(response: Response) -> Response:

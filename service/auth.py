@@ -12,14 +12,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flask import request
+from flask_openapi3.types import SecuritySchemesDict
 
 from service.problems import ProblemError
 from service.state import state
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: the OpenAPI security requirement of a guarded operation (either scheme will do).
-SECURITY = [{"ApiKey": []}, {"Bearer": []}]
-SECURITY_SCHEMES = {
+SECURITY: list[dict[str, list[str]]] = [{"ApiKey": []}, {"Bearer": []}]
+SECURITY_SCHEMES: SecuritySchemesDict = {
     "ApiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
     "Bearer": {"type": "http", "scheme": "bearer"},
 }

@@ -52,7 +52,7 @@ class ServiceConfig:
     load_wait_s: int = 30
 
     @staticmethod
-    def from_env(env: Mapping[str, str] | None = None) -> "ServiceConfig":
+    def from_env(env: Mapping[str, str] | None = None) -> ServiceConfig:
         """Settings from ``LATPRED_*`` variables, defaults otherwise."""
         env = os.environ if env is None else env
         return ServiceConfig(

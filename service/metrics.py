@@ -11,9 +11,17 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest,
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
 )
 
 disable_created_metrics()  # the *_created series double the output and no dashboard reads them
@@ -45,7 +53,7 @@ class Metrics:
         self._ops: set[str] = set()
         self._lock = threading.Lock()
 
-    def count_unsupported(self, unsupported: list[dict]) -> None:
+    def count_unsupported(self, unsupported: Iterable[Mapping[str, Any]]) -> None:
         for item in unsupported:
             op = str(item.get("op", "?"))
             if op not in self._ops:

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from flask_openapi3 import OpenAPI
-from pydantic import BaseModel
+from flask_openapi3.types import ResponseDict
+from pydantic import BaseModel, TypeAdapter
 
 from service.auth import SECURITY
-from service.content import accepts
 from service.problems import PROBLEM_JSON, TITLES
+from service.request_body import accepts
 from service.schemas.common import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,7 +31,7 @@ def problem_ref() -> dict[str, Any]:
     return {PROBLEM_JSON: {"schema": {"$ref": REF.format(model="Problem")}}}
 
 
-def problems(*codes: int) -> dict[int, dict[str, Any]]:
+def problems(*codes: int) -> ResponseDict:
     """``responses=`` entries for the problems an operation can answer with."""
     return {code: {"description": TITLES.get(code, "error"), "content": problem_ref()} for code in codes}
 
@@ -48,7 +49,7 @@ def request_bodies(**by_mimetype: type[BaseModel]) -> Callable[[F], F]:
     return mark
 
 
-def documents(*models: type[BaseModel]) -> Callable[[F], F]:
+def documents(*models: type) -> Callable[[F], F]:
     """Put models a view's responses refer to by $ref (not as a pydantic response) into the document."""
 
     def mark(func: F) -> F:
@@ -58,9 +59,17 @@ def documents(*models: type[BaseModel]) -> Callable[[F], F]:
     return mark
 
 
-def add_model(schemas: dict[str, Any], model: type[BaseModel]) -> str:
-    """Put ``model`` (and the models it uses) into the components; returns its name."""
-    schema = model.model_json_schema(ref_template=REF)
+def json_response(model: type, description: str = "OK") -> dict[str, Any]:
+    """A ``responses=`` entry whose JSON body is ``model`` by $ref (a type flask-openapi3 cannot
+    take as a response itself, such as predictor's dataclasses; list it with ``documents``)."""
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}}}
+
+
+def add_model(schemas: dict[str, Any], model: type) -> str:
+    """Put ``model`` (a pydantic model or any type pydantic can describe, and the types it uses)
+    into the components; returns its name."""
+    schema = TypeAdapter(model).json_schema(ref_template=REF)
     for name, sub in schema.pop("$defs", {}).items():
         schemas.setdefault(name, sub)
     name = model.__name__

@@ -10,23 +10,21 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, replace
-from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from predictor.devices import DEVICES, DeviceSpec, resolve_device
 from predictor.graph import Graph
-from predictor.precision import get_precision
-from predictor.predict import Prediction, Predictor, check_batch, check_mode
+from predictor.predict import Predictor
+from predictor.prediction import Prediction
+from predictor.variant import Variant
 from service.metrics import Metrics
 from service.problems import ProblemError, join_path
 from service.registry import ModelRegistry, NotReady
 
 
-
 @dataclass(frozen=True)
-class Variant:
-    """A resolved (device, batch, precision, mode), with the predictor that serves the device."""
+class ResolvedVariant:
+    """A request's Variant with its device resolved to the predictor that serves it."""
 
     predictor: Predictor
     device: DeviceSpec
@@ -56,10 +54,10 @@ def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = 
         raise ProblemError(422, str(exc), field=field, kind="unknown-device") from None
 
 
-def resolve_variant(registry: ModelRegistry, device: str | None, batch: int | None, precision: str, mode: str,
-                    prefix: str = "") -> Variant:
-    """Check a variant once, so a batch of many graphs does not re-check it per graph."""
-    spec = resolve_device_id(registry, device, join_path(prefix, "device"))
+def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "") -> ResolvedVariant:
+    """Resolve a (validated) variant's device once, so a batch of many graphs does not do it per
+    graph. Batch, precision and mode were checked where the request was parsed (predictor.variant)."""
+    spec = resolve_device_id(registry, variant.device, join_path(prefix, "device"))
     try:
         predictor = registry.predictor(spec.device_id)
     except NotReady as exc:
@@ -68,16 +66,7 @@ def resolve_variant(registry: ModelRegistry, device: str | None, batch: int | No
         raise ProblemError(422, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
                                 "GET /v1/devices lists the devices that have one",
                            field=join_path(prefix, "device"), kind="no-bundle")
-    precision = precision.lower()
-    checks: tuple[tuple[str, Callable[[], Any]], ...] = (
-        ("precision", lambda: get_precision(precision)), ("mode", lambda: check_mode(mode)),
-        ("batch", lambda: check_batch(batch) if batch is not None else None))
-    for name, check in checks:
-        try:
-            check()
-        except ValueError as exc:
-            raise ProblemError(422, str(exc), field=join_path(prefix, name)) from None
-    return Variant(predictor, spec, batch, precision, mode)
+    return ResolvedVariant(predictor, spec, variant.batch, variant.precision, variant.mode)
 
 
 class PredictionCache:
@@ -94,7 +83,7 @@ class PredictionCache:
         self._entries: OrderedDict[tuple, tuple[Graph, Prediction]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, graph: Graph, variant: Variant) -> tuple[tuple, Prediction | None]:
+    def get(self, graph: Graph, variant: ResolvedVariant) -> tuple[tuple, Prediction | None]:
         key = (id(graph), variant.predictor.bundle.version, variant.device.device_id, variant.batch,
                variant.precision, variant.mode)
         entry = self._entries.get(key)
@@ -109,7 +98,7 @@ class PredictionCache:
                 self._entries.popitem(last=False)
 
 
-def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCache | None = None,
+def predict(graph: Graph, variant: ResolvedVariant, field: str = "", cache: PredictionCache | None = None,
             layers: bool = True) -> Prediction:
     """Predict, turning predictor's refusals (a bad batch, parameters out of range) into a 422.
     ``cache`` only for named graphs (an inline graph is a new object every request); it keeps
@@ -119,11 +108,11 @@ def predict(graph: Graph, variant: Variant, field: str = "", cache: PredictionCa
         key, hit = cache.get(graph, variant)
         if hit is not None:
             return hit
-        result = predict(graph, variant, field)
-        cache.put(key, graph, replace(result, layers=[]))
+        result = predict(graph, variant, field, layers=False)
+        cache.put(key, graph, result)
         return result
     try:
-        result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode)
+        result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode, with_layers=layers)
     except (ValueError, ArithmeticError) as exc:
         # The one refusal that names a request field: the graph's own batch out of range.
         where = join_path(field, "batch") if str(exc).startswith("batch") else (field or None)

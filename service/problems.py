@@ -83,8 +83,9 @@ def validation_problem(exc: ValidationError, status: int = 422, prefix: str = ""
     for err in exc.errors(include_url=False, include_input=False, include_context=False):
         # Unions add their branch name to the location; a client wants the field, not the branch.
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        errors.append({"field": join_path(prefix, field_path(loc)), "message": err["msg"], "type": err["type"]})
-    first = errors[0] if errors else {"field": prefix or None, "message": "invalid input"}
+        message = str(err["msg"]).removeprefix("Value error, ")  # a check's own message says what is wrong
+        errors.append({"field": join_path(prefix, field_path(loc)), "message": message, "type": err["type"]})
+    first = errors[0] if errors else {"field": prefix, "message": "invalid input"}
     detail = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
     if len(errors) > 1:
         detail += f" (and {len(errors) - 1} more)"
@@ -127,7 +128,7 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
-        if exc.response is not None and exc.response.mimetype == PROBLEM_JSON:
+        if isinstance(exc.response, Response) and exc.response.mimetype == PROBLEM_JSON:
             return exc.response  # flask-openapi3 aborts with the response our callback made
         status = exc.code or 500
         detail = exc.description or TITLES.get(status, "error")

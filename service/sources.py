@@ -1,7 +1,8 @@
 """Turn what a request names (JSON IR, ONNX bytes, a zoo name, a stored id) into a checked Graph.
 
-Parsing and checking are predictor's (``Graph.from_json``, ``graph_from_onnx``, the zoo); this
-module adds what a server needs on top: limits on a graph's size, errors that name the request
+Parsing and checking are predictor's (its ``Graph`` declaration, which the request models use,
+so an inline graph is parsed and checked once, with the body; ``graph_from_onnx``; the zoo);
+this module adds what a server needs on top: limits on a graph's size, errors that name the request
 field, and caches, since NAS loops and spreadsheets name the same zoo and stored graphs again
 and again and re-reading a 60 KB JSON file would cost more than predicting it.
 """
@@ -36,14 +37,10 @@ class GraphResolver:
             raise ProblemError(422, f"the graph has {count} nodes; this server accepts at most {self.max_nodes} "
                                     "(LATPRED_MAX_NODES)", field=field, kind="graph-too-large")
 
-    def from_ir(self, data: dict[str, Any], field: str = "graph") -> Graph:
-        """A graph from its (schema-validated) JSON IR; predictor's checks name the node."""
-        nodes = data.get("nodes")
-        self.check_size(len(nodes) if isinstance(nodes, list) else 0, f"{field}.nodes")
-        try:
-            return Graph.from_json(data)
-        except (ValueError, TypeError) as exc:
-            raise ProblemError(422, str(exc), field=field, kind="invalid-graph") from None
+    def from_ir(self, graph: Graph, field: str = "graph") -> Graph:
+        """A graph parsed and checked with its request body, within the node cap."""
+        self.check_size(len(graph.nodes), f"{field}.nodes")
+        return graph
 
     def from_zoo(self, name: str, field: str = "model") -> Graph:
         key = name.strip().lower()

@@ -1,1 +1,2 @@
-"""Features to models: splits, XGBoost and LightGBM fits, metrics, MLflow tracking (to come)."""
+"""Features to models: splits, XGBoost and LightGBM fits, composition constants, validation,
+bundle export and MLflow tracking and registry."""

@@ -16,16 +16,25 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 
 from predictor.catalogue import flops as op_flops
-from predictor.compose import GROUPS, SHORT_KERNEL_CAP_US, CompositionConstants, eager_us, family_group
-from predictor.features import cold_weight_us, roofline_us
+from predictor.compose import (
+    CUDAGRAPH_TERMS,
+    GROUPS,
+    CompositionConstants,
+    LayerArrays,
+    compose,
+    cudagraph_terms,
+    eager_grid_us,
+)
+from predictor.features import roofline_us
 from predictor.graph import Graph
-from predictor.predict import Predictor
 from predictor.precision import get_precision
+from predictor.predict import Predictor
 
 #: The eager grid: the dispatch sweep's host time scaled, a cost per kernel call on top, the host
 #: time of a call that launches no kernel, and the synchronisation that ends a forward. The host
@@ -47,38 +56,23 @@ EAGER_ERROR_CAP = 0.15
 
 @dataclass
 class RunArrays:
-    """One measured run with everything composition needs, predicted once."""
+    """One measured run with what composition needs: its graph's layers alone, predicted once."""
 
     model: str
     batch: int
     precision: str
     mode: str
     measured_us: float
-    kernel_us: np.ndarray  # unscaled per-layer predictions
-    group: np.ndarray  # scale group index per node
-    dispatch_us: np.ndarray  # predicted dispatch for kernel nodes, 0 elsewhere
-    is_fallback: np.ndarray
-    is_view: np.ndarray  # calls that launch no kernel (views, no-op casts)
-    is_launched: np.ndarray  # kernels another call launches (Node.launched_by)
+    layers: LayerArrays
     roofline_us: float
     flops: float
-    cold_weight_us: np.ndarray  # per node, reading its weights cold (features.cold_weight_us), 0 where none
-
-    def group_sums(self) -> np.ndarray:
-        return np.bincount(self.group, weights=self.kernel_us, minlength=len(GROUPS))
-
-    def short_us(self) -> np.ndarray:
-        """Per node, the part of a learned kernel's time that short_kernel_us scales."""
-        return np.where(self.is_fallback, 0.0, np.minimum(self.kernel_us, SHORT_KERNEL_CAP_US))
 
 
 def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFrame) -> list[RunArrays]:
-    """Predict every node of every run's graph once, with neutral constants."""
-    neutral = CompositionConstants(host_scale=1.0, call_host_us=0.0, view_host_us=0.0, launch_host_us=0.0,
-                                   fallback_host_us=0.0)
-    predictor = Predictor(predictor.bundle, predictor.device, constants=neutral)
-    cache: dict[tuple[str, int, str, str], tuple] = {}
+    """Predict every node of every run's graph once (layers alone: no constant applied)."""
+    cache: dict[tuple[str, int, str, str], tuple[LayerArrays, float, float]] = {}
     out = []
+    r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
     for r in runs.itertuples(index=False):
         if r.model not in graphs:
             continue
@@ -88,25 +82,16 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
             graph = graphs[r.model].at_precision(prec.name)
             layers = predictor.layers(graph, int(r.batch), r.precision, r.mode)
             # The baselines see the graph as latpred does: captured variants, fp32 islands, no-op casts.
+            # A kernel node has a family (Node's validator refuses one without).
             kernel_nodes = [n for n in graph.nodes if n.kind == "kernel" and graph.runs_kernel(n, prec.name)]
-            roof = sum(roofline_us(n.family, n.params, n.variant_in(r.mode), int(r.batch),
+            roof = sum(roofline_us(cast(str, n.family), n.params, n.variant_in(r.mode), int(r.batch),
                                    graph.precision_of(n, prec.name), predictor.device) for n in kernel_nodes)
-            flops = sum(op_flops(n.family, n.params, n.variant_in(r.mode), int(r.batch)) for n in kernel_nodes)
-            cold = [cold_weight_us(n.family, n.params, n.variant_in(r.mode), int(r.batch),
-                                   graph.precision_of(n, prec.name), predictor.device)
-                    if n.kind == "kernel" and graph.runs_kernel(n, prec.name) else 0.0 for n in graph.nodes]
-            cache[key] = (
-                np.array([x.kernel_us for x in layers]),
-                np.array([GROUPS.index(family_group(x.family, x.kind)) for x in layers]),
-                np.array([x.host_us if x.kind == "kernel" else 0.0 for x in layers]),
-                np.array([x.kind == "fallback" for x in layers]),
-                np.array([x.kind == "free" or (x.kind == "kernel" and x.kernel_us == 0) for x in layers]),
-                np.array([bool(n.launched_by) for n in graph.nodes]),
-                roof, flops, np.array(cold),
-            )
-        k, g, d, fb, view, launched, roof, flops, cold = cache[key]
+            flops = sum(op_flops(cast(str, n.family), n.params, n.variant_in(r.mode), int(r.batch))
+                        for n in kernel_nodes)
+            cache[key] = (layers, roof, flops)
+        layers, roof, flops = cache[key]
         out.append(RunArrays(r.model, int(r.batch), r.precision, r.mode, float(r.latency_ms) * 1e3,
-                             k, g, d, fb, view, launched, roof, flops, cold))
+                             layers, roof, flops))
     return out
 
 
@@ -126,13 +111,13 @@ class GraphFit:
 
 
 def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
-    """NNLS of measured = sum_g s_g * K_g + gap * kernels + share * short + replay
-    + cold share * cold weight reads, each run weighted by 1/measured."""
+    """NNLS of measured = compose.cudagraph_terms . constants (group scales, gap, short-kernel
+    share, replay, cold-weight share), each run weighted by 1/measured; fallbacks keep scale 1."""
     from scipy.optimize import nnls
 
-    terms = 4  # gap, short share, replay, cold-weight share
-    a = np.array([np.append(r.group_sums(), [(r.kernel_us > 0).sum(), r.short_us().sum(), 1.0,
-                                             r.cold_weight_us.sum()]) / r.measured_us for r in runs])
+    terms = len(CUDAGRAPH_TERMS)
+    neutral = CompositionConstants()
+    a = np.array([cudagraph_terms(r.layers, neutral) / r.measured_us for r in runs])
     groups = a[:, :len(GROUPS)]
     fixed = np.array([g in FIXED_GROUPS for g in GROUPS])
     used = (groups.sum(axis=0) > 0) & ~fixed
@@ -141,59 +126,22 @@ def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
     scales = dict.fromkeys(GROUPS, 1.0)
     for group, value in zip([g for g, u in zip(GROUPS, used) if u], coef[:-terms]):
         scales[group] = float(max(value, 0.2))
-    gap, short, replay, cold = (float(x) for x in coef[-terms:])
-    return GraphFit(scales, gap, short, replay, cold)
-
-
-def _scaled(r: RunArrays, c: CompositionConstants) -> np.ndarray:
-    """Per node, the in-model kernel time (as Predictor.layers gives it)."""
-    return (r.kernel_us * np.array([c.group_scale[g] for g in GROUPS])[r.group]
-            + c.short_kernel_share * r.short_us() + c.cold_weight_share * r.cold_weight_us)
-
-
-def _eager(r: RunArrays, c: CompositionConstants, host_scale: float, call_us: float, view_us: float) -> float:
-    """One eager forward without its final synchronisation."""
-    host = np.where(r.is_launched, c.launch_host_us,
-                    r.dispatch_us * host_scale + np.where(r.is_view, view_us, call_us) + r.is_fallback * c.fallback_host_us)
-    return eager_us(_scaled(r, c), host, replace(c, sync_us=0.0))
-
-
-def _eager_grid(r: RunArrays, c: CompositionConstants, grid: np.ndarray) -> np.ndarray:
-    """``_eager`` at every (host scale, call, view) row of ``grid`` at once.
-
-    A node's issue time is linear in the three, so the issue times of all grid points are one
-    matrix product of their running sums; the overlap is then eager_us's closed form per row.
-    The grid search evaluates every run at every point in every fold: a loop of ``_eager``
-    calls made training miss its two minutes.
-    """
-    if not len(r.kernel_us):
-        return np.zeros(len(grid))
-    other = ~r.is_launched
-    sums = np.cumsum(np.stack([np.where(other, r.dispatch_us, 0.0), other & ~r.is_view, other & r.is_view]),
-                     axis=1)
-    fixed = np.cumsum(np.where(r.is_launched, c.launch_host_us, r.is_fallback * c.fallback_host_us))
-    issued = grid @ sums + fixed  # (points, nodes)
-    kernel = _scaled(r, c)
-    launched = kernel > 0
-    if not launched.any():
-        return issued[:, -1]
-    running = np.cumsum(kernel)
-    gpu_end = running[-1] + np.max((issued - (running - kernel))[:, launched], axis=1)
-    return np.maximum(issued[:, -1], gpu_end)
+    fitted = dict(zip(CUDAGRAPH_TERMS, (float(x) for x in coef[-terms:])))
+    return GraphFit(scales, fitted["gap_us"], fitted["short_kernel_share"], fitted["replay_us"],
+                    fitted["cold_weight_share"])
 
 
 def predict_run(r: RunArrays, c: CompositionConstants) -> float:
-    if r.mode == "cudagraph":
-        k = _scaled(r, c)
-        return float(k.sum() + c.gap_us * (k > 0).sum() + c.replay_us)
-    return _eager(r, c, c.host_scale, c.call_host_us, c.view_host_us) + c.sync_us
+    """The run's latency in microseconds as the predictor composes it."""
+    return compose(r.layers, c, r.mode)
 
 
 def elementwise_dispatch_us(runs: list[RunArrays]) -> float:
     """The median predicted dispatch of the elementwise calls in ``runs``: how an operator without
     a learned model (a gather, a fill, a scan: tensor functions like them) is assumed to issue."""
     elementwise = GROUPS.index("elementwise")
-    parts = [r.dispatch_us[(r.group == elementwise) & (r.dispatch_us > 0)] for r in runs]
+    parts = [a.dispatch_us[(a.group == elementwise) & a.is_kernel & ~a.is_launched & (a.dispatch_us > 0)]
+             for a in (r.layers for r in runs)]
     values = np.concatenate(parts) if parts else np.array([])
     return float(np.median(values)) if values.size else CompositionConstants().fallback_host_us
 
@@ -211,7 +159,7 @@ def fit_constants(runs: list[RunArrays]) -> CompositionConstants:
         return c
     measured = np.array([r.measured_us for r in eager_runs])
     grid = np.array(list(itertools.product(HOST_SCALES, CALL_HOST_US, VIEW_HOST_US)))
-    sims = np.stack([_eager_grid(r, c, grid) for r in eager_runs], axis=1)  # (points, runs)
+    sims = np.stack([eager_grid_us(r.layers, c, grid) for r in eager_runs], axis=1)  # (points, runs)
     syncs = np.array(SYNC_US)
     errors = np.abs(sims[:, None, :] + syncs[None, :, None] - measured) / measured  # (points, syncs, runs)
     loss = np.minimum(errors, EAGER_ERROR_CAP).mean(axis=2)
@@ -244,6 +192,7 @@ def leave_one_model_out(runs: list[RunArrays]) -> CompositionFit:
                              "roofline_ms": r.roofline_us / 1e3,
                              "flops_ms": per_flop.get((r.mode, r.precision), math.nan) * r.flops / 1e3})
     predictions = pd.DataFrame(rows)
-    log_err = np.abs(np.log(predictions["predicted_ms"] / predictions["measured_ms"]))
+    # a Series (numpy's stubs type a ufunc of a Series as an ndarray)
+    log_err = cast("pd.Series[float]", np.abs(np.log(predictions["predicted_ms"] / predictions["measured_ms"])))
     interval = {m: float(log_err[predictions["mode"] == m].quantile(0.9)) for m in ("eager", "cudagraph")}
     return CompositionFit(fit_constants(runs), interval, predictions)

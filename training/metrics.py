@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 
-def ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+def ape(predicted: ArrayLike, measured: ArrayLike) -> np.ndarray:
     return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
 
 
-def summarize_ape(errors: np.ndarray) -> dict[str, float]:
+def summarize_ape(errors: ArrayLike) -> dict[str, float]:
     errors = np.asarray(errors)
     return {"mape": float(errors.mean()), "median_ape": float(np.median(errors)),
             "p90_ape": float(np.quantile(errors, 0.9)), "within_10pct": float((errors <= 0.10).mean()),
             "count": int(len(errors))}
 
 
-def grouped_metrics(errors: np.ndarray, groups: pd.Series | list[pd.Series]) -> pd.DataFrame:
+def grouped_metrics(errors: ArrayLike, groups: pd.Series | list[pd.Series]) -> pd.DataFrame:
     """One row of metrics per group (e.g. per family, or per mode x precision x batch)."""
     frame = pd.DataFrame({"ape": np.asarray(errors)})
     keys = groups if isinstance(groups, list) else [groups]

@@ -33,6 +33,7 @@ class BundleModel(PythonModel):
         from predictor.zoo import load_zoo_graph
 
         rows = []
+        r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
         for r in model_input.itertuples(index=False):
             text = str(r.model)
             graph = Graph.from_json(json.loads(text)) if text.lstrip().startswith("{") else load_zoo_graph(text)

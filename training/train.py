@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.graph import Graph
 from predictor.predict import Predictor
@@ -24,8 +22,7 @@ from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
-from training.metrics import ape, grouped_metrics, summarize_ape
-
+from training.metrics import ape, summarize_ape
 
 #: What is fitted and compared per target: both libraries as one model with the family as a
 #: feature, and per-family models (with the faster-fitting library; dispatch times are too noisy
@@ -75,16 +72,6 @@ def zoo_graphs(models: list[str]) -> dict[str, Graph]:
     return {m: load_zoo_graph(m) for m in models if m in names}
 
 
-def validation_summary(predictions: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per mode x precision x batch: ours and both baselines, MAPE and share within +-10%."""
-    out = {}
-    keys = [predictions["mode"], predictions["precision"], predictions["batch"]]
-    for column in ("predicted_ms", "roofline_ms", "flops_ms"):
-        errors = ape(predictions[column], predictions["measured_ms"])
-        out[column] = grouped_metrics(errors, keys)
-    return out
-
-
 def train(settings: TrainSettings) -> TrainReport:
     started = time.perf_counter()
     data: OpData = load_ops(settings.dataset, limit=settings.limit, seed=settings.seed)
@@ -121,8 +108,8 @@ def train(settings: TrainSettings) -> TrainReport:
     }
     served = Path(settings.bundle_root) / device_id
     installed = settings.force or metrics["lomo_within_10pct"] >= served_score(served)
-    target = served if installed else served.with_name(f"{device_id}.candidate")
-    bundle_dir = export_bundle(target, device_id, chosen, metadata)
+    destination = served if installed else served.with_name(f"{device_id}.candidate")
+    bundle_dir = export_bundle(destination, device_id, chosen, metadata)
     Bundle.load(bundle_dir)  # refuse to report success on a bundle that does not load
     report = TrainReport(chosen, candidates, composition, bundle_dir, installed=installed)
     if settings.track:

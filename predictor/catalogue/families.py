@@ -251,7 +251,8 @@ register(OpFamily(
     flops=_pool_flops,
     bytes_moved=_pool_bytes,
     layouts=("nchw", "nhwc"),
-    validate=lambda p, v: None if p["kernel"] <= min(p["h"], p["w"]) + 2 * (p["kernel"] // 2) else "kernel larger than the padded input",
+    validate=lambda p, v: (None if p["kernel"] <= min(p["h"], p["w"]) + 2 * (p["kernel"] // 2)
+                           else "kernel larger than the padded input"),
     description="2-d pooling with padding kernel//2; adaptive_avg is global average pooling (kernel, stride ignored)",
 ))
 

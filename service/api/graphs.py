@@ -13,9 +13,9 @@ from flask import Response, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from service.auth import guarded
-from service.content import JSON, json_body, onnx_upload
 from service.openapi import problem_ref, problems, request_bodies
 from service.problems import ProblemError
+from service.request_body import JSON, json_body, onnx_upload
 from service.schemas.graphs import GraphIRBody, GraphPath, GraphStored, GraphUploadForm
 from service.state import state
 

@@ -18,24 +18,25 @@ from typing import Any
 
 from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
+from pydantic import ValidationError
 
-from predictor.compose import MODES
-from predictor.precision import PRECISIONS
-from predictor.predict import MAX_BATCH
+from predictor.graph import validation_message
+from predictor.prediction import Prediction
+from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions
 from service.openapi import documents, problems
 from service.problems import TITLES, ProblemError
-from service.schemas.common import DEFAULT_MODE, DEFAULT_PRECISION
-from service.schemas.latency import CSV_COLUMNS, LatencyQuery, LatencyRow
+from service.schemas.latency import CSV_COLUMNS, LatencyQuery
 from service.state import state
 
 api = APIBlueprint("latency", __name__, url_prefix="/v1",
                    abp_tags=[Tag(name="spreadsheets", description="GET URLs for Excel and Google Sheets")])
 
 OK_RESPONSE = {
-    "description": "json: a list of rows; csv: a header and one row per combination; txt: one number (ms)",
+    "description": "json: a list of predictions (without layers); csv: a header and one row per combination; "
+                   "txt: one number (ms)",
     "content": {
-        "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/LatencyRow"}}},
+        "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Prediction"}}},
         "text/csv": {"schema": {"type": "string"}},
         "text/plain": {"schema": {"type": "string"}},
     },
@@ -51,26 +52,26 @@ def _split(value: str | None, field: str) -> list[str]:
     return parts
 
 
-def _choices(value: str | None, field: str, allowed: tuple[str, ...], default: str) -> list[str]:
-    items = [p.lower() for p in _split(value, field)] or [default]
+def _values(value: str | None, field: str, default: str | None) -> list[Any]:
+    """A comma-separated parameter's values, each checked by predictor's Variant rule for its
+    field (a batch is digits, then a number in range; precision and mode are case-insensitive
+    here, spreadsheets being typed by hand); ``default`` where the parameter is absent."""
+    items = _split(value, field)
+    if not items:
+        return [default]
+    out = []
     for item in items:
-        if item not in allowed:
-            raise ProblemError(400, f"unknown {field} {item!r}: expected one of {', '.join(allowed)}", field=field)
-    return items
-
-
-def _batches(value: str | None) -> list[int | None]:
-    out: list[int | None] = []
-    for item in _split(value, "batch"):
-        if not (item.isascii() and item.isdigit()) or not 1 <= int(item) <= MAX_BATCH:
-            raise ProblemError(400, f"batch must be an integer from 1 to {MAX_BATCH}, got {item!r}", field="batch")
-        out.append(int(item))
-    return out or [None]
+        raw: Any = int(item) if field == "batch" and item.isascii() and item.isdigit() else item.lower()
+        try:
+            out.append(getattr(Variant.model_validate({field: raw}), field))
+        except ValidationError as exc:
+            raise ProblemError(400, validation_message(exc), field=field) from None
+    return out
 
 
 @api.get("/latency", responses={200: OK_RESPONSE, 304: {"description": "Not Modified (ETag matched)"},
                                 **problems(400, 503)})
-@documents(LatencyRow)
+@documents(Prediction)
 def latency(query: LatencyQuery) -> Response:
     """Latency for spreadsheets: every combination of the comma-separated parameter values.
 
@@ -96,10 +97,10 @@ def _latency(query: LatencyQuery) -> Response:
     # Resolve everything before predicting anything: a typo in the last value costs nothing.
     graphs = [("model", m, st.resolver.from_zoo(m, "model")) for m in models] + \
              [("graph", gid, st.resolver.from_id(gid, "graph")) for gid in graph_ids]
-    devices = [predictions.resolve_device_id(st.registry, d) for d in (_split(query.device, "device") or [None])]
-    batches = _batches(query.batch)
-    precisions = _choices(query.precision, "precision", tuple(PRECISIONS), DEFAULT_PRECISION)
-    modes = _choices(query.mode, "mode", MODES, DEFAULT_MODE)
+    devices = [predictions.resolve_device_id(st.registry, d) for d in (_split(query.device, "device") or (None,))]
+    batches = _values(query.batch, "batch", None)
+    precisions = _values(query.precision, "precision", DEFAULT_PRECISION)
+    modes = _values(query.mode, "mode", DEFAULT_MODE)
     count = len(graphs) * len(devices) * len(batches) * len(precisions) * len(modes)
     if query.format == "txt" and count != 1:
         raise ProblemError(400, f"format=txt answers one number, but these parameters make {count} combinations; "
@@ -110,7 +111,8 @@ def _latency(query: LatencyQuery) -> Response:
     variants = {}
     for spec in devices:
         for b, p, m in itertools.product(batches, precisions, modes):
-            variants[(spec.device_id, b, p, m)] = predictions.resolve_variant(st.registry, spec.device_id, b, p, m)
+            variants[(spec.device_id, b, p, m)] = predictions.resolve_variant(
+                st.registry, Variant(device=spec.device_id, batch=b, precision=p, mode=m))
     versions = sorted({v.predictor.bundle.version for v in variants.values()})
     contents = [st.resolver.zoo_digest(name) if kind == "model" else name for kind, name, _ in graphs]
     canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [contents, [d.device_id for d in devices],
@@ -125,7 +127,7 @@ def _latency(query: LatencyQuery) -> Response:
             result = predictions.predict(graph, variants[(spec.device_id, b, p, m)], cache=st.predictions,
                                          layers=False)
             predictions.record(st.metrics, result)
-            rows.append({c: getattr(result, c) for c in CSV_COLUMNS})
+            rows.append(result.to_json(with_layers=False))
     response = _render(rows, query.format)
     response.headers.update(headers)
     return response

@@ -15,13 +15,13 @@ from flask import request
 from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.graph import Graph
+from predictor.prediction import Prediction
 from service import predictions
-from service.content import JSON, json_body, onnx_upload
-from service.openapi import problems, request_bodies
-from service.predictions import Variant
+from service.openapi import documents, json_response, problems, request_bodies
+from service.predictions import ResolvedVariant
 from service.problems import ProblemError
+from service.request_body import JSON, json_body, onnx_upload
 from service.schemas.predict import BatchRequest, BatchResponse, PredictForm, PredictRequest
-from service.schemas.common import PredictionOut
 from service.state import state
 
 log = logging.getLogger("latpred.service")
@@ -29,8 +29,9 @@ api = APIBlueprint("predict", __name__, url_prefix="/v1",
                    abp_tags=[Tag(name="predict", description="latency of graphs on devices")])
 
 
-@api.post("/predict", responses={200: PredictionOut, **problems(400, 401, 413, 415, 422, 503)})
+@api.post("/predict", responses={200: json_response(Prediction), **problems(400, 401, 413, 415, 422, 503)})
 @request_bodies(json=PredictRequest, form=PredictForm)
+@documents(Prediction)
 def predict() -> dict[str, Any]:
     """Predict one graph's latency on one device, batch, precision and mode.
 
@@ -41,6 +42,7 @@ def predict() -> dict[str, Any]:
     """
     st = state()
     named = False
+    body: PredictRequest | PredictForm
     if request.mimetype == JSON:
         body = json_body(PredictRequest)
         graph = st.resolver.resolve(body)
@@ -48,9 +50,10 @@ def predict() -> dict[str, Any]:
     else:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
         upload = onnx_upload()
-        body = PredictForm.model_validate({**fields, "onnx": upload})
-        graph = st.resolver.from_onnx(upload.read(), body.name, body.batch)
-    variant = predictions.resolve_variant(st.registry, body.device, body.batch, body.precision, body.mode)
+        form = PredictForm.model_validate({**fields, "onnx": upload})
+        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch)
+        body = form
+    variant = predictions.resolve_variant(st.registry, body)
     result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)
     predictions.record(st.metrics, result)
     return result.to_json(body.layers)
@@ -75,11 +78,10 @@ def predict_batch() -> dict[str, Any]:
     st.registry.wait_first_load(st.registry.load_wait_s)
     if not st.registry.snapshot.loaded:
         raise predictions.not_ready(st.registry.state_detail())
-    variants: list[Variant | ProblemError] = []
+    variants: list[ResolvedVariant | ProblemError] = []
     for j, v in enumerate(body.variants):
         try:
-            variants.append(predictions.resolve_variant(st.registry, v.device, v.batch, v.precision, v.mode,
-                                                        prefix=f"variants[{j}]"))
+            variants.append(predictions.resolve_variant(st.registry, v, prefix=f"variants[{j}]"))
         except ProblemError as exc:
             if exc.status == 503:
                 raise
@@ -121,7 +123,7 @@ def predict_batch() -> dict[str, Any]:
     return {"results": results, "count": len(results), "failed": failed}
 
 
-def _prefetch(graphs: list[Graph | ProblemError], variants: list[Variant | ProblemError]) -> None:
+def _prefetch(graphs: list[Graph | ProblemError], variants: list[ResolvedVariant | ProblemError]) -> None:
     """Let each device's predictor evaluate the whole request's new kernels in one pass."""
     by_predictor: dict[int, tuple[Any, list[tuple[Graph, int | None, str, str]]]] = {}
     for variant in variants:

@@ -1,4 +1,7 @@
-"""Models shared by several resources: the problem object, a prediction, the variant fields.
+"""Models shared by several resources: the request base, the problem object, the id types.
+
+The variant's fields (device, batch, precision, mode) are predictor's (``predictor.variant``)
+and a prediction's shape is predictor's ``Prediction``: neither is written again here.
 
 Request models declare where they are read from (``LOCATION``): a failure in the query string
 is a 400, in a body a 422, and the problem names the field either way.
@@ -7,29 +10,16 @@ is a 400, in a body a 422, and the problem names the field either way.
 from __future__ import annotations
 
 import copy
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
-
-from predictor.compose import MODES
-from predictor.precision import PRECISIONS
-from predictor.predict import MAX_BATCH
 
 #: request model name -> where flask-openapi3 read it from ("query", "path", "body", "form").
 LOCATIONS: dict[str, str] = {}
 
-Precision = Literal[tuple(PRECISIONS)]  # type: ignore[valid-type]
-Mode = Literal[tuple(MODES)]  # type: ignore[valid-type]
-Batch = Annotated[int, Field(ge=1, le=MAX_BATCH, description="batch size (default: the graph's own)")]
-DeviceName = Annotated[str, Field(min_length=1, max_length=100,
-                                  description="device id or a case-insensitive part of its name, e.g. 'h200' "
-                                              "(default: the one device with a bundle, if only one)",
-                                  examples=["h200"])]
 GraphId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="id of a stored graph (POST /v1/graphs)")]
 ZooName = Annotated[str, Field(min_length=1, max_length=200, examples=["resnet50"],
                                description="a zoo graph name, e.g. 'resnet50' (GET /v1/models lists them)")]
-DEFAULT_PRECISION = "fp16"
-DEFAULT_MODE = "cudagraph"
 
 
 class RequestModel(BaseModel):
@@ -77,40 +67,3 @@ class Problem(ResponseModel):
     instance: str | None = None
     field: str | None = Field(None, description="path of the offending field, e.g. 'graphs[2].device'")
     errors: list[FieldError] | None = Field(None, description="every failing field, when validation failed")
-
-
-class LayerOut(ResponseModel):
-    """One node's share of the latency (microseconds); merged nodes were fused into this one."""
-
-    name: str
-    op: str
-    kind: str
-    family: str | None
-    kernel_us: float
-    low_us: float
-    high_us: float
-    host_us: float
-    merged: list[str]
-
-
-class UnsupportedOp(ResponseModel):
-    op: str
-    count: int
-    costed_as: str
-
-
-class PredictionOut(ResponseModel):
-    """A whole-model prediction, the inputs that produced it and what it could not model."""
-
-    model: str = Field(description="the graph's name")
-    device: str
-    batch: int
-    precision: str
-    mode: str
-    total_ms: float
-    low_ms: float = Field(description="lower end of the ~90% interval")
-    high_ms: float = Field(description="upper end of the ~90% interval")
-    model_version: str = Field(description="version of the model bundle that predicted it")
-    layers: list[LayerOut] | None = Field(None, description="per-layer breakdown (absent with layers=false)")
-    unsupported: list[UnsupportedOp] = Field(description="operators no model covers, costed by the roofline")
-    warnings: list[str]

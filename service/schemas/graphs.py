@@ -6,8 +6,9 @@ from typing import Annotated, Any
 
 from pydantic import Field, RootModel
 
+from predictor.graph import Graph
+from predictor.variant import Batch
 from service.schemas.common import GraphId, RequestModel, ResponseModel
-from service.schemas.graph_ir import GraphIR
 
 
 class GraphPath(RequestModel):
@@ -16,7 +17,7 @@ class GraphPath(RequestModel):
     graph_id: GraphId
 
 
-class GraphIRBody(RootModel[GraphIR]):
+class GraphIRBody(RootModel[Graph]):
     """The JSON body of POST /v1/graphs: the graph IR itself (a graph.json file as it is)."""
 
 
@@ -28,8 +29,7 @@ class GraphUploadForm(RequestModel):
     onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
                                description="the .onnx file (weights inside it)")]
     name: Annotated[str, Field(max_length=200)] | None = None
-    batch: Annotated[int, Field(ge=1, le=65536)] | None = Field(
-        None, description="fixes a symbolic batch dimension (default 1)")
+    batch: Batch | None = Field(None, description="fixes a symbolic batch dimension (default 1)")
 
 
 class GraphStored(ResponseModel):

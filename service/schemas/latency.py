@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from service.schemas.common import RequestModel, ResponseModel
+from service.schemas.common import RequestModel
 
 CSV_COLUMNS = ("model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms", "model_version")
 ListParam = Annotated[str, Field(max_length=2048)]
@@ -35,17 +35,3 @@ class LatencyQuery(RequestModel):
                                    json_schema_extra={"example": "cudagraph"})
     format: Literal["json", "csv", "txt"] = Field("json", description="json: a list; csv: header and rows; "
                                                                      "txt: one number (one combination only)")
-
-
-class LatencyRow(ResponseModel):
-    """One combination's prediction (format=json)."""
-
-    model: str
-    device: str
-    batch: int
-    precision: str
-    mode: str
-    total_ms: float
-    low_ms: float
-    high_ms: float
-    model_version: str

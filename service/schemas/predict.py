@@ -6,11 +6,10 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, model_validator
 
-from service.schemas.common import (
-    DEFAULT_MODE, DEFAULT_PRECISION, Batch, DeviceName, GraphId, Mode, Precision, PredictionOut, Problem,
-    RequestModel, ResponseModel, ZooName,
-)
-from service.schemas.graph_ir import GraphIR
+from predictor.graph import Graph
+from predictor.prediction import Prediction
+from predictor.variant import Batch, Variant
+from service.schemas.common import GraphId, Problem, RequestModel, ResponseModel, ZooName
 
 SOURCE_FIELDS = ("graph", "model", "graph_id")
 
@@ -21,26 +20,18 @@ class GraphSource(RequestModel):
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={
         "oneOf": [{"required": [f]} for f in SOURCE_FIELDS]})
 
-    graph: GraphIR | None = Field(None, description="the graph as JSON IR (graph_ir.schema.json)")
+    graph: Graph | None = Field(None, description="the graph as JSON IR (graph_ir.schema.json), parsed and "
+                                                  "checked once, here")
     model: ZooName | None = None
     graph_id: GraphId | None = None
 
     @model_validator(mode="after")
-    def _one_source(self) -> "GraphSource":
+    def _one_source(self) -> GraphSource:
         given = [f for f in SOURCE_FIELDS if getattr(self, f) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of 'graph', 'model' or 'graph_id' (got "
                              f"{', '.join(repr(g) for g in given) or 'none'})")
         return self
-
-
-class Variant(RequestModel):
-    """Where and how to run a graph; every field has a default."""
-
-    device: DeviceName | None = None
-    batch: Batch | None = None
-    precision: Precision = DEFAULT_PRECISION
-    mode: Mode = DEFAULT_MODE
 
 
 class PredictRequest(GraphSource, Variant):
@@ -49,7 +40,7 @@ class PredictRequest(GraphSource, Variant):
     layers: bool = Field(True, description="include the per-layer breakdown")
 
 
-class PredictForm(RequestModel):
+class PredictForm(RequestModel, Variant):
     """One ONNX model uploaded as multipart/form-data (file field 'onnx'), on one variant.
 
     The ONNX file's weights must be inside it (external data is refused). A symbolic batch
@@ -62,10 +53,8 @@ class PredictForm(RequestModel):
                                description="the .onnx file")]
     name: Annotated[str, Field(max_length=200)] | None = Field(None, description="the graph's name (default: the "
                                                                                  "ONNX graph's)")
-    device: DeviceName | None = None
-    batch: Batch | None = None
-    precision: Precision = DEFAULT_PRECISION
-    mode: Mode = DEFAULT_MODE
+    batch: Batch | None = Field(None, description="batch size (default: the graph's own); a form field is text, "
+                                                  "read as a number")
     layers: bool = True
 
 
@@ -83,7 +72,7 @@ class BatchItem(ResponseModel):
 
     graph: int = Field(description="index into 'graphs'")
     variant: int = Field(description="index into 'variants'")
-    prediction: PredictionOut | None = None
+    prediction: Prediction | None = None
     problem: Problem | None = None
 
 

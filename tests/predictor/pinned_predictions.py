@@ -13,8 +13,8 @@ from pathlib import Path
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.devices import resolve_device
-from predictor.predict import Predictor
 from predictor.precision import PRECISIONS
+from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph, zoo_names
 
 PINNED = Path(__file__).parent / "data" / "pinned_predictions.csv"

@@ -46,7 +46,8 @@ def all_fits(ops: OpData) -> dict[str, dict[str, FitResult]]:
 
 
 @pytest.fixture(scope="module")
-def all_exported(all_fits: dict[str, dict[str, FitResult]], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def all_exported(all_fits: dict[str, dict[str, FitResult]],
+                 tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {library: export_bundle(tmp_path_factory.mktemp(library) / DEVICE, DEVICE, fits, METADATA)
             for library, fits in all_fits.items()}
 
@@ -243,13 +244,12 @@ def test_default_bundle_dir_is_inside_the_package() -> None:
 
 def test_per_family_models_round_trip(tmp_path: Path) -> None:
     """Per-family kernel models export one file per family and predict the same after loading."""
-    from training.bundle_export import export_bundle, in_memory_bundle
-    from training.data import load_ops
-    from training.fit import fit_target
-
     from predictor.devices import resolve_device
     from predictor.predict import Predictor
     from predictor.zoo import load_zoo_graph
+    from training.bundle_export import export_bundle, in_memory_bundle
+    from training.data import load_ops
+    from training.fit import fit_target
 
     data = load_ops(Path("datasets/nvidia-h200"), limit=3000)
     fits = {"kernel": fit_target(data, "kernel", "lightgbm", threads=1, scale=0.1, structure="per_family"),
@@ -261,6 +261,6 @@ def test_per_family_models_round_trip(tmp_path: Path) -> None:
     assert set(meta["targets"]["kernel"]["files"]) == set(fits["kernel"].booster)
     graph = load_zoo_graph("resnet50")
     device = resolve_device(DEVICE)
-    before = [x.kernel_us for x in Predictor(in_memory_bundle(DEVICE, fits), device).layers(graph, 8, "fp16")]
-    after = [x.kernel_us for x in Predictor(Bundle.load(target), device).layers(graph, 8, "fp16")]
+    before = Predictor(in_memory_bundle(DEVICE, fits), device).layers(graph, 8, "fp16").kernel_us
+    after = Predictor(Bundle.load(target), device).layers(graph, 8, "fp16").kernel_us
     assert np.allclose(before, after, rtol=1e-6)

@@ -41,7 +41,6 @@ def graph_json(**overrides: Any) -> dict[str, Any]:
 
 def test_save_and_load_give_equal_nodes(tmp_path: Path) -> None:
     graph = tiny_graph()
-    graph.check()
     path = tmp_path / "tiny.json"
     graph.save(path)
     loaded = Graph.load(path)
@@ -63,26 +62,34 @@ def test_round_trip_through_to_json_is_stable() -> None:
 @pytest.mark.parametrize("data,message", [
     ([LINEAR], "must be a JSON object"),
     ("resnet50", "must be a JSON object"),
-    ({"name": "g"}, "'nodes' must be a list"),
-    ({"name": "g", "nodes": {"0": LINEAR}}, "'nodes' must be a list"),
+    ({"name": "g"}, "nodes: Field required"),
+    ({"name": "g", "nodes": {"0": LINEAR}}, "nodes: Input should be a valid list"),
     (graph_json(ir_version=2), "IR version 2 is not supported"),
-    (graph_json(batch=0), "'batch' must be a positive integer, got 0"),
-    (graph_json(batch=-4), "'batch' must be a positive integer"),
-    (graph_json(batch="8"), "'batch' must be a positive integer"),
-    (graph_json(nodes=[]), "graph 'g' has no nodes"),
-    (graph_json(nodes=["fc"]), r"nodes\[0\] must be an object"),
-    (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "op"}]), r"missing field\(s\) \['op'\]"),
-    (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "kind"}]), r"missing field\(s\) \['kind'\]"),
-    (graph_json(nodes=[{**LINEAR, "colour": "red"}]), r"unknown field\(s\) \['colour'\]"),
-    (graph_json(nodes=[{**LINEAR, "kind": "magic"}]), "kind 'magic'"),
+    (graph_json(ir_version="1"), "ir_version: Input should be a valid integer"),
+    (graph_json(batch=0), "batch: Input should be greater than or equal to 1"),
+    (graph_json(batch=-4), "batch: Input should be greater than or equal to 1"),
+    (graph_json(batch="8"), "batch: Input should be a valid integer"),
+    (graph_json(batch=True), "batch: Input should be a valid integer"),
+    (graph_json(batch=8.0), "batch: Input should be a valid integer"),
+    (graph_json(nodes=[]), "nodes: List should have at least 1 item"),
+    (graph_json(nodes=["fc"]), r"nodes\[0\]: Input should be a dictionary"),
+    (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "op"}]), r"nodes\[0\]\.op: Field required"),
+    (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "kind"}]), r"nodes\[0\]\.kind: Field required"),
+    (graph_json(nodes=[{**LINEAR, "colour": "red"}]), r"nodes\[0\]\.colour: Unexpected keyword argument"),
+    (graph_json(nodes=[{**LINEAR, "kind": "magic"}]),
+     r"nodes\[0\]\.kind: Input should be 'kernel', 'free' or 'fallback'"),
     (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "family"}]), "node 'fc': a kernel node needs a family"),
-    (graph_json(nodes=[{**LINEAR, "family": "warp_drive"}]), "node 'fc': unknown operator family 'warp_drive'"),
+    (graph_json(nodes=[{**LINEAR, "family": "warp_drive"}]), r"nodes\[0\]\.family: Input should be 'conv2d'"),
     (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16}}]), r"node 'fc': linear: missing parameter\(s\) n"),
     (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16, "n": 0}}]), "parameter n must be positive"),
     (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16, "n": 8, "h": 3}}]), r"unknown parameter\(s\) h"),
-    (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16, "n": 8.5}}]), "parameter n must be an integer"),
+    (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16, "n": 8, "warp": 3}}]),
+     r"nodes\[0\]\.params\.warp\.\[key\]: Input should be 'c_in'"),
+    (graph_json(nodes=[{**LINEAR, "params": {"tokens": 4, "k": 16, "n": 8.5}}]),
+     r"nodes\[0\]\.params\.n: Input should be a valid integer"),
     (graph_json(nodes=[{**LINEAR, "variant": "fancy"}]), "unknown variant 'fancy'"),
     (graph_json(nodes=[LINEAR, {**LINEAR, "op": "other"}]), "node name 'fc' is used twice"),
+    (graph_json(nodes=[{**LINEAR, "precisions": ["fp16", "fp16"]}]), "'precisions' lists a precision twice"),
 ])
 def test_from_json_refuses_bad_graphs_naming_the_field(data: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -106,6 +113,7 @@ def test_load_names_the_file_of_invalid_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize("node", [
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": "many"},
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": -5},
+    {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": 2.0},
 ])
 def test_from_json_refuses_a_bad_fallback_size(node: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="elements_per_sample"):
@@ -123,9 +131,11 @@ def test_from_json_refuses_wrongly_typed_fields_with_value_error(data: dict[str,
 
 def test_json_schema_lists_every_family_and_parameter() -> None:
     schema = json_schema()
-    node = schema["properties"]["nodes"]["items"]
-    assert set(node["properties"]["family"]["enum"]) == set(FAMILIES)
+    assert schema["properties"]["nodes"]["items"] == {"$ref": "#/$defs/Node"}
+    node = schema["$defs"]["Node"]
+    assert set(node["properties"]["family"]["anyOf"][0]["enum"]) == set(FAMILIES)
     assert set(node["properties"]["params"]["properties"]) == set(PARAMETERS)
+    assert node["properties"]["params"]["propertyNames"]["enum"] == list(PARAMETERS)
     assert node["properties"]["kind"]["enum"] == list(NODE_KINDS)
     # the schema and the parser accept the same node fields
     assert set(node["properties"]) == set(Node.__dataclass_fields__)
@@ -142,8 +152,7 @@ def test_zoo_ships_held_out_named_graphs() -> None:
 
 @pytest.mark.parametrize("name", zoo_names())
 def test_every_zoo_graph_loads_and_checks(name: str) -> None:
-    graph = load_zoo_graph(name)
-    graph.check()
+    graph = load_zoo_graph(name)  # checked as it is read
     assert graph.name
     assert graph.batch >= 1
     kinds = {n.kind for n in graph.nodes}
@@ -161,11 +170,12 @@ def test_zoo_names_are_case_insensitive_and_unknown_names_list_the_choices() -> 
 
 
 @pytest.mark.parametrize("node,message", [
-    ({**LINEAR, "params": {"tokens": 4, "k": 16, "n": 10 ** 400}}, "parameter n must be an integer from 0 to"),
-    ({**LINEAR, "params": {"tokens": True, "k": 16, "n": 8}}, "parameter tokens must be an integer"),
-    ({**LINEAR, "merged": [3]}, "'merged' must be a list of strings"),
-    ({**LINEAR, "outputs": [[2, -1]]}, "'outputs' must be a list of shapes"),
-    ({**LINEAR, "inputs": "4x16"}, "'inputs' must be a list of shapes"),
+    ({**LINEAR, "params": {"tokens": 4, "k": 16, "n": 10 ** 400}}, r"params\.n: Input should be less than or equal"),
+    ({**LINEAR, "params": {"tokens": 4, "k": 16, "n": 1 << 41}}, r"params\.n: Input should be less than or equal"),
+    ({**LINEAR, "params": {"tokens": True, "k": 16, "n": 8}}, r"params\.tokens: Input should be a valid integer"),
+    ({**LINEAR, "merged": [3]}, r"merged\[0\]: Input should be a valid string"),
+    ({**LINEAR, "outputs": [[2, -1]]}, r"outputs\[0\]\[1\]: Input should be greater than or equal to 0"),
+    ({**LINEAR, "inputs": "4x16"}, r"inputs: Input should be a valid list"),
 ])
 def test_sizes_are_bounded_integers_so_features_stay_finite(node: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from predictor.graph import json_schema
-
-SCHEMA_FILE = Path(__file__).resolve().parents[2] / "predictor" / "graph_ir.schema.json"
+from predictor.graph import SCHEMA_FILE, json_schema
 
 
 def test_published_schema_is_current() -> None:
     assert json.loads(SCHEMA_FILE.read_text()) == json_schema(), (
-        "predictor/graph_ir.schema.json is stale: regenerate it from predictor.graph.json_schema()"
+        "predictor/graph_ir.schema.json is stale: regenerate it with python -m predictor.graph"
     )
 
 

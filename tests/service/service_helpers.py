@@ -59,4 +59,5 @@ def small_onnx(batch: int | str = 1, name: str = "tiny_cnn") -> bytes:
 
 
 def sha256_of_canonical(ir: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(ir, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    canonical = json.dumps(ir, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()

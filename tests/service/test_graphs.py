@@ -70,7 +70,7 @@ def test_a_stored_graph_is_served_by_another_worker(client: Any, config: Service
 def test_invalid_graphs_are_refused_and_nothing_is_stored(client: Any, config: ServiceConfig) -> None:
     bad = {"name": "bad", "nodes": [{"name": "a", "op": "conv", "kind": "kernel", "family": "conv2d",
                                      "params": {"c_in": 3}}]}
-    body = assert_problem(client.post("/v1/graphs", json=bad), 422, "graph")
+    body = assert_problem(client.post("/v1/graphs", json=bad), 422, "nodes[0]")  # the body is the graph
     assert "missing parameter" in body["detail"]
     assert_problem(client.post("/v1/graphs", json={"name": "x", "nodes": []}), 422, "nodes")
     assert_problem(client.post("/v1/graphs", data={"name": "x"}, content_type="multipart/form-data"), 422, "onnx")

@@ -49,11 +49,12 @@ def test_predict_takes_json_or_a_multipart_onnx_upload(spec: dict[str, Any]) -> 
     form = spec["components"]["schemas"]["PredictForm"]["properties"]["onnx"]
     assert form["format"] == "binary"
     request = spec["components"]["schemas"]["PredictRequest"]
-    assert {"graph", "model", "graph_id", "device", "batch", "precision", "mode", "layers"} <= set(request["properties"])
+    fields = {"graph", "model", "graph_id", "device", "batch", "precision", "mode", "layers"}
+    assert fields <= set(request["properties"])
 
 
 def test_the_graph_ir_schema_names_the_catalogue_families(spec: dict[str, Any]) -> None:
-    node = spec["components"]["schemas"]["NodeIR"]
+    node = spec["components"]["schemas"]["Node"]
     family = next(s for s in node["properties"]["family"]["anyOf"] if "enum" in s)
     assert family["enum"] == list(FAMILIES)
     assert set(node["required"]) == {"name", "op", "kind"}
@@ -69,7 +70,7 @@ def test_writing_endpoints_declare_the_api_key(spec: dict[str, Any]) -> None:
 def test_latency_documents_its_three_formats(spec: dict[str, Any]) -> None:
     op = spec["paths"]["/v1/latency"]["get"]
     assert set(op["responses"]["200"]["content"]) == {"application/json", "text/csv", "text/plain"}
-    assert "304" in op["responses"] and "LatencyRow" in spec["components"]["schemas"]
+    assert "304" in op["responses"] and "Prediction" in spec["components"]["schemas"]
     assert {p["name"] for p in op["parameters"]} == {"model", "graph", "device", "batch", "precision", "mode",
                                                      "format"}
 
@@ -86,28 +87,20 @@ def test_the_docs_page_is_served_with_its_own_assets(client: Any) -> None:
     assert client.get("/docs/openapi.json").get_json() == client.get("/openapi.json").get_json()
 
 
-def test_every_zoo_graph_passes_the_request_schema_and_its_node_fields_follow_predictor() -> None:
-    import dataclasses
+def test_the_request_and_response_schemas_are_predictors_own(spec: dict[str, Any]) -> None:
+    """The graph IR and a prediction are declared once, in predictor: the document's components
+    are generated from those declarations, not written again in the service."""
+    from pydantic import TypeAdapter
 
-    from predictor.graph import Node
-    from predictor.zoo import load_zoo_graph, zoo_names
-    from service.schemas.graph_ir import GRAPH_IR, NodeIR
+    from predictor.graph import Graph, json_schema
+    from predictor.prediction import Prediction
+    from service.openapi import REF
 
-    assert set(NodeIR.__annotations__) == {f.name for f in dataclasses.fields(Node)}
-    for name in zoo_names():
-        GRAPH_IR.validate_python(load_zoo_graph(name).to_json())
-
-
-def test_response_models_mirror_the_predictor_dataclasses() -> None:
-    """LayerOut/PredictionOut/LatencyRow are the API's written contract and copy predictor's
-    dataclasses field by field on purpose; a field added on one side must be added on the other."""
-    from dataclasses import fields
-
-    from predictor.predict import LayerPrediction, Prediction
-    from service.schemas.common import LayerOut, PredictionOut
-    from service.schemas.latency import LatencyRow
-
-    assert list(LayerOut.model_fields) == [f.name for f in fields(LayerPrediction)]
-    assert list(PredictionOut.model_fields) == [f.name for f in fields(Prediction)]
-    summary = [f.name for f in fields(Prediction) if f.name not in ("layers", "unsupported", "warnings")]
-    assert list(LatencyRow.model_fields) == summary
+    schemas = spec["components"]["schemas"]
+    assert schemas["Node"] == json_schema()["$defs"]["Node"]
+    generated = TypeAdapter(Prediction).json_schema(ref_template=REF)
+    assert schemas["Prediction"] == {k: v for k, v in generated.items() if k != "$defs"}
+    assert schemas["Graph"]["properties"]["nodes"]["items"] == {"$ref": REF.format(model="Node")}
+    graph = spec["paths"]["/v1/predict"]["post"]["responses"]["200"]["content"]["application/json"]
+    assert graph["schema"] == {"$ref": REF.format(model="Prediction")}
+    assert TypeAdapter(Graph).json_schema(ref_template=REF)["required"] == schemas["Graph"]["required"]

@@ -21,7 +21,10 @@ import pytest
 schemathesis = pytest.importorskip("schemathesis")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import (  # noqa: E402
-    content_type_conformance, not_a_server_error, response_schema_conformance, status_code_conformance,
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
 )
 
 from service.app import create_app  # noqa: E402

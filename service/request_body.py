@@ -24,7 +24,6 @@ from service.problems import ProblemError
 F = TypeVar("F", bound=Callable[..., Any])
 M = TypeVar("M", bound=BaseModel)
 JSON = "application/json"
-MULTIPART = "multipart/form-data"
 
 
 class StrictJSONProvider(DefaultJSONProvider):
