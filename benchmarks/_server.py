@@ -6,6 +6,9 @@ stops it (SIGTERM, then SIGKILL to its process group), also on Ctrl-C or SIGTERM
 reads /proc so a run can say how the cores were split between the benchmark's own client, the
 server's processes (per worker) and anything else on the machine: on a two-core machine the
 client competes with the server it measures, and the numbers mean little without that split.
+``baseline_checkout`` puts another git revision of the code in a temporary worktree, and
+``code_env`` makes a server started from there import that revision instead of the installed
+(editable) working tree, so one run can measure the code before and after a change.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,6 +225,9 @@ class GunicornServer:
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    #: where the server runs and imports its code from: this checkout, or a baseline worktree
+    #: (then ``extra_env`` should come from ``code_env``)
+    root: Path = REPO
 
     @property
     def host(self) -> str:
@@ -241,7 +247,7 @@ class GunicornServer:
             # Its own session: Ctrl-C in the terminal reaches only us, and we stop it in order.
             self.process = subprocess.Popen(
                 [gunicorn_executable(), "-c", "service/gunicorn_conf.py", "service.wsgi:app"],
-                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.root, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True)
         self._wait_ready()
 
@@ -301,7 +307,7 @@ class GunicornServer:
         """What in the server's log says something went wrong: errors, tracebacks, restarts."""
         text = self.log_text()
         boots = len(re.findall(r"Booting worker with pid", text))
-        findings = {
+        findings: dict[str, Any] = {
             "error_lines": len(re.findall(r"\[ERROR\]", text)),
             "tracebacks": text.count("Traceback (most recent call last)"),
             "worker_timeouts": text.count("WORKER TIMEOUT"),
@@ -312,7 +318,7 @@ class GunicornServer:
                                 if re.search(r"\[ERROR\]|\[WARNING\]|WORKER TIMEOUT|Error:", line)][:8]
         return findings
 
-    def __enter__(self) -> "GunicornServer":
+    def __enter__(self) -> GunicornServer:
         try:
             self.start()
         except BaseException:
@@ -368,16 +374,120 @@ def run_served(server: GunicornServer, work: Callable[[], None]) -> ServedRun | 
 
     None if the server did not get ready or a run failed: the reason and the log's path are
     printed then."""
+    runs = run_served_all([server], work)
+    return None if runs is None else runs[0]
+
+
+def run_served_all(servers: list[GunicornServer], work: Callable[[], None]) -> list[ServedRun] | None:
+    """``run_served`` for several servers up at once (``work`` drives them in turn), in order."""
     interrupted = False
+    starting: GunicornServer | None = None
     with sigterm_as_interrupt():
         try:
-            with server:
+            with ExitStack() as stack:
+                for starting in servers:
+                    stack.enter_context(starting)
+                starting = None
                 work()
         except KeyboardInterrupt:
-            print("interrupted: server stopped", file=sys.stderr)
+            print("interrupted: server stopped" if len(servers) == 1 else "interrupted: servers stopped",
+                  file=sys.stderr)
             interrupted = True
         except RuntimeError as exc:
-            print(f"error: {exc}\nserver log: {server.log_path}", file=sys.stderr)
+            failed = [starting] if starting else servers  # one that did not get ready, or all of them
+            for other in servers:
+                if not any(other is f for f in failed) and other.log_path:
+                    other.log_path.unlink(missing_ok=True)
+            logs = ", ".join(str(s.log_path) for s in failed if s.log_path)
+            print(f"error: {exc}\nserver log: {logs}", file=sys.stderr)
             return None
-        findings = server.log_findings()
-        return ServedRun(interrupted, findings, keep_log(server, findings))
+        runs = []
+        for server in servers:
+            findings = server.log_findings()
+            runs.append(ServedRun(interrupted, findings, keep_log(server, findings)))
+        return runs
+
+
+# ------------------------------------------------------------------------------ a baseline revision
+def _git(*args: str, cwd: Path = REPO) -> str:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"git {' '.join(args)} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip()
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A revision of the code checked out in a worktree of its own."""
+
+    rev: str  # as given (HEAD, main~3, a tag ...)
+    commit: str  # its full hash
+    subject: str  # its commit message's first line
+    root: Path
+
+    @property
+    def label(self) -> str:
+        return f"{self.rev} ({self.commit[:10]})" if not self.commit.startswith(self.rev) else self.commit[:10]
+
+
+def working_tree_label() -> str:
+    """This checkout as the code it runs: its commit, and whether files differ from it."""
+    commit = _git("rev-parse", "--short=10", "HEAD")
+    dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
+    return f"working tree ({commit}{' + changes' if dirty else ''})"
+
+
+@contextmanager
+def baseline_checkout(rev: str) -> Iterator[Checkout]:
+    """``rev`` checked out (``git worktree add --detach``) in a new temporary folder outside the
+    repository; the worktree and the folder are removed at the end, also on an error, Ctrl-C or
+    SIGTERM (inside ``sigterm_as_interrupt``)."""
+    commit = _git("rev-parse", "--verify", "--end-of-options", f"{rev}^{{commit}}")
+    subject = _git("log", "-1", "--format=%s", commit)
+    parent = Path(tempfile.mkdtemp(prefix="latpred-bench-baseline-"))
+    root = parent / "code"
+    added = False
+    try:
+        _git("worktree", "add", "--detach", str(root), commit)
+        added = True
+        yield Checkout(rev, commit, subject, root)
+    finally:
+        if added or root.exists():  # an interrupted `git worktree add` may have begun one
+            try:
+                _git("worktree", "remove", "--force", str(root))
+            except RuntimeError as exc:
+                print(f"warning: {exc}; its folder is deleted below, `git worktree prune` forgets it",
+                      file=sys.stderr)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def code_env(root: Path) -> dict[str, str]:
+    """Environment that makes a Python started in ``root`` import latpred's packages from there:
+    ``root`` first on PYTHONPATH. The venv's editable install finds the working tree through a
+    finder that sys.meta_path asks after the path-based one, so PYTHONPATH wins over it."""
+    rest = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": str(root) + (os.pathsep + rest if rest else "")}
+
+
+PACKAGES = ("predictor", "service", "training", "collectors")
+
+
+def imported_from(root: Path, env: dict[str, str], app_module: str = "service.app") -> dict[str, str]:
+    """Where a Python run as the server runs (this venv, cwd ``root``, ``env`` added) imports
+    latpred's packages from, after importing them and ``app_module`` (what ``service.wsgi``
+    imports, without building the app): each package's ``__file__``. RuntimeError unless every
+    latpred module it loaded comes from inside ``root``."""
+    script = ("import importlib, json, sys\n"
+              f"for name in {[*PACKAGES, app_module]!r}: importlib.import_module(name)\n"
+              f"mods = {{n: getattr(m, '__file__', None) or '' for n, m in list(sys.modules.items())\n"
+              f"        if n.split('.')[0] in {PACKAGES!r}}}\n"
+              "print(json.dumps(mods))")
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        raise RuntimeError(f"could not import the code in {root}: {done.stderr.strip()[-800:]}")
+    modules: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    wrong = {n: f for n, f in modules.items() if not Path(f).resolve().is_relative_to(root.resolve())}
+    if wrong:
+        raise RuntimeError(f"a Python started in {root} imports these from elsewhere: {wrong}")
+    return {p: modules[p] for p in PACKAGES}

@@ -39,12 +39,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
-    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
-except ImportError:  # run as a module: python -m benchmarks.service_load
+if TYPE_CHECKING or __package__:  # run as a module: python -m benchmarks.service_load (and what mypy reads)
     from benchmarks._server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
+else:  # run as a script: its own directory is first on sys.path
+    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
 
 PREDICT_BODY = {"model": "resnet50", "device": "h200", "batch": 8, "precision": "fp16", "mode": "cudagraph",
                 "layers": False}
@@ -115,7 +115,7 @@ class Result:
             problems.append(f"p99 {self.p(99):.1f} > {self.scenario.p99_goal_ms:.0f} ms")
         return (not problems, "yes" if not problems else "NO: " + ", ".join(problems))
 
-    def as_dict(self, baseline: "Result | None") -> dict[str, Any]:
+    def as_dict(self, baseline: Result | None) -> dict[str, Any]:
         met, why = self.goal()
         out: dict[str, Any] = {
             "scenario": self.scenario.name, "method": self.scenario.method, "path": self.scenario.path,
@@ -234,7 +234,7 @@ async def _async_client(host: str, port: int, sc: Scenario, measure_from: float,
     if sc.body is not None:
         head += f"Content-Type: application/json\r\nContent-Length: {len(sc.body)}\r\n"
     request = (head + "\r\n").encode() + (sc.body or b"")
-    reader = writer = None
+    conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None  # kept alive between requests
     try:
         while True:
             t0 = time.perf_counter()
@@ -242,15 +242,16 @@ async def _async_client(host: str, port: int, sc: Scenario, measure_from: float,
                 break
             counted = t0 >= measure_from
             try:
-                if writer is None:
-                    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+                if conn is None:
+                    conn = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
                     log.connections += 1
+                reader, writer = conn
                 writer.write(request)
-                status, close = await asyncio.wait_for(_read_response(reader), timeout)  # type: ignore[arg-type]
+                status, close = await asyncio.wait_for(_read_response(reader), timeout)
                 t1 = time.perf_counter()
                 if close:
                     writer.close()
-                    reader = writer = None
+                    conn = None
                 if counted:
                     if 200 <= status < 300:
                         log.latencies.append(t1 - t0)
@@ -259,17 +260,17 @@ async def _async_client(host: str, port: int, sc: Scenario, measure_from: float,
                         log.example_error = log.example_error or f"HTTP {status}"
                     log.last_done = t1
             except Exception as exc:
-                if writer is not None:
-                    writer.close()
-                reader = writer = None
+                if conn is not None:
+                    conn[1].close()
+                conn = None
                 if counted:
                     name = "TimeoutError" if isinstance(exc, asyncio.TimeoutError) else type(exc).__name__
                     log.errors[name] += 1
                     log.example_error = log.example_error or f"{name}: {exc}"
                     log.last_done = time.perf_counter()
     finally:
-        if writer is not None:
-            writer.close()
+        if conn is not None:
+            conn[1].close()
 
 
 def run_asyncio(host: str, port: int, sc: Scenario, clients: int, warmup: float, seconds: float,
