@@ -1,10 +1,10 @@
-# Set-up and the two everyday jobs. `make run` and `make test` each build .venv first if needed.
+# Set-up and the everyday jobs. `make run`, `make test` and `make lint` each build .venv first if needed.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= collect,train,serve,dev
 
-.PHONY: run demo test clean-venv
+.PHONY: run demo test lint clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
+
+# ruff and mypy, as configured in pyproject.toml (mypy's `files` names what it checks).
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 clean-venv:
 	rm -rf $(VENV)
