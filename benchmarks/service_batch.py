@@ -74,7 +74,8 @@ from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # the baseline's boosters on one thread, as in a worker
 
@@ -87,40 +88,24 @@ from predictor.precision import PRECISIONS  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import GRAPH_DIR, load_zoo_graph, zoo_names  # noqa: E402
 
-if TYPE_CHECKING or __package__:  # run as a module: python -m benchmarks.service_batch (and what mypy reads)
-    from benchmarks._server import (
-        Checkout,
-        CpuSampler,
-        CpuSnapshot,
-        CpuUse,
-        GunicornServer,
-        baseline_checkout,
-        code_env,
-        cores,
-        cpu_line,
-        imported_from,
-        percentile,
-        run_served_all,
-        sigterm_as_interrupt,
-        working_tree_label,
-    )
-else:  # run as a script: its own directory is first on sys.path
-    from _server import (
-        Checkout,
-        CpuSampler,
-        CpuSnapshot,
-        CpuUse,
-        GunicornServer,
-        baseline_checkout,
-        code_env,
-        cores,
-        cpu_line,
-        imported_from,
-        percentile,
-        run_served_all,
-        sigterm_as_interrupt,
-        working_tree_label,
-    )
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._server import (
+    Checkout,
+    CpuSampler,
+    CpuSnapshot,
+    CpuUse,
+    GunicornServer,
+    baseline_checkout,
+    code_env,
+    cores,
+    cpu_line,
+    imported_from,
+    percentile,
+    run_served_all,
+    sigterm_as_interrupt,
+    working_tree_label,
+)
 
 DEVICE = "h200"
 GOAL_PER_MIN = 10_000

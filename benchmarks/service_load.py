@@ -39,12 +39,12 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
-if TYPE_CHECKING or __package__:  # run as a module: python -m benchmarks.service_load (and what mypy reads)
-    from benchmarks._server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
-else:  # run as a script: its own directory is first on sys.path
-    from _server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._server import CpuSampler, CpuUse, GunicornServer, cores, cpu_line, percentile, run_served
 
 PREDICT_BODY = {"model": "resnet50", "device": "h200", "batch": 8, "precision": "fp16", "mode": "cudagraph",
                 "layers": False}

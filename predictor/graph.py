@@ -40,7 +40,9 @@ Shape = list[Size]
 #: importer's nodes were checked when they were made).
 IR_CONFIG = ConfigDict(extra="forbid", revalidate_instances="never")
 
-#: Values ``Graph.derived`` keeps per graph (a zoo graph asked at many batch sizes keeps the latest).
+#: Values ``Graph.derived`` keeps per graph, past which it starts again: a request's prefetch and
+#: predictions share them, and a zoo graph keeps those of the variants a spreadsheet asks for
+#: (a value is a key per node, about 23 KB for 324 nodes: at most 0.8 MB a graph).
 DERIVED_LIMIT = 32
 T = TypeVar("T")
 

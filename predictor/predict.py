@@ -80,7 +80,7 @@ class Predictor:
         self.device = device
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch, cold weight read)
-        self._cache: dict[tuple[KernelConfig, int, str], tuple[float, float, float, float, float]] = {}
+        self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
 
     @staticmethod
     def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
@@ -179,8 +179,8 @@ class Predictor:
     def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
                 mode: str = "cudagraph", with_layers: bool = True) -> Prediction:
         """Latency of ``graph`` (at its own batch unless ``batch`` overrides it); without its
-        per-layer breakdown when ``with_layers`` is false (a NAS loop wants the total of
-        thousands of graphs, and building hundreds of layer objects each was a fifth of that)."""
+        per-layer breakdown when ``with_layers`` is false (a NAS loop wants the totals of
+        thousands of graphs; their layer objects cost about 0.3 ms of a new graph's 5)."""
         batch = graph.batch if batch is None else batch
         check_variant(batch, precision, mode)
         graph = graph.at_precision(get_precision(precision).name)
