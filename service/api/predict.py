@@ -13,14 +13,15 @@ from typing import Any
 
 from flask import request
 from flask_openapi3 import APIBlueprint, Tag
+from pydantic import ValidationError
 
-from predictor.graph import Graph
+from predictor.graph import GRAPH_ADAPTER, Graph
 from predictor.prediction import Prediction
 from service import predictions
 from service.openapi import documents, json_response, problems, request_bodies
 from service.predictions import ResolvedVariant
-from service.problems import ProblemError
-from service.request_body import JSON, json_body, onnx_upload
+from service.problems import ProblemError, validation_problem
+from service.request_body import JSON, json_body, onnx_upload, strict_loads
 from service.schemas.predict import BatchRequest, BatchResponse, PredictForm, PredictRequest
 from service.state import state
 
@@ -69,7 +70,7 @@ def predict_batch() -> dict[str, Any]:
     instead of failing the request; a malformed request is still a 4xx.
     """
     st = state()
-    body = json_body(BatchRequest)
+    body, refused = _batch_body()
     total = len(body.graphs) * len(body.variants)
     if total > st.config.max_results:
         raise ProblemError(422, f"{len(body.graphs)} graphs x {len(body.variants)} variants = {total} results; "
@@ -90,7 +91,7 @@ def predict_batch() -> dict[str, Any]:
     named = [source.graph is None for source in body.graphs]
     for i, source in enumerate(body.graphs):
         try:
-            graphs.append(st.resolver.resolve(source, prefix=f"graphs[{i}]"))
+            graphs.append(refused[i] if i in refused else st.resolver.resolve(source, prefix=f"graphs[{i}]"))
         except ProblemError as exc:
             graphs.append(exc)
     _prefetch(graphs, variants)
@@ -121,6 +122,34 @@ def predict_batch() -> dict[str, Any]:
     if failed:
         st.metrics.prediction_errors.inc(failed)
     return {"results": results, "count": len(results), "failed": failed}
+
+
+#: what stands in the request for an inline graph refused on its own (its item answers the problem)
+_REFUSED_SOURCE = {"model": "refused-inline-graph"}
+
+
+def _batch_body() -> tuple[BatchRequest, dict[int, ProblemError]]:
+    """The batch request, parsed and checked once; and, by index, the inline graphs that only
+    the IR's own checks refuse (a kernel's parameters, a node name used twice), each its item's
+    problem, as for a zoo name that does not exist: the other graphs are still answered. A body
+    that breaks the schema anywhere is refused whole. Only a refused body is parsed again."""
+    try:
+        return json_body(BatchRequest), {}
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if not all(e["type"] == "value_error" and e["loc"][:1] == ("graphs",) and e["loc"][2:3] == ("graph",)
+                   for e in errors):
+            raise
+        items = sorted({int(e["loc"][1]) for e in errors})
+    data = strict_loads(request.get_data(cache=True))
+    refused: dict[int, ProblemError] = {}
+    for i in items:
+        try:
+            GRAPH_ADAPTER.validate_python(data["graphs"][i]["graph"])
+        except ValidationError as graph_exc:
+            refused[i] = validation_problem(graph_exc, prefix=f"graphs[{i}].graph")
+            data["graphs"][i] = _REFUSED_SOURCE
+    return BatchRequest.model_validate(data), refused
 
 
 def _prefetch(graphs: list[Graph | ProblemError], variants: list[ResolvedVariant | ProblemError]) -> None:

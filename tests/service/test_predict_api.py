@@ -161,3 +161,24 @@ def test_malformed_batch_requests_are_4xx(client: Any) -> None:
                    422, "graphs[0]")
     assert_problem(client.post("/v1/predict/batch", json={"graphs": [{"model": "resnet18"}],
                                                           "variants": [{"batch": 0}]}), 422, "variants[0].batch")
+
+
+def test_an_inline_graph_the_catalogue_refuses_is_its_items_problem_and_the_rest_run(client: Any) -> None:
+    """Refused by the IR's own checks (a kernel's parameters, a name used twice), an inline graph
+    fails its items only, as an unknown zoo name does; a graph that breaks the schema (a string
+    where an integer goes) refuses the whole request."""
+    fc = {"name": "fc", "op": "linear", "kind": "kernel", "family": "linear", "params": {"tokens": 4, "k": 64, "n": 64}}
+    missing = {**fc, "params": {"tokens": 4, "k": 64}}
+    r = client.post("/v1/predict/batch", json={"graphs": [
+        {"graph": {"name": "bad", "nodes": [fc, missing | {"name": "fc2"}]}}, {"model": "resnet18"},
+        {"graph": {"name": "twice", "nodes": [fc, fc]}}, {"graph": {"name": "good", "nodes": [fc]}}]})
+    assert r.status_code == 200, r.get_data(as_text=True)
+    results = r.get_json()["results"]
+    assert [("problem" in x) for x in results] == [True, False, True, False]
+    assert results[0]["problem"]["field"] == "graphs[0].graph.nodes[1]"
+    assert "missing parameter(s) n" in results[0]["problem"]["detail"]
+    assert "used twice" in results[2]["problem"]["detail"]
+    assert results[3]["prediction"]["model"] == "good"
+    schema_broken = {"graphs": [{"graph": {"name": "g", "nodes": [{**fc, "params": {"tokens": 4, "k": 64, "n": "64"}}]}},
+                                {"model": "resnet18"}]}
+    assert_problem(client.post("/v1/predict/batch", json=schema_broken), 422, "graphs[0].graph.nodes[0].params.n")
