@@ -179,6 +179,6 @@ def test_an_inline_graph_the_catalogue_refuses_is_its_items_problem_and_the_rest
     assert "missing parameter(s) n" in results[0]["problem"]["detail"]
     assert "used twice" in results[2]["problem"]["detail"]
     assert results[3]["prediction"]["model"] == "good"
-    schema_broken = {"graphs": [{"graph": {"name": "g", "nodes": [{**fc, "params": {"tokens": 4, "k": 64, "n": "64"}}]}},
-                                {"model": "resnet18"}]}
+    as_text = {**fc, "params": {"tokens": 4, "k": 64, "n": "64"}}
+    schema_broken = {"graphs": [{"graph": {"name": "g", "nodes": [as_text]}}, {"model": "resnet18"}]}
     assert_problem(client.post("/v1/predict/batch", json=schema_broken), 422, "graphs[0].graph.nodes[0].params.n")
