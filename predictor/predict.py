@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from predictor.bundle import Bundle, BundleError
 from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose, family_group, layer_times
-from predictor.devices import DeviceSpec
+from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, cold_weight_us, feature_codes, feature_values
 from predictor.graph import CAST_OPS, Graph
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
-from predictor.variant import check_variant
+from predictor.variant import Variant, check_variant
 
 #: a kernel cache key: the node's configuration in the mode asked, the batch, the node's precision
 KernelKey = tuple[KernelConfig, int, str]
@@ -153,6 +153,24 @@ class Predictor:
                 break
         if needed:
             self._evaluate(needed)
+
+    def predict_many(self, graphs: Sequence[Graph], variants: Sequence[Variant] = (Variant(),)) -> list[Prediction]:
+        """Every graph on every variant, graph-major (graph i on variant j is result
+        ``i * len(variants) + j``), without per-layer breakdowns: a NAS loop's batch of
+        candidates. Their new kernels are evaluated in one pass per family before any graph is
+        composed. A variant that names another device than this predictor's is refused."""
+        for j, v in enumerate(variants):
+            if v.device is None:
+                continue
+            try:
+                device_id = resolve_device(v.device).device_id
+            except ValueError as exc:
+                raise ValueError(f"variants[{j}].device: {exc}") from None
+            if device_id != self.device.device_id:
+                raise ValueError(f"variants[{j}].device: {v.device!r} is not {self.device.device_id}, the device "
+                                 "this predictor serves")
+        self.prefetch([(g, v.batch, v.precision, v.mode) for g in graphs for v in variants])
+        return [self.predict(g, v.batch, v.precision, v.mode, with_layers=False) for g in graphs for v in variants]
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
         """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a
