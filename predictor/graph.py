@@ -190,11 +190,13 @@ class Graph:
         graph is not changed once made): a prediction derives each node's kernel key per
         (batch, precision, mode), and a batch request asks twice, to prefetch and to predict."""
         memo: dict[tuple, Any] = self.__dict__.setdefault("_derived", {})
-        if key not in memo:
+        value = memo.get(key)
+        if value is None:  # (another thread may clear the memo meanwhile: the value is kept here)
+            value = make()
             if len(memo) >= DERIVED_LIMIT:
                 memo.clear()
-            memo[key] = make()
-        return memo[key]
+            memo[key] = value
+        return value
 
     @property
     def branches_on_precision(self) -> bool:
