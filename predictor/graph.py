@@ -20,6 +20,7 @@ from pydantic.dataclasses import dataclass
 
 from predictor.catalogue import FAMILIES, PARAMETERS, get_family
 from predictor.precision import PRECISIONS, get_precision
+from predictor.validation import validation_message
 
 IR_VERSION = 1
 NODE_KINDS = ("kernel", "free", "fallback")
@@ -244,21 +245,6 @@ class Graph:
 
 
 GRAPH_ADAPTER: TypeAdapter[Graph] = TypeAdapter(Graph)
-
-
-def validation_message(exc: ValidationError, limit: int = 3) -> str:
-    """A pydantic error as one line per failing field, each led by its path (nodes[3].params.k)."""
-    parts = []
-    for error in exc.errors(include_url=False)[:limit]:
-        path = ""
-        for part in error["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] not in ("value_error", "missing") and not isinstance(error["input"], (dict, list)):
-            message += f", got {error['input']!r}"[:120]
-        parts.append(f"{path}: {message}" if path else message)
-    more = exc.error_count() - limit
-    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
 
 
 def json_schema() -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from predictor.compose import MODES
-from predictor.graph import validation_message
 from predictor.precision import PRECISIONS
+from predictor.validation import validation_message
 
 MAX_BATCH = 65_536
 DEFAULT_PRECISION = "fp16"

@@ -16,6 +16,8 @@ from flask import Flask, Response, current_app, json, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from predictor.validation import error_message, field_path
+
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:latpred:problem:"
 log = logging.getLogger("latpred.service")
@@ -69,22 +71,13 @@ def join_path(prefix: str, field: str) -> str:
     return f"{prefix}{field}" if field.startswith("[") else f"{prefix}.{field}"
 
 
-def field_path(loc: tuple[Any, ...]) -> str:
-    """A pydantic error location as a JSON-ish path: ('graphs', 2, 'device') -> graphs[2].device."""
-    path = ""
-    for part in loc:
-        path = join_path(path, f"[{part}]" if isinstance(part, int) else str(part))
-    return path
-
-
 def validation_problem(exc: ValidationError, status: int = 422, prefix: str = "") -> ProblemError:
     """A pydantic ValidationError as one problem listing every failing field, the first as ``field``."""
     errors = []
     for err in exc.errors(include_url=False, include_input=False, include_context=False):
         # Unions add their branch name to the location; a client wants the field, not the branch.
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-        message = str(err["msg"]).removeprefix("Value error, ")  # a check's own message says what is wrong
-        errors.append({"field": join_path(prefix, field_path(loc)), "message": message, "type": err["type"]})
+        errors.append({"field": join_path(prefix, field_path(loc)), "message": error_message(err), "type": err["type"]})
     first = errors[0] if errors else {"field": prefix, "message": "invalid input"}
     detail = f"{first['field']}: {first['message']}" if first["field"] else first["message"]
     if len(errors) > 1:

@@ -20,8 +20,8 @@ from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
 from pydantic import ValidationError
 
-from predictor.graph import validation_message
 from predictor.prediction import Prediction
+from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions
 from service.openapi import documents, problems
