@@ -19,6 +19,7 @@ from predictor.devices import DEVICES, resolve_device
 from predictor.graph_sources import load_graph
 from predictor.precision import PRECISIONS
 from predictor.predict import Predictor
+from predictor.variant import MAX_BATCH
 
 
 @click.group()
@@ -48,7 +49,7 @@ def load_predictor(device: str, bundle: Path | None) -> Predictor:
 @click.option("--device", default="h200", show_default=True, help="device id or part of its name")
 @click.option("--precision", type=click.Choice(list(PRECISIONS)), default="fp16", show_default=True)
 @click.option("--mode", type=click.Choice(list(MODES)), default="cudagraph", show_default=True)
-@click.option("--batch", type=click.IntRange(min=1, max=65536), default=None,
+@click.option("--batch", type=click.IntRange(min=1, max=MAX_BATCH), default=None,
               help="batch size (default: the graph's own)")
 @click.option("--format", "fmt", type=click.Choice(["json", "table", "csv"]), default="table", show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
