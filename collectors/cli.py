@@ -212,6 +212,27 @@ def profile(out: Path, models: str, batches: str, precision: str) -> None:
 
 
 @collect.command()
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="folder for <exporter>/<model>.onnx and exports.jsonl")
+@click.option("--models", default="", help="comma-separated zoo models (default: the zoo and the held-out graphs)")
+@click.option("--exporters", default="dynamo,legacy", show_default=True,
+              help="each exports every model separately: torch.onnx.export's default (dynamo) and TorchScript")
+def onnx(out: Path, models: str, exporters: str) -> None:
+    """Export zoo models to weight-stripped ONNX, as a user would (needs torchvision, transformers, onnx)."""
+    from collectors.onnx_export import export_zoo
+    from collectors.zoo_models import HELD_OUT_GRAPH_MODELS, ZOO
+
+    try:
+        names = [m.strip() for m in models.split(",") if m.strip()] or [*ZOO, *HELD_OUT_GRAPH_MODELS]
+        records = export_zoo(out, names, tuple(e.strip() for e in exporters.split(",") if e.strip()),
+                             say=click.echo)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"onnx: {sum(1 for r in records if r['exporter'])} exported, "
+               f"{sum(1 for r in records if not r['exporter'])} failed")
+
+
+@collect.command()
 @click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
 def card(dataset: Path) -> None:
     """Write DATASET/README.md, the dataset card, from the data and the sweep log."""

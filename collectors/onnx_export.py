@@ -1,0 +1,153 @@
+"""Export torch modules to ONNX the way a user would, then strip the weights out of the file.
+
+The predictor needs only an ONNX graph's dims, so the suites keep weight-stripped exports: every
+initializer over 1 KiB points at an external data file that is not kept (the same file a model
+over 2 GB comes with, minus the data). That keeps the files small enough to commit, and makes
+every suite graph exercise the importer's rule that external data is never opened.
+
+``torch.onnx.export`` in PyTorch 2.9 and later runs the dynamo exporter by default; it can fail
+where the TorchScript ("legacy") exporter does not (data-dependent control flow in transformers
+models), so each export says which exporter made it. torch and onnx are imported inside.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+OPSET = 17
+EXPORTERS = ("dynamo", "legacy")
+#: where stripped tensors say their data lives; the file is never written beside the model.
+STRIPPED_LOCATION = "stripped-weights.bin"
+STRIP_ABOVE_BYTES = 1024
+
+
+def _export(module: Any, example: Any, path: Path, exporter: str) -> None:
+    """Write ``module`` exported with ``exporter`` to ``path`` with a symbolic batch dimension."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporters' deprecation and tracer notices
+        if exporter == "legacy":
+            torch.onnx.export(module, (example,), str(path), dynamo=False, opset_version=OPSET,
+                              input_names=["input"], output_names=["output"],
+                              dynamic_axes={"input": {0: "batch"}})
+            return
+        batch = torch.export.Dim("batch", min=1, max=4096)
+        program = torch.onnx.export(module, (example,), dynamo=True, opset_version=OPSET,
+                                    input_names=["input"], output_names=["output"],
+                                    dynamic_shapes=({0: batch},))
+        program.save(str(path), external_data=True)
+
+
+def strip_weights(source: Path, destination: Path) -> int:
+    """Copy the ONNX file ``source`` to ``destination`` with every initializer over 1 KiB turned
+    into a reference to external data that is not written, and without the nodes' metadata and
+    doc strings (stack traces). Returns the number of tensors stripped."""
+    import onnx
+
+    model = onnx.load(str(source), load_external_data=False)
+    stripped = 0
+    for tensor in model.graph.initializer:
+        external = tensor.data_location == onnx.TensorProto.EXTERNAL
+        if not external and tensor.ByteSize() <= STRIP_ABOVE_BYTES:
+            continue
+        for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data",
+                      "string_data"):
+            tensor.ClearField(field)
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", STRIPPED_LOCATION
+        stripped += 1
+    for node in model.graph.node:  # the dynamo exporter's stack traces: most of a stripped file
+        del node.metadata_props[:]
+        node.doc_string = ""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(destination))
+    return stripped
+
+
+def export_stripped(module: Any, example: Any, destination: Path,
+                    exporters: tuple[str, ...] = EXPORTERS) -> dict[str, Any]:
+    """Export ``module(example)`` with the first of ``exporters`` that succeeds and save it,
+    weights stripped, at ``destination``. Returns what happened: the exporter, seconds, tensors
+    stripped, and the errors of the exporters that failed (an empty exporter if all did)."""
+    errors: dict[str, str] = {}
+    module = module.eval()
+    for exporter in exporters:
+        if exporter not in EXPORTERS:
+            raise ValueError(f"unknown exporter {exporter!r}: expected one of {', '.join(EXPORTERS)}")
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "model.onnx"
+            try:
+                _export(module, example, path, exporter)
+                stripped = strip_weights(path, destination)
+            except Exception as exc:  # an exporter's failure is a result to record, not a crash
+                errors[exporter] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                continue
+        return {"exporter": exporter, "seconds": round(time.perf_counter() - started, 2),
+                "stripped": stripped, "bytes": destination.stat().st_size, "errors": errors}
+    return {"exporter": "", "seconds": None, "stripped": 0, "bytes": 0, "errors": errors}
+
+
+class TextForward:
+    """A transformers model called as a user exports it: token ids in, the last hidden state
+    out, and no key-value cache (which neither exporter can return). A torch module, made on
+    first use so that this module imports without torch."""
+
+    def __new__(cls, model: Any) -> Any:
+        import inspect
+
+        import torch
+
+        takes_cache = "use_cache" in inspect.signature(model.forward).parameters
+
+        class _TextForward(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids: Any) -> Any:
+                extra = {"use_cache": False} if takes_cache else {}
+                return self.model(input_ids=input_ids, **extra).last_hidden_state
+
+        return _TextForward().eval()
+
+
+def export_zoo(out: Path, names: list[str], exporters: tuple[str, ...] = EXPORTERS,
+               say: Any = lambda line: None) -> list[dict[str, Any]]:
+    """Export each named zoo (or held-out graph) model with each exporter, separately, to
+    ``out/<exporter>/<name>.onnx``, weights stripped, skipping files already there (so a run cut
+    short resumes). Returns one record per export made, also appended to ``out/exports.jsonl``."""
+    import json
+
+    import torch
+
+    from collectors.zoo_models import HELD_OUT_GRAPH_MODELS, ZOO
+
+    known = {**ZOO, **HELD_OUT_GRAPH_MODELS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"not zoo models: {', '.join(unknown)}; expected some of {', '.join(known)}")
+    records = []
+    out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        zoo = known[name]
+        todo = [e for e in exporters if not (out / e / f"{name}.onnx").exists()]
+        if not todo:
+            continue
+        module = zoo.build().eval() if zoo.kind == "vision" else TextForward(zoo.build().eval())
+        example = zoo.example_input(2, "cpu", torch.float32)
+        for exporter in todo:
+            record = {"model": name, **export_stripped(module, example, out / exporter / f"{name}.onnx", (exporter,))}
+            records.append(record)
+            with open(out / "exports.jsonl", "a") as log:
+                log.write(json.dumps(record) + "\n")
+            say(f"{name} [{exporter}]: " + (f"{record['bytes']} bytes in {record['seconds']} s"
+                                            if record["exporter"] else f"failed: {record['errors']}"))
+    return records
