@@ -51,11 +51,24 @@ def load_predictor(device: str, bundle: Path | None) -> Predictor:
 @click.option("--mode", type=click.Choice(list(MODES)), default="cudagraph", show_default=True)
 @click.option("--batch", type=click.IntRange(min=1, max=MAX_BATCH), default=None,
               help="batch size (default: the graph's own)")
+@click.option("--dim", "dim_items", multiple=True, metavar="NAME=SIZE",
+              help="set a symbolic dim of an ONNX model, e.g. --dim sequence=256 (repeatable)")
 @click.option("--format", "fmt", type=click.Choice(["json", "table", "csv"]), default="table", show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
 def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batch: int | None,
-            fmt: str, bundle: Path | None) -> None:
-    """Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."""
+            dim_items: tuple[str, ...], fmt: str, bundle: Path | None) -> None:
+    """Predict the latency of each PATH (an .onnx or .json graph, or a zoo name).
+
+    An ONNX model's weights are never read, only their dims (a weight-stripped export, or one
+    with external data, works; no external file is opened). Its batch dim takes --batch; other
+    symbolic dims (sequence length, image size) take --dim NAME=SIZE, and one left unset is an
+    error that names it."""
+    from predictor.importers.onnx_dims import parse_dims
+
+    try:
+        dims = parse_dims(dim_items)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--dim") from None
     try:
         predictor = load_predictor(device, bundle)
     except (ValueError, BundleError) as exc:
@@ -67,7 +80,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                          "unsupported_ops"])
     for path in paths:
         try:
-            result = predictor.predict(load_graph(path, batch), batch, precision, mode)
+            result = predictor.predict(load_graph(path, batch, dims), batch, precision, mode)
         except ValueError as exc:
             click.echo(f"error: {path}: {exc}", err=True)
             failed += 1

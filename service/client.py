@@ -84,12 +84,16 @@ class LatpredClient:
     # ------------------------------------------------------------------ endpoints
     def predict(self, model: str | None = None, *, graph: dict[str, Any] | None = None, graph_id: str | None = None,
                 onnx: bytes | str | Path | None = None, device: str | None = None, batch: int | None = None,
-                precision: str = "fp16", mode: str = "cudagraph", layers: bool = True) -> dict[str, Any]:
-        """One graph (zoo name, JSON IR, stored id, or ONNX bytes/path) on one variant."""
+                precision: str = "fp16", mode: str = "cudagraph", layers: bool = True,
+                dims: dict[str, int] | None = None) -> dict[str, Any]:
+        """One graph (zoo name, JSON IR, stored id, or ONNX bytes/path) on one variant; ``dims``
+        sets an ONNX model's symbolic dims by name (``{"sequence": 256}``)."""
         if onnx is not None:
             data = onnx if isinstance(onnx, bytes) else Path(onnx).read_bytes()
             return self._multipart("/v1/predict", {"device": device, "batch": batch, "precision": precision,
-                                                   "mode": mode, "layers": layers}, "onnx", data, "model.onnx")
+                                                   "mode": mode, "layers": layers,
+                                                   "dims": json.dumps(dims) if dims else None},
+                                   "onnx", data, "model.onnx")
         payload: dict[str, Any] = {"precision": precision, "mode": mode, "layers": layers}
         for key, value in (("model", model), ("graph", graph), ("graph_id", graph_id), ("device", device),
                            ("batch", batch)):
@@ -115,8 +119,9 @@ class LatpredClient:
         return float(data) if format == "txt" else data
 
     def upload_graph(self, graph: dict[str, Any] | bytes | str | Path, *, name: str | None = None,
-                     batch: int | None = None) -> dict[str, Any]:
-        """Store a graph: a JSON IR dict, or ONNX bytes or an .onnx/.json path; returns its id."""
+                     batch: int | None = None, dims: dict[str, int] | None = None) -> dict[str, Any]:
+        """Store a graph: a JSON IR dict, or ONNX bytes or an .onnx/.json path (``dims`` sets its
+        symbolic dims); returns its id."""
         if isinstance(graph, (str, Path)):
             path = Path(graph)
             if path.suffix.lower() == ".json":
@@ -124,7 +129,9 @@ class LatpredClient:
             else:
                 graph = path.read_bytes()
         if isinstance(graph, bytes):
-            return self._multipart("/v1/graphs", {"name": name, "batch": batch}, "onnx", graph, "model.onnx")
+            return self._multipart("/v1/graphs", {"name": name, "batch": batch,
+                                                  "dims": json.dumps(dims) if dims else None},
+                                   "onnx", graph, "model.onnx")
         return self._json("POST", "/v1/graphs", graph)
 
     def graph(self, graph_id: str) -> dict[str, Any]:

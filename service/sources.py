@@ -10,6 +10,7 @@ and again and re-reading a 60 KB JSON file would cost more than predicting it.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from predictor.graph import Graph
@@ -73,16 +74,26 @@ class GraphResolver:
             raise ProblemError(422, f"no stored graph with id {gid}: store it first with POST /v1/graphs",
                                field=field, kind="unknown-graph") from None
 
-    def from_onnx(self, data: bytes, name: str | None, batch: int | None, field: str = "onnx") -> Graph:
-        """Import ONNX bytes (never reading a file the model points at: predictor refuses
-        external data); the node count is checked before the costly shape inference."""
+    def from_onnx(self, data: bytes, name: str | None, batch: int | None, dims: Mapping[str, int] | None = None,
+                  field: str = "onnx") -> Graph:
+        """Import ONNX bytes: only the weights' dims are read, and no file the model names is ever
+        opened (predictor's loader). The node count is checked before the costly shape inference;
+        a problem with ``dims`` (unknown, unset or absurd) names the ``dims`` field."""
         if not data:
             raise ProblemError(422, "the uploaded ONNX file is empty", field=field, kind="invalid-onnx")
-        self.check_size(_onnx_node_count(data), field)
-        from predictor.importers.onnx_graph import graph_from_onnx
-
         try:
-            return graph_from_onnx(data, name=name, batch=batch)
+            import onnx  # noqa: F401
+
+            from predictor.importers.onnx_dims import DimsError
+            from predictor.importers.onnx_graph import graph_from_onnx
+            from predictor.importers.onnx_wire import node_count
+        except ImportError:
+            raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
+        self.check_size(node_count(data), field)
+        try:
+            return graph_from_onnx(data, name=name, batch=batch, dims=dims)
+        except DimsError as exc:
+            raise ProblemError(422, str(exc), field="dims", kind="invalid-dims") from None
         except (ValueError, TypeError) as exc:
             raise ProblemError(422, str(exc), field=field, kind="invalid-onnx") from None
 
@@ -94,16 +105,3 @@ class GraphResolver:
         if getattr(source, "model", None) is not None:
             return self.from_zoo(source.model, f"{p}model")
         return self.from_id(source.graph_id, f"{p}graph_id")
-
-
-def _onnx_node_count(data: bytes) -> int:
-    """Top-level nodes of an ONNX model, 0 if it does not parse (the importer then says why)."""
-    try:
-        import onnx
-    except ImportError:
-        raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
-    try:
-        model = onnx.load_from_string(data)
-    except Exception:
-        return 0
-    return len(model.graph.node)

@@ -1,49 +1,67 @@
-"""Read an ONNX model safely and give every tensor a concrete shape.
+"""Read an ONNX model safely, without its weights, and give every tensor a concrete shape.
 
-Loading parses bytes or a path without following any external-data path (such a model is
-refused), and runs onnx's checker. A symbolic or missing batch dimension is then fixed, and
-shape inference is repeated with the model's shape arithmetic (Shape, Size and nodes reading only
-known values) evaluated into constants, so that reshapes fed by it get known shapes. onnx (and
-numpy) are imported inside the functions, so predictor loads without them.
+Loading reads the graph from the protobuf wire format (onnx_wire): every tensor keeps its dims
+and data type, only small tensors keep their data, and no external data is ever opened, wherever
+its ``location`` points: the predictor needs dims, not weights. Any external-data reference left
+in a small node is cleaned after parsing, so nothing downstream (numpy_helper, the reference
+evaluator, the checker) can follow one to a file. onnx's checker then runs on the graph, with the
+tensors whose data was left out declared empty, since it insists on data it does not need here.
+Symbolic input dims are then set (onnx_dims), and shape inference is repeated with the model's
+shape arithmetic evaluated into constants (onnx_fold), so that reshapes fed by it get known shapes.
+onnx (and numpy) are imported inside the functions, so predictor loads without them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from predictor.importers import onnx_wire
+from predictor.importers.onnx_wire import KEEP_ELEMENTS, MAX_NESTING, MAX_NODES, LimitError
 
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli"}
 STANDARD = ("", "ai.onnx")  # the default ONNX domain; other domains' ops are never mapped
+_DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data",
+                "uint64_data")
 
 
 # ---------------------------------------------------------------------------- loading
 
-def load_model(source: bytes | str | Path) -> Any:
-    """Parse the model without touching any file it points at; garbage becomes ValueError."""
+def load_model(source: bytes | bytearray | str | Path) -> Any:
+    """Parse the model's graph without its weights' data and without touching any file it points
+    at; garbage, and a model past the wire reader's limits, become ValueError."""
     import onnx
 
-    where = "the given bytes" if isinstance(source, (bytes, bytearray)) else str(source)
-    if not isinstance(source, (bytes, bytearray)) and not Path(source).is_file():
+    if isinstance(source, (bytes, bytearray)):
+        where = "the given bytes"
+    elif not Path(source).is_file():
         raise ValueError(f"{source}: no such ONNX file")
+    else:
+        where = str(source)
     try:
-        if isinstance(source, (bytes, bytearray)):
-            model = onnx.load_from_string(bytes(source))
-        else:
-            model = onnx.load(str(source), load_external_data=False)
+        slim = onnx_wire.slim_model_bytes(source)  # called through the module: tests swap it
+        model = onnx.ModelProto()
+        model.ParseFromString(slim)
+    except LimitError as exc:
+        raise ValueError(f"{where}: {exc}") from None
     except Exception as exc:  # protobuf's DecodeError and friends: say what, not where in protobuf
         raise ValueError(f"{where} is not a valid ONNX model ({type(exc).__name__}: "
                          f"{str(exc).splitlines()[0] if str(exc) else 'cannot be parsed'})") from None
     if not model.graph.node or not model.opset_import:
         raise ValueError(f"{where} is not a valid ONNX model (no graph nodes or no opset)")
-    _refuse_external_data(model)
     try:
-        onnx.checker.check_model(model)
-    except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{where} is not a valid ONNX model ({first})") from None
+        tensors, nodes = _walk(model)
+    except ValueError as exc:
+        text = "UTF-8" in str(exc)
+        raise ValueError(f"{where} is not a valid ONNX model ({exc})" if text else f"{where}: {exc}") from None
+    if nodes > MAX_NODES:
+        raise ValueError(f"{where}: {nodes} nodes, subgraphs included; at most {MAX_NODES} are read")
+    _check(model, _without_data(tensors), where)
+    for t in model.graph.initializer:
+        if any(d < 0 for d in t.dims):
+            raise ValueError(f"{where} is not a valid ONNX model (weight {t.name!r} has dims {list(t.dims)})")
     return model
 
 
@@ -52,68 +70,99 @@ def standard_opset(model: Any) -> int:
     return next((o.version for o in model.opset_import if o.domain in STANDARD), 1)
 
 
-def _all_tensors(graph: Any) -> Iterator[Any]:
-    """Every TensorProto a graph holds: initializers, sparse ones and node attributes, subgraphs too."""
-    yield from graph.initializer
+def _graph_tensors(graph: Any, depth: int, found: list[Any]) -> int:
+    """Collect every TensorProto of ``graph`` (initializers, sparse ones, node attributes,
+    subgraphs too) into ``found``; returns the nodes counted. Refuses nesting past the limit."""
+    if depth > MAX_NESTING:
+        raise ValueError(f"subgraphs are nested more than {MAX_NESTING} deep; at most {MAX_NESTING} are read")
+    found.extend(graph.initializer)
     for sparse in graph.sparse_initializer:
-        yield sparse.values
-        yield sparse.indices
-    for node in graph.node:
+        found.extend((sparse.values, sparse.indices))
+    return len(graph.node) + _node_tensors(graph.node, depth, found)
+
+
+def _node_tensors(nodes: Any, depth: int, found: list[Any]) -> int:
+    """``_graph_tensors`` for a list of nodes; also refuses a node whose names are not UTF-8 text
+    (protobuf hands those over as bytes, which no later step expects)."""
+    count = 0
+    for node in nodes:
+        if not all(isinstance(x, str) for x in (node.name, node.op_type, node.domain, *node.input, *node.output)):
+            raise ValueError(f"a name of node {node.name!r} ({node.op_type!r}) is not UTF-8 text")
         for attr in node.attribute:
             if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
+                found.append(attr.t)
+            found.extend(attr.tensors)
             if attr.HasField("sparse_tensor"):
-                yield attr.sparse_tensor.values
+                found.extend((attr.sparse_tensor.values, attr.sparse_tensor.indices))
+            for sparse in attr.sparse_tensors:
+                found.extend((sparse.values, sparse.indices))
             if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
+                count += _graph_tensors(attr.g, depth + 1, found)
             for sub in attr.graphs:
-                yield from _all_tensors(sub)
+                count += _graph_tensors(sub, depth + 1, found)
+    return count
 
 
-def _refuse_external_data(model: Any) -> None:
-    """Refuse external data outright: following its paths would read arbitrary files."""
+def _walk(model: Any) -> tuple[list[Any], int]:
+    """Every TensorProto in the model (functions too), and the number of nodes in all graphs."""
+    found: list[Any] = []
+    graph = model.graph
+    names = (graph.name, model.producer_name, model.producer_version, *(t.name for t in graph.initializer),
+             *(vi.name for vi in (*graph.input, *graph.output, *graph.value_info)))
+    if not all(isinstance(x, str) for x in names):
+        raise ValueError("a graph, input, output or weight name is not UTF-8 text")
+    nodes = _graph_tensors(graph, 0, found)
+    for function in model.functions:
+        nodes += len(function.node) + _node_tensors(function.node, 1, found)
+    return found, nodes
+
+
+def _without_data(tensors: list[Any]) -> list[Any]:
+    """The tensors that have elements but no data here (left out, or stored outside the model),
+    with any external-data reference removed: what reads them finds no data, never a file."""
+    missing = []
+    for t in tensors:
+        if len(t.external_data) or t.data_location:
+            for field in _DATA_FIELDS:
+                t.ClearField(field)
+            t.ClearField("external_data")
+            t.ClearField("data_location")
+        if not has_data(t):
+            missing.append(t)
+    return missing
+
+
+def _check(model: Any, missing: list[Any], where: str) -> None:
+    """onnx's checker on the model, with the tensors whose data was left out declared empty (the
+    checker insists that a tensor with elements carries them); their dims are put back after."""
     import onnx
 
-    for tensor in _all_tensors(model.graph):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL or len(tensor.external_data):
-            location = next((e.value for e in tensor.external_data if e.key == "location"), "?")
-            raise ValueError(f"tensor {tensor.name!r} stores its data outside the model "
-                             f"(location {location!r}): external data is not supported; "
-                             "save the model with its weights inside the .onnx file")
+    saved = [(t, list(t.dims)) for t in missing]
+    try:
+        for t, _ in saved:
+            del t.dims[:]
+            t.dims.append(0)
+        onnx.checker.check_model(model.SerializeToString())
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{where} is not a valid ONNX model ({first})") from None
+    finally:
+        for t, dims in saved:
+            del t.dims[:]
+            t.dims.extend(dims)
 
 
-def fix_batch(model: Any, batch: int | None) -> int:
-    """Set symbolic or missing batch dims (axis 0) of the inputs and return the batch the shapes
-    will carry: an input's fixed batch if there is one (so the inputs stay consistent), else
-    ``batch`` (default 1). Symbolic dims elsewhere are refused: they leave the shapes unknown."""
-    weights = {t.name for t in model.graph.initializer}
-    dims = [(vi.name, list(vi.type.tensor_type.shape.dim)) for vi in model.graph.input
-            if vi.name not in weights and vi.type.tensor_type.HasField("shape")]
-    fixed = [d[0].dim_value for _, d in dims if d and d[0].HasField("dim_value") and d[0].dim_value > 0]
-    traced = fixed[0] if fixed else batch or 1
-    for name, shape in dims:
-        for axis, dim in enumerate(shape):
-            if dim.HasField("dim_value") and dim.dim_value > 0:
-                continue
-            if axis:
-                raise ValueError(f"input {name!r} has a symbolic dimension {dim.dim_param or '?'!r} "
-                                 f"at axis {axis}: only the batch (axis 0) may be symbolic; "
-                                 "export the model with fixed sizes")
-            dim.Clear()
-            dim.dim_value = traced
-    # Stale symbolic shapes inside the graph would fight the inferred ones: infer afresh.
-    del model.graph.value_info[:]
-    for vi in model.graph.output:
-        for dim in vi.type.tensor_type.shape.dim:
-            if not dim.HasField("dim_value"):
-                dim.Clear()
-    return traced
+def has_data(tensor: Any) -> bool:
+    """Whether a TensorProto read by ``load_model`` carries its values (small tensors do)."""
+    return (math.prod(tensor.dims) == 0 or tensor.HasField("raw_data")  # HasField: no copy of the bytes
+            or any(len(getattr(tensor, f)) for f in _DATA_FIELDS[1:]))
 
 
 # ---------------------------------------------------------------------------- shapes
 
-FOLD_LIMIT = 1 << 16  # shape arithmetic is tiny; anything bigger is not folded
+FOLD_LIMIT = KEEP_ELEMENTS  # shape arithmetic is tiny; anything bigger is not folded (nor read)
+#: fold-then-infer rounds: each reaches one more stage of a chain of reshapes (ShuffleNet needs 15)
+MAX_FOLD_ROUNDS = 32
 
 
 def constant_value(node: Any) -> Any:
@@ -126,38 +175,6 @@ def constant_value(node: Any) -> Any:
     import numpy as np
 
     return numpy_helper.to_array(attr.t) if attr.name == "value" else np.asarray(helper.get_attribute_value(attr))
-
-
-def _fold(nodes: list[Any], shapes: dict[str, list[int] | None], values: dict[str, Any], opset: int) -> bool:
-    """Evaluate shape arithmetic (Shape, Size and nodes reading only known values) into ``values``
-    with onnx's reference ops, so that a Reshape fed by it gets a known shape. True if any new."""
-    import numpy as np
-    from onnx.reference import ReferenceEvaluator
-
-    grew = False
-    for n in nodes:
-        if not n.output or n.output[0] in values or n.domain not in STANDARD or n.op_type in RANDOM_OPS:
-            continue
-        ins = [x for x in n.input if x]
-        out: list[Any] | None = None
-        if n.op_type == "Constant":
-            out = [constant_value(n)]
-        elif n.op_type in ("Shape", "Size") and (dims := shapes.get(n.input[0])) is not None:
-            a = node_attributes(n)
-            out = [np.array(dims[a.get("start", 0):a.get("end", len(dims))] if n.op_type == "Shape"
-                            else math.prod(dims), dtype=np.int64)]
-        elif ins and all(x in values for x in ins) and sum(values[x].size for x in ins) <= FOLD_LIMIT \
-                and not any(a.HasField("g") or a.graphs for a in n.attribute):
-            try:
-                # a list: only run(intermediate=True) answers a dict, which onnx's annotation allows for
-                out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})  # type: ignore[assignment]
-            except Exception:
-                out = None  # an op the reference cannot run: leave it to shape inference
-        for name, value in zip(n.output, out or []):
-            if value is not None and np.asarray(value).size <= FOLD_LIMIT:
-                values[name] = np.asarray(value)
-                grew = True
-    return grew
 
 
 def known_shapes(model: Any) -> dict[str, list[int] | None]:
@@ -175,30 +192,38 @@ def known_shapes(model: Any) -> dict[str, list[int] | None]:
 
 
 def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
-    """Shape inference, repeated with the shape arithmetic folded into constants until it settles:
-    onnx's own data propagation stops at ops such as Div and Cast that exporters put in reshapes."""
+    """Shape inference, repeated with the shape arithmetic folded into constants until it settles.
+
+    onnx's own data propagation (``data_prop``) is left off: it stops at ops such as Div that
+    exporters put in reshapes, so the folding is needed anyway, and it turns a 1-d integer tensor
+    of n elements into n dim objects, so an Expand, Range or ConstantOfShape to 10**12 elements
+    followed by a Cast runs it out of memory. The folding bounds every output before computing it;
+    inference without data propagation reads only initializers, which hold at most FOLD_LIMIT
+    elements here. On the 70 zoo exports both ways give the same graphs."""
     from onnx import helper, numpy_helper, shape_inference
 
     def infer(m: Any) -> Any:
         try:
-            return shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+            return shape_inference.infer_shapes(m, strict_mode=False, data_prop=False)
         except Exception as exc:
             raise ValueError(f"ONNX shape inference failed: {str(exc).strip().splitlines()[0]}") from None
 
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
-              if math.prod(t.dims) <= FOLD_LIMIT}
-    light = type(model)()  # the model without its weights' data: inference needs only their dims
-    light.CopyFrom(model)
-    for w in light.graph.initializer:
-        if w.name not in values:
-            for data in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data"):
-                w.ClearField(data)
-    inferred = infer(light)
-    for _ in range(8):
-        if not _fold(list(model.graph.node), known_shapes(inferred), values, opset):
+    from predictor.importers.onnx_dims import check_inferred_sizes
+    from predictor.importers.onnx_fold import fold
+
+    values = {}
+    for t in model.graph.initializer:
+        if math.prod(t.dims) <= FOLD_LIMIT and has_data(t):
+            try:
+                values[t.name] = numpy_helper.to_array(t)
+            except (ValueError, TypeError, KeyError):  # data that does not fit its dims or type: not folded
+                pass
+    inferred = infer(model)  # the model holds no large data: inference needs only the weights' dims
+    for _ in range(MAX_FOLD_ROUNDS):
+        if not fold(list(model.graph.node), known_shapes(inferred), values, opset):
             break
-        probe = type(light)()
-        probe.CopyFrom(light)
+        probe = type(model)()
+        probe.CopyFrom(model)
         made = {w.name for w in probe.graph.initializer}
         for n in probe.graph.node:
             for k, x in enumerate(n.input):
@@ -211,6 +236,7 @@ def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
                     probe.graph.input.append(helper.make_tensor_value_info(
                         f"latpred.folded:{x}", helper.np_dtype_to_tensor_dtype(v.dtype), v.shape))
         inferred = infer(probe)
+    check_inferred_sizes(model, known_shapes(inferred))
     return inferred, values
 
 

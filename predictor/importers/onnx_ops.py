@@ -1,9 +1,11 @@
 """How one ONNX node is costed: its kernel family, a view (``free``), or a ``fallback``.
 
 ``FAMILY_RULES`` maps an ONNX op type to a rule that reads the node's shapes and attributes and
-returns the family hit, or None when the node does not fit the family (it then falls back). Views
-and shape arithmetic are free; an elementwise op without a family is costed like ``activation``
-relu or ``binary`` add; anything else is a fallback, never dropped.
+returns the family hit, or None when the node does not fit the family (it then falls back). The
+rules mirror the torch importer's (torch_calls.recognize): the same call in PyTorch and its node
+in an export get the same family, variant and parameters. Views are free; an elementwise op
+without a family is costed like ``activation`` relu or ``binary`` add, in the layout PyTorch
+would run it in (onnx_layouts); anything else is a fallback, never dropped.
 """
 
 from __future__ import annotations
@@ -12,14 +14,20 @@ from collections.abc import Callable
 from typing import Any
 
 from predictor.catalogue import get_family
+from predictor.importers.onnx_exporters import has_bias
+from predictor.importers.onnx_layouts import TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
 from predictor.importers.onnx_tensors import INT_TYPES, GraphTensors
 
 Hit = tuple[str, str, dict[str, int]]  # (family, variant, per-sample params)
 
-#: Ops that launch no kernel in PyTorch: views, metadata and constants.
-VIEW_OPS = {"Constant", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout",
-            "Shape", "Size", "Expand", "Slice", "Split", "Transpose"}
+#: Ops that launch no kernel in PyTorch: views (a Dropout is a no-op call in eval), and the
+#: writes into a tensor an export makes out of place and PyTorch makes in place (``x[i] = v``,
+#: ``index_put_``), which the torch importer costs as calls without a kernel of their own.
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Expand", "Slice", "Split",
+            "Transpose", "ScatterND", "ScatterElements"}
+#: Ops that never reach PyTorch's dispatcher: constants, shapes, aliases.
+FOLDED_OPS = {"Constant", "Identity", "Shape", "Size"}
 #: Elementwise ops without a family of their own (torch_calls.UNARY_ELEMENTWISE's ONNX names).
 ELEMENTWISE_OPS = {
     "Add", "Mul", "Sub", "Div", "Pow", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Abs", "Erf",
@@ -30,42 +38,68 @@ ELEMENTWISE_OPS = {
 }
 ACTIVATIONS = {"Relu": "relu", "Gelu": "gelu", "Sigmoid": "sigmoid", "Tanh": "tanh",
                "HardSwish": "hardswish", "HardSigmoid": "hardsigmoid", "Clip": "clamp"}
+#: Reductions PyTorch runs with its reduce kernel, costed by the mean family (torch_calls.REDUCTIONS).
+REDUCE_OPS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"}
+
+Rule = Callable[[GraphTensors, Any, dict[str, Any], TensorLayouts], "Hit | None"]
 
 
-def _conv(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _square(pads: list[int]) -> int | None:
+    return pads[0] if pads and all(p == pads[0] for p in pads) else None
+
+
+def conv_rule(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts | None = None) -> Hit | None:
+    """A Conv as torch_calls._conv maps conv2d: a square window padded up to kernel // 2 (less
+    is 'valid', costed unpadded), or Inception's 1xk / kx1 windows padded along their long side;
+    with the bias PyTorch runs it with (onnx_exporters.has_bias: not a folded BatchNorm's, and
+    one the exporter removed for being zeros)."""
     s, w = t.shape(n.input[0]), t.shape(n.input[1])
     if s is None or w is None or len(s) != 4 or len(w) != 4:
         return None
-    k = w[2]
-    pads, strides = a.get("pads", [0] * 4), a.get("strides", [1, 1])
-    same = a.get("auto_pad", b"NOTSET") in (b"SAME_UPPER", b"SAME_LOWER") and k % 2 and strides == [1, 1]
-    if w[3] != k or any(d != 1 for d in a.get("dilations", [1, 1])) or strides[0] != strides[1] \
-            or not (same or list(pads) == [k // 2] * 4):
+    if any(d != 1 for d in a.get("dilations", [1, 1])):
         return None
-    has_bias = len(n.input) > 2 and bool(n.input[2])
-    return "conv2d", "" if has_bias else "nobias", dict(c_in=s[1], c_out=w[0], h=s[2], w=s[3], kernel=k,
-                                                       stride=strides[0], groups=a.get("group", 1))
+    kh, kw = w[2], w[3]
+    kernel = max(kh, kw)
+    strides = a.get("strides", [1, 1])
+    auto = a.get("auto_pad", b"NOTSET")
+    pads = list(a.get("pads", [0] * 4))
+    if auto in (b"SAME_UPPER", b"SAME_LOWER"):
+        pads = [kh // 2, kw // 2, kh // 2, kw // 2]
+    bias = has_bias(t, n)
+    params = dict(c_in=s[1], c_out=w[0], h=s[2], w=s[3], kernel=kernel, stride=strides[0],
+                  groups=a.get("group", 1))
+    if kh != kw:
+        want = [0, kernel // 2] * 2 if kh == 1 else [kernel // 2, 0] * 2
+        if bias or min(kh, kw) != 1 or pads != want:
+            return None
+        return "conv2d", "row_nobias" if kh == 1 else "col_nobias", params
+    pad = _square(pads)
+    if pad is None or pad > kernel // 2:
+        return None
+    valid = pad < kernel // 2
+    variant = {(False, True): "", (False, False): "nobias", (True, True): "valid",
+               (True, False): "valid_nobias"}[(valid, bias)]
+    return "conv2d", variant, params
 
 
-def matmul_rule(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    """MatMul as ``linear`` (static 2-d weight) or batched ``matmul`` (both operands 3-d or more)."""
+def matmul_rule(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts | None = None) -> Hit | None:
+    """MatMul as ``linear`` (a 2-d right operand, as torch.matmul runs it) or batched ``matmul``."""
     x, y = t.shape(n.input[0]), t.shape(n.input[1])
     if x is None or y is None or len(x) < 1:
         return None
-    if n.input[1] in t.static and len(y) == 2:
-        return "linear", "", dict(tokens=t.per_sample(x[:-1]), k=y[0], n=y[1])
+    if len(y) == 2:
+        return "linear", "nobias", dict(tokens=t.per_sample(x[:-1]), k=y[0], n=y[1])
     if len(x) >= 3 and len(y) >= 3:
         return "matmul", "", dict(heads=t.per_sample(x[:-2]), m=x[-2], k=x[-1], n=y[-1])
     return None
 
 
-def _gemm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _gemm(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     x, y = t.shape(n.input[0]), t.shape(n.input[1])
-    if x is None or y is None or a.get("transA", 0) or n.input[1] not in t.static:
+    if x is None or y is None or a.get("transA", 0):
         return None
     k, out = (y[1], y[0]) if a.get("transB", 0) else (y[0], y[1])
-    has_bias = len(n.input) > 2 and bool(n.input[2])
-    return "linear", "" if has_bias else "nobias", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
+    return "linear", "" if has_bias(t, n) else "nobias", dict(tokens=t.per_sample(x[:-1]), k=k, n=out)
 
 
 def _last_axis(t: GraphTensors, n: Any, axis: int) -> list[int] | None:
@@ -75,13 +109,13 @@ def _last_axis(t: GraphTensors, n: Any, axis: int) -> list[int] | None:
     return s
 
 
-def softmax_rule(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def softmax_rule(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts | None = None) -> Hit | None:
     """Softmax over the last axis (the only one the family covers)."""
     s = _last_axis(t, n, a.get("axis", -1 if t.opset >= 13 else 1))
     return None if s is None else ("softmax", "", dict(rows=t.per_sample(s[:-1]), c=s[-1]))
 
 
-def _layer_norm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _layer_norm(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     s = _last_axis(t, n, a.get("axis", -1))
     return None if s is None else ("layer_norm", "", dict(tokens=t.per_sample(s[:-1]), c=s[-1]))
 
@@ -91,71 +125,88 @@ def _nchw(t: GraphTensors, n: Any) -> list[int] | None:
     return s if s is not None and len(s) == 4 else None
 
 
-def _pool(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _pool(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
+    """Pooling by window and stride, as the torch importer maps max_pool2d and avg_pool2d (its
+    padding and ceil mode are not parameters of the family)."""
     s, k = _nchw(t, n), a.get("kernel_shape", [0, 0])
-    strides, pads = a.get("strides", [1, 1]), list(a.get("pads", [0] * 4))
-    if s is None or k[0] != k[1] or strides[0] != strides[1] or a.get("ceil_mode", 0) \
-            or any(d != 1 for d in a.get("dilations", [1, 1])) or pads not in ([0] * 4, [k[0] // 2] * 4):
-        return None  # padding 0 is accepted like the torch importer does (MaxPool2d(2) is common)
+    strides = a.get("strides", k)
+    if s is None or k[0] != k[1] or strides[0] != strides[1] or any(d != 1 for d in a.get("dilations", [1, 1])):
+        return None
     return "pool", "max" if n.op_type == "MaxPool" else "avg", dict(c=s[1], h=s[2], w=s[3], kernel=k[0],
                                                                    stride=strides[0])
 
 
-def _mean(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    s = t.shape(n.input[0])
+def _reduce_axes(t: GraphTensors, n: Any, a: dict[str, Any]) -> list[int] | None:
     axes = a.get("axes")
     if axes is None and len(n.input) > 1 and n.input[1]:
         v = t.value(n.input[1])
         axes = None if v is None else [int(x) for x in v.reshape(-1)]
-    if s is None or not axes:
+    return None if axes is None else [int(x) for x in axes]
+
+
+def _reduce(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
+    """A reduction over the last dim, over H and W of a 4-d tensor, or over everything, as the
+    mean family; a ReduceMean over H and W that keeps them is ``adaptive_avg_pool2d(x, 1)``,
+    which is how exporters write it (torchvision never averages with ``mean`` there)."""
+    s = t.shape(n.input[0])
+    axes = _reduce_axes(t, n, a)
+    if s is None or not s:
         return None
+    if not axes:
+        if a.get("noop_with_empty_axes", 0):
+            return None
+        return "mean", "", dict(rows=1, c=max(1, t.per_sample(s)))
     axes = sorted(x % len(s) for x in axes)
     if axes == [len(s) - 1]:
         return "mean", "", dict(rows=t.per_sample(s[:-1]), c=s[-1])
     if len(s) == 4 and axes == [2, 3]:
+        if n.op_type == "ReduceMean" and a.get("keepdims", 1):
+            return "pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1)
         return "mean", "", dict(rows=s[1], c=s[2] * s[3])
+    if axes == list(range(len(s))):
+        return "mean", "", dict(rows=1, c=max(1, t.per_sample(s)))
     return None
 
 
-def _gather(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _gather(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     table, ids = t.shape(n.input[0]), t.shape(n.input[1])
     if table is None or ids is None or len(table) != 2 or a.get("axis", 0) != 0 \
-            or n.input[0] not in t.static or t.types.get(n.input[1]) not in INT_TYPES:
+            or n.input[0] not in t.weights or t.types.get(n.input[1]) not in INT_TYPES:
         return None
     return "embedding", "", dict(vocab=table[0], c=table[1], tokens=t.per_sample(ids))
 
 
-def _concat(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    shapes = [t.shape(x) for x in n.input]
+def _concat(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
+    """torch.cat of 4-d tensors along channels (concat family), or of same-shape permuted 4-d
+    views along another dim (its 'strided' layout); other cats are copies (``classify_node``)."""
+    names = [x for x in n.input if x and (t.numel(x) or 0) > 0]
+    shapes = [t.shape(x) for x in names]
     parts = [p for p in shapes if p is not None and len(p) == 4]
-    if not parts or len(parts) != len(shapes) or a.get("axis") not in (1, -3):
+    if not parts or len(parts) != len(shapes):
         return None
-    return "concat", "", dict(inputs=len(parts), c=round(sum(p[1] for p in parts) / len(parts)),
-                              h=parts[0][2], w=parts[0][3])
+    if a.get("axis") in (1, -3):
+        return "concat", "", dict(inputs=len(parts), c=round(sum(p[1] for p in parts) / len(parts)),
+                                  h=parts[0][2], w=parts[0][3])
+    permuted = all(lay.is_dense(x) for x in names) and any(lay.memory_order(x) != [0, 1, 2, 3] for x in names)
+    if permuted and len({tuple(p) for p in parts}) == 1:
+        return "concat", "", dict(inputs=len(parts), c=parts[0][1], h=parts[0][2], w=parts[0][3])
+    return None
 
 
-def _transpose(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    s = t.shape(n.input[0])
-    readers = t.consumers.get(n.output[0], [])
-    if s is None or len(s) != 4 or list(a.get("perm", [])) != [0, 2, 1, 3] \
-            or (readers and all(r in t.attention for r in readers)):
-        return None  # other permutations stay views; fused attention reads q and v strided
-    return "transpose", "", dict(d1=s[1], d2=s[2], d3=s[3])
-
-
-def _same_shape_binary(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
-    x, y, out = (t.shape(v) for v in (n.input[0], n.input[1], n.output[0]))
-    if x is None or x != y or x != out:
+def _binary(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
+    """Add or Mul of two tensors (not a number): the binary family, broadcasting or not."""
+    out = t.shape(n.output[0])
+    if out is None or len(n.input) != 2 or any(t.is_scalar(x) for x in n.input):
         return None
     return "binary", n.op_type.lower(), dict(elements=t.per_sample(out))
 
 
-def _activation(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _activation(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     out = t.shape(n.output[0])
     return None if out is None else ("activation", ACTIVATIONS[n.op_type], dict(elements=t.per_sample(out)))
 
 
-def _norm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _norm(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     s = _nchw(t, n)
     if s is None:
         return None
@@ -164,7 +215,7 @@ def _norm(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
     return "batch_norm", "", dict(c=s[1], h=s[2], w=s[3])
 
 
-def _attention(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _attention(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     """ONNX's own Attention (opset 23): q, k, v as [batch, heads, seq, head_dim] or [batch, seq, hidden]."""
     q, k = t.shape(n.input[0]), t.shape(n.input[1])
     if q is None or k is None or len(q) != len(k) or len(q) not in (3, 4):
@@ -177,17 +228,17 @@ def _attention(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
                                                     head_dim=q[2] // heads, causal=causal))
 
 
-def _global_avg(t: GraphTensors, n: Any, a: dict[str, Any]) -> Hit | None:
+def _global_avg(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
     s = _nchw(t, n)
     return None if s is None else ("pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1))
 
 
-FAMILY_RULES: dict[str, Callable[[GraphTensors, Any, dict[str, Any]], Hit | None]] = {
-    "Conv": _conv, "MatMul": matmul_rule, "Attention": _attention, "Gemm": _gemm, "Softmax": softmax_rule,
+FAMILY_RULES: dict[str, Rule] = {
+    "Conv": conv_rule, "MatMul": matmul_rule, "Attention": _attention, "Gemm": _gemm, "Softmax": softmax_rule,
     "LayerNormalization": _layer_norm, "BatchNormalization": _norm, "GroupNormalization": _norm,
-    "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg, "ReduceMean": _mean,
-    "Gather": _gather, "Concat": _concat, "Transpose": _transpose, "Add": _same_shape_binary,
-    "Mul": _same_shape_binary, **{op: _activation for op in ACTIVATIONS},
+    "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg,
+    **{op: _reduce for op in REDUCE_OPS}, "Gather": _gather, "Concat": _concat,
+    "Add": _binary, "Mul": _binary, **{op: _activation for op in ACTIVATIONS},
 }
 
 
@@ -199,13 +250,15 @@ def try_rule(rule: Callable[..., Any], *args: Any) -> Any:
         return None
 
 
-def kernel_fields(hit: Hit | None) -> dict[str, Any] | None:
-    """Node fields for a family hit the catalogue accepts, else None (the node falls back)."""
+def kernel_fields(hit: Hit | None, layout: str | None = None) -> dict[str, Any] | None:
+    """Node fields for a family hit the catalogue accepts, else None (the node falls back).
+    ``layout`` is the elementwise layout where the family has one (else its first layout)."""
     if hit is None:
         return None
     family, variant, params = hit
     fam = get_family(family)
-    layout = "nchw" if "nchw" in fam.layouts else "contiguous"
+    if layout not in fam.layouts:
+        layout = "nchw" if "nchw" in fam.layouts else "contiguous"
     params = {k: int(v) for k, v in params.items()}
     try:
         fam.check(params, variant, layout)
@@ -214,17 +267,40 @@ def kernel_fields(hit: Hit | None) -> dict[str, Any] | None:
     return {"kind": "kernel", "family": family, "variant": variant, "layout": layout, "params": params}
 
 
-def classify_node(t: GraphTensors, n: Any) -> dict[str, Any]:
+def elementwise_fields(family: str, variant: str, layout: str, elements: int, batch: int) -> dict[str, Any]:
+    """Node fields of an elementwise kernel costed by ``family`` over ``elements`` in all."""
+    return {"kind": "kernel", "family": family, "variant": variant, "layout": layout,
+            "params": {"elements": max(1, elements // batch)}}
+
+
+def copy_fields(t: GraphTensors, elements: int, dense: bool = False) -> dict[str, Any]:
+    """A copy kernel (a reshape that cannot view, a cat of non-4-d tensors, a pad): PyTorch's
+    elementwise copy, vectorized when dense, generic ('strided') when the layout changes."""
+    return elementwise_fields("activation", "relu", "contiguous" if dense else "strided", elements, t.batch)
+
+
+def layout_of(lay: TensorLayouts, hit: Hit | None, ins: list[str], outs: list[str]) -> str | None:
+    """The layout PyTorch runs a family hit in, from its operands' layouts (None: the default)."""
+    if hit is None or not ins:
+        return None
+    layouts = get_family(hit[0]).layouts
+    if "nchw" in layouts:
+        return lay.image_layout([x for x in ins if (lay.t.numel(x) or 0) > 0 and x not in lay.t.static], layouts)
+    if "strided" in layouts and outs:
+        return lay.elementwise_layout(ins, outs[0])
+    return None
+
+
+def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]:
     """How one unfused ONNX node is costed, as Node fields."""
     ins, outs = [x for x in n.input if x], [x for x in n.output if x]
     standard = n.domain in STANDARD
-    if standard and (n.op_type in ("Constant", "Shape", "Size")
-                     or (all(t.shape_like(x) for x in ins) and all(t.shape_like(x) for x in outs))):
-        return {"kind": "free"}  # shape arithmetic: computed on the host, or folded away
     rule = FAMILY_RULES.get(n.op_type) if standard else None
-    fields = kernel_fields(try_rule(rule, t, n, node_attributes(n))) if rule else None
-    if fields:
-        return fields
+    if rule:
+        hit = try_rule(rule, t, n, node_attributes(n), lay)
+        fields = kernel_fields(hit, layout_of(lay, hit, ins, outs))
+        if fields:
+            return fields
     if standard and (n.op_type in VIEW_OPS or (n.op_type == "Gather" and n.input[1] in t.static
                                                and t.shape(n.input[1]) == [])):
         return {"kind": "free"}  # a view in PyTorch (select for a constant scalar Gather)
@@ -232,7 +308,8 @@ def classify_node(t: GraphTensors, n: Any) -> dict[str, Any]:
     if standard and n.op_type in ELEMENTWISE_OPS and len(outs) == 1 and out is not None:
         same = sum(1 for x in ins if t.numel(x) == out)
         family, variant = ("binary", "add") if same >= 2 else ("activation", "relu")
-        return {"kind": "kernel", "family": family, "variant": variant,
-                "params": {"elements": max(1, out // t.batch)}}
+        return elementwise_fields(family, variant, lay.elementwise_layout(ins, outs[0]), out, t.batch)
+    if standard and n.op_type in ("Concat", "Pad") and len(outs) == 1 and out is not None:
+        return copy_fields(t, out, dense=all(lay.is_dense(x) for x in ins if (t.numel(x) or 0) > 1))
     moved = sum(t.numel(x) or 0 for x in ins + outs)
     return {"kind": "fallback", "elements_per_sample": max(1, moved // t.batch)}

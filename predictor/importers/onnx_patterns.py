@@ -1,219 +1,286 @@
-"""Kernel detection: written-out ONNX patterns that PyTorch runs as one fused kernel.
+"""Kernel detection: what one PyTorch call leaves behind in an export, found and costed as the
+kernel(s) that call runs.
 
-As nn-Meter detects fused kernels: attention written as MatMul -> [scale] -> [mask] -> Softmax ->
-MatMul becomes one ``sdpa``, GELU written with Erf one ``gelu``, ``x * Sigmoid(x)`` one ``silu``,
-MatMul + bias Add one ``linear``, and the Reshape -> InstanceNormalization -> Reshape of an
-exported GroupNorm one ``group_norm``.
+``F.scaled_dot_product_attention`` (which exporters write out as q and k each scaled, MatMul,
+[mask], Softmax, MatMul) becomes one ``sdpa``, and ``nn.MultiheadAttention`` around it its three
+kernels (onnx_attention); ``F.gelu`` written with Erf or with Tanh one ``gelu``; ``F.silu`` written
+as ``x * Sigmoid(x)`` one ``silu``; ``F.layer_norm`` written out (ReduceMean, Sub, Pow,
+ReduceMean, Add, Sqrt, Div, [Mul, Add]) one ``layer_norm``; ``F.linear`` with a bias (MatMul by a
+2-d weight, Add of the bias) one ``linear``; and the Reshape -> InstanceNormalization -> Reshape
+of an exported GroupNorm one ``group_norm``. Patterns that several PyTorch calls write (a
+hand-written attention, an RMSNorm) are left alone: PyTorch runs those as separate kernels too.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.importers.onnx_load import STANDARD, node_attributes
-from predictor.importers.onnx_ops import Hit, kernel_fields, matmul_rule, softmax_rule, try_rule
+from predictor.importers.onnx_load import STANDARD
+from predictor.importers.onnx_ops import Hit, kernel_fields, matmul_rule, try_rule
 from predictor.importers.onnx_tensors import GraphTensors
 
-# ---------------------------------------------------------------------------- kernel detection
 
-def _other(node: Any, name: str) -> str | None:
+@dataclass
+class FusedKernel:
+    """Several ONNX nodes that one PyTorch call runs; emitted where the last one stands, as
+    ``hit`` or, for a call that launches several kernels, as each of ``parts`` in order."""
+
+    indices: list[int]
+    op: str
+    hit: Hit
+    #: (name suffix, hit) of each kernel a call runs (nn.MultiheadAttention's three)
+    parts: list[tuple[str, Hit]] = field(default_factory=list)
+    #: attention only: the mask tensor (None: none), and whether it is boolean (True keeps)
+    mask: str | None = None
+    mask_bool: bool = False
+    #: attention only: the exporter merged a user transpose into the attention's own (one view call)
+    views: int = 0
+    #: the tensor the call returns
+    output: str = ""
+    #: where the mask is built (a Where turning a boolean mask additive): read by the attention only
+    mask_builders: list[int] = field(default_factory=list)
+    #: a call that launches no kernel of its own (an in-place write): emitted as one free node
+    free: bool = False
+
+
+def other(node: Any, name: str) -> str | None:
     """The other operand of a two-input node that reads ``name``."""
     if len(node.input) == 2 and name in node.input:
         return node.input[1] if node.input[0] == name else node.input[0]
     return None
 
 
-@dataclass
-class FusedKernel:
-    """Several ONNX nodes that PyTorch runs as one kernel; emitted where the last one stands."""
-
-    indices: list[int]
-    op: str
-    hit: Hit
-
-
-def _producer(t: GraphTensors, name: str, ops: tuple[str, ...]) -> int | None:
-    """The node producing ``name`` if it is one of ``ops`` and ``name`` has no other reader."""
+def producer(t: GraphTensors, name: str, ops: tuple[str, ...]) -> int | None:
+    """The node producing ``name`` if it is one of ``ops`` and nothing else reads ``name``'s values."""
     i = t.producer.get(name)
-    if i is None or t.nodes[i].op_type not in ops or len(t.consumers.get(name, [])) != 1:
+    if i is None or t.nodes[i].op_type not in ops or t.nodes[i].domain not in STANDARD or len(t.users(name)) != 1:
         return None
     return i
 
 
-def _scalar_operand(t: GraphTensors, node: Any) -> str | None:
-    """For Mul/Div by a one-element tensor, the other (activation) operand."""
+def scalar_operand(t: GraphTensors, node: Any) -> str | None:
+    """For Mul/Div by a one-element static tensor, the other (activation) operand."""
     if node.op_type not in ("Mul", "Div") or len(node.input) != 2:
         return None
     a, b = node.input
-    if t.numel(b) == 1:
+    if t.is_scalar(b) and not t.is_scalar(a):
         return a
-    return b if node.op_type == "Mul" and t.numel(a) == 1 else None
+    return b if node.op_type == "Mul" and t.is_scalar(a) and not t.is_scalar(b) else None
 
 
-def _causal(t: GraphTensors, node: Any, scores: str) -> int:
-    """1 when an Add or Where applies a constant upper-triangular -inf mask (torch's is_causal)."""
-    import numpy as np
-
-    def upper(shape: tuple[int, ...]) -> Any:
-        return np.triu(np.ones(shape[-2:], dtype=bool), k=1)
-
-    if node.op_type == "Add":
-        m = t.value(_other(node, scores) or "")
-        if m is None or m.ndim < 2 or min(m.shape[-2:]) < 2:
-            return 0
-        m = m.reshape(-1, *m.shape[-2:])[0].astype(float)
-        mask = upper(m.shape)
-        return int(bool((m[mask] <= -1e4).all() and (m[~mask] == 0).all()))
-    cond, then, other = node.input
-    c, fill = t.value(cond), t.scalar(other if then == scores else then)
-    if c is None or c.ndim < 2 or fill is None or fill > -1e4:
-        return 0
-    c = c.reshape(-1, *c.shape[-2:])[0].astype(bool)
-    return int(bool((c == (~upper(c.shape) if then == scores else upper(c.shape))).all()))
-
-
-def _scores_operand(t: GraphTensors, add: Any) -> str:
-    """Which input of a mask Add carries the attention scores (the other is the mask)."""
-    def scores(x: str) -> bool:
-        i = t.producer.get(x)
-        return x not in t.static and i is not None and t.nodes[i].op_type in ("MatMul", "Mul", "Div", "Where")
-
-    a, b = add.input
-    if scores(a) != scores(b):
-        return a if scores(a) else b
-    return b if t.shape(b) == t.shape(add.output[0]) != t.shape(a) else a
-
-
-def _find_sdpa(t: GraphTensors, softmax: int) -> FusedKernel | None:
-    """MatMul(Q, Transpose(K)) [-> scale] [-> mask] -> Softmax -> MatMul(., V) as one sdpa."""
-    sm = t.nodes[softmax]
-    if softmax_rule(t, sm, node_attributes(sm)) is None:
-        return None  # attention normalises over the keys: the last axis
-    taken, causal = [softmax], 0
-    j = t.only_consumer(sm.output[0])
-    while j is not None and t.nodes[j].op_type in ("Dropout", "Identity"):
-        taken.append(j)
-        j = t.only_consumer(t.nodes[j].output[0])
-    if j is None or t.nodes[j].op_type != "MatMul" or t.nodes[j].input[0] != t.nodes[taken[-1]].output[0]:
-        return None
-    pv = t.nodes[j]
-    taken.append(j)
-    cur = sm.input[0]
-    for _ in range(3):  # scale and mask, in either order
-        i = _producer(t, cur, ("Mul", "Div", "Add", "Where"))
-        if i is None:
-            break
-        n = t.nodes[i]
-        if n.op_type in ("Mul", "Div") and _scalar_operand(t, n):
-            nxt = _scalar_operand(t, n)
-        elif n.op_type == "Add" and len(n.input) == 2:
-            nxt = _scores_operand(t, n)
-            causal = causal or _causal(t, n, nxt)
-        elif n.op_type == "Where" and len(n.input) == 3:
-            nxt = n.input[2] if t.numel(n.input[1]) == 1 else n.input[1]
-            causal = causal or _causal(t, n, nxt)
-        else:
-            break
-        taken.append(i)
-        cur = nxt
-    qk_i = _producer(t, cur, ("MatMul",))
-    if qk_i is None:
-        return None
-    taken.append(qk_i)
-    q, k = t.nodes[qk_i].input
-    if q in t.static or k in t.static:
-        return None  # a product with weights, not attention
-    for side, steps in ((q, ("Mul", "Div")), (k, ("Mul", "Div", "Transpose"))):
-        for _ in range(2):  # torch's exported SDPA scales q and k; K arrives transposed
-            i = _producer(t, side, steps)
-            if i is None or (t.nodes[i].op_type != "Transpose" and not _scalar_operand(t, t.nodes[i])):
-                break
-            taken.append(i)
-            side = t.nodes[i].input[0] if t.nodes[i].op_type == "Transpose" else _scalar_operand(t, t.nodes[i])
-    qs, ss, vs = t.shape(t.nodes[qk_i].input[0]), t.shape(t.nodes[qk_i].output[0]), t.shape(pv.input[1])
-    if qs is None or ss is None or vs is None or min(len(qs), len(ss), len(vs)) < 3:
-        return None
-    params = dict(heads=t.per_sample(qs[:-2]), seq_q=qs[-2], seq_kv=ss[-1], head_dim=qs[-1], causal=causal)
-    return FusedKernel(sorted(taken), "Attention", ("sdpa", "", params))
-
-
-def _is(value: float | None, target: float) -> bool:
+def is_close(value: float | None, target: float) -> bool:
     return value is not None and abs(value - target) < 1e-3 * abs(target)
+
+
+def _consumer(t: GraphTensors, name: str, op: str) -> int | None:
+    j = t.only_consumer(name)
+    return j if j is not None and t.nodes[j].op_type == op else None
+
+
+def _scaled(t: GraphTensors, node: Any, x: str, value: float) -> bool:
+    """``node`` multiplies ``x`` by ``value`` (or divides it by its inverse)."""
+    if scalar_operand(t, node) != x:
+        return False
+    c = t.scalar(other(node, x) or "")
+    return is_close(c, value) if node.op_type == "Mul" else is_close(c, 1 / value)
 
 
 def _find_gelu(t: GraphTensors, erf: int) -> FusedKernel | None:
     """x * 0.5 * (1 + Erf(x / sqrt 2)), in either order of the two Muls, as one gelu."""
-    d = _producer(t, t.nodes[erf].input[0], ("Div", "Mul"))
+    d = producer(t, t.nodes[erf].input[0], ("Div", "Mul"))
     if d is None:
         return None
-    dn = t.nodes[d]
-    x = _scalar_operand(t, dn)
-    const = _other(dn, x) if x else None
-    if not x or const is None or not (_is(t.scalar(const), math.sqrt(2)) if dn.op_type == "Div"
-                                      else _is(t.scalar(const), 1 / math.sqrt(2))):
+    x = scalar_operand(t, t.nodes[d])
+    if not x or not _scaled(t, t.nodes[d], x, 1 / math.sqrt(2)):
         return None
-    add = t.only_consumer(t.nodes[erf].output[0])
-    if add is None or t.nodes[add].op_type != "Add" \
-            or not _is(t.scalar(_other(t.nodes[add], t.nodes[erf].output[0]) or ""), 1.0):
+    return _gelu_tail(t, [d, erf], x, t.nodes[erf].output[0])
+
+
+def _gelu_tail(t: GraphTensors, taken: list[int], x: str, inner: str) -> FusedKernel | None:
+    """The common end of both GELU forms: (1 + inner) times x times 0.5, in either order."""
+    add = _consumer(t, inner, "Add")
+    if add is None or not is_close(t.scalar(other(t.nodes[add], inner) or ""), 1.0):
         return None
-    m1 = t.only_consumer(t.nodes[add].output[0])
-    if m1 is None or t.nodes[m1].op_type != "Mul":
+    m1 = _consumer(t, t.nodes[add].output[0], "Mul")
+    if m1 is None:
         return None
-    o = _other(t.nodes[m1], t.nodes[add].output[0])
-    taken = [d, erf, add, m1]
-    if o == x:  # (x * (1 + erf)) * 0.5
-        m2 = t.only_consumer(t.nodes[m1].output[0])
-        if m2 is None or t.nodes[m2].op_type != "Mul" or \
-                not _is(t.scalar(_other(t.nodes[m2], t.nodes[m1].output[0]) or ""), 0.5):
+    o = other(t.nodes[m1], t.nodes[add].output[0])
+    taken = taken + [add, m1]
+    if o is not None and t.is_scalar(o) and is_close(t.scalar(o), 0.5):  # x * (0.5 * (1 + inner))
+        m2 = _consumer(t, t.nodes[m1].output[0], "Mul")
+        if m2 is None or other(t.nodes[m2], t.nodes[m1].output[0]) != x:
             return None
         taken.append(m2)
-    else:  # (x * 0.5) * (1 + erf)
-        h = _producer(t, o or "", ("Mul",))
-        if h is None or _scalar_operand(t, t.nodes[h]) != x \
-                or not _is(t.scalar(_other(t.nodes[h], x) or ""), 0.5):
+    elif o == x:  # (x * (1 + inner)) * 0.5
+        m2 = _consumer(t, t.nodes[m1].output[0], "Mul")
+        if m2 is None or not _scaled(t, t.nodes[m2], t.nodes[m1].output[0], 0.5):
+            return None
+        taken.append(m2)
+    else:  # (x * 0.5) * (1 + inner)
+        h = producer(t, o or "", ("Mul",))
+        if h is None or not _scaled(t, t.nodes[h], x, 0.5):
             return None
         taken.append(h)
-    out = t.shape(t.nodes[max(taken)].output[0])
+    end = max(taken)
+    out = t.shape(t.nodes[end].output[0])
     if out is None:
         return None
-    return FusedKernel(sorted(taken), "Gelu", ("activation", "gelu", dict(elements=t.per_sample(out))))
+    return FusedKernel(sorted(taken), "Gelu", ("activation", "gelu", dict(elements=t.per_sample(out))),
+                       output=t.nodes[end].output[0])
+
+
+def _find_tanh_gelu(t: GraphTensors, tanh: int) -> FusedKernel | None:
+    """0.5 * x * (1 + Tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))), F.gelu(approximate='tanh'),
+    with x^3 as Pow(x, 3) or x * x * x, as one gelu."""
+    m = producer(t, t.nodes[tanh].input[0], ("Mul",))
+    if m is None:
+        return None
+    inner = scalar_operand(t, t.nodes[m])
+    if inner is None or not _scaled(t, t.nodes[m], inner, math.sqrt(2 / math.pi)):
+        return None
+    add = producer(t, inner, ("Add",))
+    if add is None:
+        return None
+    taken = [m, add, tanh]
+    for x, cube in (t.nodes[add].input, reversed(t.nodes[add].input)):
+        c = producer(t, cube, ("Mul",))
+        if c is None or not _scaled(t, t.nodes[c], scalar_operand(t, t.nodes[c]) or "", 0.044715):
+            continue
+        cubed = scalar_operand(t, t.nodes[c]) or ""
+        p = t.producer.get(cubed)
+        if p is None:
+            continue
+        pn = t.nodes[p]
+        if pn.op_type == "Pow" and pn.input[0] == x and is_close(t.scalar(pn.input[1]), 3.0):
+            return _gelu_tail(t, taken + [c, p], x, t.nodes[tanh].output[0])
+        if pn.op_type == "Mul" and x in pn.input:  # x * x * x
+            sq = t.producer.get(other(pn, x) or "")
+            if sq is not None and t.nodes[sq].op_type == "Mul" and list(t.nodes[sq].input) == [x, x]:
+                return _gelu_tail(t, taken + [c, p, sq], x, t.nodes[tanh].output[0])
+    return None
 
 
 def _find_silu(t: GraphTensors, sig: int) -> FusedKernel | None:
     """x * Sigmoid(x) as one silu."""
     x, s = t.nodes[sig].input[0], t.nodes[sig].output[0]
-    m = t.only_consumer(s)
-    if m is None or t.nodes[m].op_type != "Mul" or _other(t.nodes[m], s) != x:
+    m = _consumer(t, s, "Mul")
+    if m is None or other(t.nodes[m], s) != x:
         return None
     out = t.shape(t.nodes[m].output[0])
     if out is None:
         return None
-    return FusedKernel([sig, m], "Silu", ("activation", "silu", dict(elements=t.per_sample(out))))
+    return FusedKernel([sig, m], "Silu", ("activation", "silu", dict(elements=t.per_sample(out))),
+                       output=t.nodes[m].output[0])
 
 
 def _find_linear_bias(t: GraphTensors, mm: int) -> FusedKernel | None:
-    """MatMul by a constant 2-d weight followed by a constant bias Add: one addmm, as torch runs it."""
+    """MatMul by a 2-d weight followed by a static bias Add: one addmm, as torch runs F.linear."""
     hit = matmul_rule(t, t.nodes[mm], {})
-    if hit is None or hit[0] != "linear":
+    if hit is None or hit[0] != "linear" or t.nodes[mm].input[1] not in t.static:
         return None
-    add = t.only_consumer(t.nodes[mm].output[0])
-    if add is None or t.nodes[add].op_type != "Add":
+    add = _consumer(t, t.nodes[mm].output[0], "Add")
+    if add is None:
         return None
-    bias = _other(t.nodes[add], t.nodes[mm].output[0])
+    bias = other(t.nodes[add], t.nodes[mm].output[0])
     if bias is None or bias not in t.static or t.numel(bias) != hit[2]["n"]:
         return None
-    return FusedKernel([mm, add], "MatMul+Add", hit)
+    return FusedKernel([mm, add], "MatMul+Add", (hit[0], "", hit[2]), output=t.nodes[add].output[0])
+
+
+def _find_layer_norm(t: GraphTensors, sqrt: int) -> FusedKernel | None:
+    """F.layer_norm written out over the last axis: d = x - ReduceMean(x); d / Sqrt(ReduceMean(
+    d^2) + eps) [* weight] [+ bias], as one layer_norm. (An RMSNorm has no Sub: left alone.)"""
+    add = producer(t, t.nodes[sqrt].input[0], ("Add",))
+    if add is None:
+        return None
+    var = next((i for i in (t.producer.get(x) for x in t.nodes[add].input) if i is not None
+                and t.nodes[i].op_type == "ReduceMean"), None)
+    if var is None or not t.is_scalar(other(t.nodes[add], t.nodes[var].output[0]) or ""):
+        return None
+    pow_i = producer(t, t.nodes[var].input[0], ("Pow", "Mul"))
+    if pow_i is None:
+        return None
+    d = t.nodes[pow_i].input[0]
+    if t.nodes[pow_i].op_type == "Pow" and not is_close(t.scalar(t.nodes[pow_i].input[1]), 2.0):
+        return None
+    if t.nodes[pow_i].op_type == "Mul" and list(t.nodes[pow_i].input) != [d, d]:
+        return None
+    sub = t.producer.get(d)
+    if sub is None or t.nodes[sub].op_type != "Sub":
+        return None
+    x, mean = t.nodes[sub].input
+    mean_i = t.producer.get(mean)
+    if mean_i is None or t.nodes[mean_i].op_type != "ReduceMean" or t.nodes[mean_i].input[0] != x:
+        return None
+    div = _consumer(t, t.nodes[sqrt].output[0], "Div")
+    if div is None or t.nodes[div].input[0] != d:
+        return None
+    s = t.shape(x)
+    if s is None or not s:
+        return None
+    taken, out = [mean_i, sub, pow_i, var, add, sqrt, div], t.nodes[div].output[0]
+    for op_type in ("Mul", "Add"):  # the affine, when the module has one
+        j = t.only_consumer(out)
+        if j is None or t.nodes[j].op_type != op_type or other(t.nodes[j], out) not in t.static:
+            break
+        taken.append(j)
+        out = t.nodes[j].output[0]
+    if set(t.users(d)) - set(taken) or set(t.users(mean)) - set(taken):
+        return None
+    return FusedKernel(sorted(taken), "LayerNormalization",
+                       ("layer_norm", "", dict(tokens=t.per_sample(s[:-1]), c=s[-1])), output=out)
+
+
+def _find_unary_pair(t: GraphTensors, second: int) -> FusedKernel | None:
+    """Two nodes one PyTorch call writes: ``a != b`` as Not(Equal(a, b)) (``ne``), and
+    ``torch.rsqrt(x)`` as Reciprocal(Sqrt(x)) or Div(1, Sqrt(x)): one elementwise kernel each."""
+    n = t.nodes[second]
+    if n.op_type == "Not":
+        first, op = producer(t, n.input[0], ("Equal",)), "ne"
+    elif n.op_type == "Reciprocal" or (n.op_type == "Div" and is_close(t.scalar(n.input[0]), 1.0)):
+        first, op = producer(t, n.input[-1], ("Sqrt",)), "rsqrt"
+    else:
+        return None
+    out = t.shape(n.output[0])
+    if first is None or out is None:
+        return None
+    ins = [x for x in t.nodes[first].input if x]
+    family = "binary" if op == "ne" and sum(t.numel(x) == t.numel(n.output[0]) for x in ins) >= 2 else "activation"
+    variant = "add" if family == "binary" else "relu"
+    return FusedKernel([first, second], op, (family, variant, dict(elements=t.per_sample(out))),
+                       output=n.output[0])
+
+
+_WRITE_CHAIN = ("Transpose", "ScatterND", "ScatterElements", "Slice", "Reshape", "Unsqueeze", "Squeeze")
+
+
+def _find_write(t: GraphTensors, scatter: int) -> FusedKernel | None:
+    """An in-place write ``x[a:b, c:d] = v`` (one ``__setitem__`` call, costed by the torch
+    importer as a call without a kernel), which the dynamo exporter writes as a read of the
+    region (Slice), views and a ScatterND into it, and a ScatterND of the region back."""
+    s = t.nodes[scatter]
+    data = s.input[0]
+    taken, cur = [scatter], s.input[2] if len(s.input) > 2 else ""
+    for _ in range(8):
+        i = producer(t, cur, _WRITE_CHAIN)
+        if i is None:
+            return None
+        taken.append(i)
+        if t.nodes[i].input[0] == data:
+            return FusedKernel(sorted(taken), "__setitem__", ("binary", "add", {}), output=s.output[0], free=True)
+        cur = t.nodes[i].input[0]
+    return None
 
 
 def _find_group_norm(t: GraphTensors, inorm: int) -> FusedKernel | None:
     """GroupNorm as exporters write it before opset 18: Reshape to [batch, groups, -1] ->
     InstanceNormalization -> Reshape back [-> Mul weight -> Add bias], as one group_norm."""
-    r1 = _producer(t, t.nodes[inorm].input[0], ("Reshape",))
-    r2 = t.only_consumer(t.nodes[inorm].output[0])
-    if r1 is None or r2 is None or t.nodes[r2].op_type != "Reshape":
+    r1 = producer(t, t.nodes[inorm].input[0], ("Reshape",))
+    r2 = _consumer(t, t.nodes[inorm].output[0], "Reshape")
+    if r1 is None or r2 is None:
         return None
     x, grouped = t.shape(t.nodes[r1].input[0]), t.shape(t.nodes[r1].output[0])
     if x is None or grouped is None or len(x) != 4 or t.shape(t.nodes[r2].output[0]) != x:
@@ -221,34 +288,56 @@ def _find_group_norm(t: GraphTensors, inorm: int) -> FusedKernel | None:
     taken, out = [r1, inorm, r2], t.nodes[r2].output[0]
     for op_type in ("Mul", "Add"):  # the per-channel affine, when the module has one
         j = t.only_consumer(out)
-        if j is None or t.nodes[j].op_type != op_type or _other(t.nodes[j], out) not in t.static:
+        if j is None or t.nodes[j].op_type != op_type or other(t.nodes[j], out) not in t.static:
             break
         taken.append(j)
         out = t.nodes[j].output[0]
     return FusedKernel(sorted(taken), "GroupNormalization",
-                       ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])))
+                       ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])), output=out)
 
 
 FUSIONS: dict[str, Callable[[GraphTensors, int], FusedKernel | None]] = {
-    "Softmax": _find_sdpa, "Erf": _find_gelu, "Sigmoid": _find_silu, "MatMul": _find_linear_bias,
-    "InstanceNormalization": _find_group_norm,
+    "Erf": _find_gelu, "Tanh": _find_tanh_gelu, "Sigmoid": _find_silu, "Sqrt": _find_layer_norm,
+    "InstanceNormalization": _find_group_norm, "MatMul": _find_linear_bias, "Not": _find_unary_pair,
+    "Reciprocal": _find_unary_pair, "Div": _find_unary_pair, "ScatterND": _find_write,
 }
+
+
+def _valid(found: FusedKernel) -> bool:
+    return found.free or all(kernel_fields(h) is not None for h in [found.hit] + [p[1] for p in found.parts])
 
 
 def detect_fused_kernels(t: GraphTensors) -> dict[int, FusedKernel]:
     """Fused kernels found in the graph, keyed by the index of their last node (where each is
-    emitted); a node joins at most one, and attention is looked for first."""
+    emitted); a node joins at most one. Attention is looked for first, then the rest, then
+    nn.MultiheadAttention around each attention (it takes in the linear projections found)."""
+    from predictor.importers.onnx_attention import find_packed_mha, find_sdpa
+
     fused: dict[int, FusedKernel] = {}
     absorbed: set[int] = set()
-    for op_type, find in FUSIONS.items():
+    for op_type, find in {"Softmax": find_sdpa, **FUSIONS}.items():
         for i, n in enumerate(t.nodes):
             if n.op_type != op_type or n.domain not in STANDARD or i in absorbed:
                 continue
             found = try_rule(find, t, i)
-            if found is None or absorbed & set(found.indices) or kernel_fields(found.hit) is None:
-                continue
+            if found is None or absorbed & set(found.indices) or not _valid(found) \
+                    or (not found.free and t.is_host(found.output)):
+                continue  # (arithmetic on host values is folded, not fused)
             fused[max(found.indices)] = found
             absorbed.update(found.indices)
-            if found.op == "Attention":
-                t.attention.update(found.indices)
+    for attention in list(fused.values()):
+        if attention.op != "Attention":
+            continue
+        mha = try_rule(find_packed_mha, t, attention, fused)
+        if mha is None or not _valid(mha):
+            continue
+        inside = set(mha.indices)
+        others = [k for k, f in fused.items() if set(f.indices) & inside]
+        if any(not set(fused[k].indices) <= inside for k in others) or (inside - set(attention.indices)) & (
+                absorbed - {i for k in others for i in fused[k].indices}):
+            continue  # it would split another fused kernel, or take a node another one holds
+        for k in others:
+            del fused[k]
+        fused[max(mha.indices)] = mha
+        absorbed.update(inside)
     return fused

@@ -347,29 +347,6 @@ def hidden_kernels(name: str, args: tuple, kwargs: dict, batch: int = 1) -> list
     return []
 
 
-MHA_NAMES = {"_native_multi_head_attention": True, "multi_head_attention_forward": False}
-
-
-def attention_block(name: str, args: tuple) -> list[dict[str, Any]] | None:
-    """PyTorch's fused multi-head attention (nn.MultiheadAttention's inference fast path, or
-    its functional form) runs the QKV projection, attention and output projection: cost it as
-    those three kernels rather than as one opaque call."""
-    import torch
-
-    if name not in MHA_NAMES or not args or not isinstance(args[0], torch.Tensor) or args[0].dim() != 3:
-        return None
-    query = args[0]
-    embed, heads = int(args[3]), int(args[4])
-    tokens = query.shape[1] if MHA_NAMES[name] else query.shape[0]  # batch_first or (L, N, E)
-    kv_tokens = args[1].shape[1] if MHA_NAMES[name] else args[1].shape[0]
-    return [
-        {"kind": "kernel", "family": "linear", "params": {"tokens": tokens, "k": embed, "n": 3 * embed}},
-        {"kind": "kernel", "family": "sdpa", "params": {"heads": heads, "seq_q": tokens, "seq_kv": kv_tokens,
-                                                         "head_dim": embed // heads, "causal": 0}},
-        {"kind": "kernel", "family": "linear", "params": {"tokens": tokens, "k": embed, "n": embed}},
-    ]
-
-
 def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> dict[str, Any] | None:
     """How to cost one call: a dict of Node fields, or None for calls that are not operators
     (attribute reads such as ``.shape``) and so are left out of the graph. ``batch`` is the

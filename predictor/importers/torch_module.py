@@ -1,7 +1,10 @@
 """Import a torch module into the graph IR by running one forward and recording its calls.
 
 Every top-level torch call becomes a node, in issue order: the order an eager forward issues
-them, which is what the eager composition needs. torch is imported lazily.
+them, which is what the eager composition needs; a fused call (multi-head attention, a
+transformer encoder layer's fast path) becomes a node per kernel it launches. The forward runs
+as a measured one does: under ``torch.inference_mode()``, taking the fast paths a measured
+forward takes. torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -10,8 +13,9 @@ from dataclasses import replace
 from typing import Any
 
 from predictor.graph import Graph, Node
-from predictor.importers.torch_calls import attention_block, call_recorder, classify, hidden_kernels, tensors_in
+from predictor.importers.torch_calls import call_recorder, classify, hidden_kernels, tensors_in
 from predictor.importers.torch_capture import capture_path_forced
+from predictor.importers.torch_fused import fused_block, measured_fast_paths
 
 
 def graph_from_module(model: Any, example: Any, name: str, source: str = "torch") -> Graph:
@@ -52,12 +56,12 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
     batch = int(example.shape[0]) if isinstance(example, torch.Tensor) and example.dim() else 1
 
     def on_call(op: str, args: tuple, kwargs: dict, out: Any) -> None:
-        block = attention_block(op, args)
+        block = fused_block(op, args, kwargs)
         if block is not None:  # one call, several kernels: each its own node
             index = len(nodes)
-            # Each part keeps a dispatch of its own: the fused call runs three aten operators
-            # (backend selection included), not three bare launches (ViT's eager runs say so).
-            for part, part_fields in zip(("qkv", "attention", "out_proj"), block):
+            # Each part keeps a dispatch of its own: the fused call runs ATen operators
+            # (backend selection included), not bare launches (ViT's eager runs say so).
+            for part, part_fields in block:
                 nodes.append(Node(name=f"{index}:{op}/{part}", op=op, merged=[f"{index}:{op}"], **part_fields))
             return
         fields = classify(op, args, kwargs, out, batch)
@@ -75,6 +79,8 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
             **fields,
         ))
 
-    with torch.inference_mode(), call_recorder(on_call):
+    # Measurement runs under inference_mode with no recorder, so fused fast paths run there:
+    # the trace lets them run too (predictor.importers.torch_fused).
+    with torch.inference_mode(), measured_fast_paths(), call_recorder(on_call):
         model(example)
     return Graph(name=name, nodes=nodes, batch=int(batch), source=source)

@@ -38,7 +38,7 @@ def upload_graph() -> tuple[dict[str, Any], int, dict[str, str]]:
     else:
         upload = onnx_upload()
         form = GraphUploadForm.model_validate({**request.form.to_dict(), "onnx": upload})
-        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch)
+        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch, form.dims)
     gid, created = st.store.put(graph)
     url = f"/v1/graphs/{gid}"
     body = {"id": gid, "name": graph.name, "nodes": len(graph.nodes), "batch": graph.batch, "created": created,

@@ -37,9 +37,11 @@ def predict() -> dict[str, Any]:
     """Predict one graph's latency on one device, batch, precision and mode.
 
     JSON body: exactly one of `graph` (JSON IR), `model` (zoo name) or `graph_id` (stored), plus
-    the variant. Or multipart/form-data with the ONNX file in field `onnx` and the variant as
-    form fields. Answers the total with its interval, the per-layer breakdown (unless
-    `layers` is false), the operators no model covers, warnings, and the inputs that produced it.
+    the variant. Or multipart/form-data with the ONNX file in field `onnx`, the variant as form
+    fields, and the model's symbolic dims in `dims` (`{"sequence": 256}` or `sequence=256`;
+    a JSON body has no `dims`: its graph's shapes are numbers already). Answers the total with its
+    interval, the per-layer breakdown (unless `layers` is false), the operators no model covers,
+    warnings, and the inputs that produced it.
     """
     st = state()
     named = False
@@ -52,7 +54,7 @@ def predict() -> dict[str, Any]:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
         upload = onnx_upload()
         form = PredictForm.model_validate({**fields, "onnx": upload})
-        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch)
+        graph = st.resolver.from_onnx(upload.read(), form.name, form.batch, form.dims)
         body = form
     variant = predictions.resolve_variant(st.registry, body)
     result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)

@@ -12,7 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from predictor.importers.onnx_dims import MAX_DIM, parse_dims
 
 #: request model name -> where flask-openapi3 read it from ("query", "path", "body", "form").
 LOCATIONS: dict[str, str] = {}
@@ -20,6 +22,25 @@ LOCATIONS: dict[str, str] = {}
 GraphId = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="id of a stored graph (POST /v1/graphs)")]
 ZooName = Annotated[str, Field(min_length=1, max_length=200, examples=["resnet50"],
                                description="a zoo graph name, e.g. 'resnet50' (GET /v1/models lists them)")]
+
+
+
+def _dims_text(value: Any) -> Any:
+    """A multipart form field is text: a JSON object or ``name=value,name=value``, read by the
+    predictor's one parser (the CLI's ``--dim`` uses it too)."""
+    return parse_dims(value) if isinstance(value, str) else value
+
+
+#: symbolic dims of an uploaded ONNX model set by name; only ONNX uploads take them (a JSON graph's
+#: shapes are numbers already, and a JSON body's ``dims`` is refused as an unknown field)
+OnnxDims = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=200)], Annotated[int, Field(ge=1, le=MAX_DIM)]] | None,
+    BeforeValidator(_dims_text),
+    WithJsonSchema({"anyOf": [{"type": "string", "examples": ['{"sequence": 256}', "sequence=256,height=384"]},
+                              {"type": "null"}],
+                    "description": "symbolic dims of the ONNX model by name (its batch dim takes the "
+                                   "'batch' field), as a JSON object or name=value pairs separated by commas"}),
+]
 
 
 class RequestModel(BaseModel):

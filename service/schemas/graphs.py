@@ -8,7 +8,7 @@ from pydantic import Field, RootModel
 
 from predictor.graph import Graph
 from predictor.variant import Batch
-from service.schemas.common import GraphId, RequestModel, ResponseModel
+from service.schemas.common import GraphId, OnnxDims, RequestModel, ResponseModel
 
 
 class GraphPath(RequestModel):
@@ -27,9 +27,11 @@ class GraphUploadForm(RequestModel):
     LOCATION = "form"
 
     onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
-                               description="the .onnx file (weights inside it)")]
+                               description="the .onnx file (only its weights' dims are read; external "
+                                           "data is never opened)")]
     name: Annotated[str, Field(max_length=200)] | None = None
     batch: Batch | None = Field(None, description="fixes a symbolic batch dimension (default 1)")
+    dims: OnnxDims = Field(None, description="other symbolic dims by name, e.g. {\"sequence\": 256}")
 
 
 class GraphStored(ResponseModel):

@@ -9,7 +9,7 @@ from pydantic import ConfigDict, Field, model_validator
 from predictor.graph import Graph
 from predictor.prediction import Prediction
 from predictor.variant import Batch, Variant
-from service.schemas.common import GraphId, Problem, RequestModel, ResponseModel, ZooName
+from service.schemas.common import GraphId, OnnxDims, Problem, RequestModel, ResponseModel, ZooName
 
 SOURCE_FIELDS = ("graph", "model", "graph_id")
 
@@ -43,8 +43,9 @@ class PredictRequest(GraphSource, Variant):
 class PredictForm(RequestModel, Variant):
     """One ONNX model uploaded as multipart/form-data (file field 'onnx'), on one variant.
 
-    The ONNX file's weights must be inside it (external data is refused). A symbolic batch
-    dimension is fixed to ``batch`` (default 1) before shape inference.
+    Only the weights' dims are read, never their data: a weight-stripped export or one with
+    external data works, and no file it names is opened. A symbolic batch dimension is fixed to
+    ``batch`` (default 1) and other symbolic dims by name from ``dims``.
     """
 
     LOCATION = "form"
@@ -55,6 +56,7 @@ class PredictForm(RequestModel, Variant):
                                                                                  "ONNX graph's)")
     batch: Batch | None = Field(None, description="batch size (default: the graph's own); a form field is text, "
                                                   "read as a number")
+    dims: OnnxDims = Field(None, description="symbolic dims by name, e.g. {\"sequence\": 256}")
     layers: bool = True
 
 

@@ -266,3 +266,146 @@ def test_whole_tensor_reductions_and_tensor_min_max_have_families() -> None:
     assert (by_op["sum"].family, by_op["sum"].params) == ("mean", {"rows": TOKENS, "c": EMBED})
     assert by_op["isinf"].family == "activation"
     assert by_op["min"].family == "binary"  # two tensors of one shape: elementwise
+
+
+# --- PyTorch's fused inference fast paths (predictor.importers.torch_fused) -------------------
+
+SEQ, D_MODEL, FFN = 10, 64, 96
+
+
+def encoder(heads: int, norm_first: bool, layers: int = 2, d_model: int = D_MODEL) -> nn.Module:
+    layer = nn.TransformerEncoderLayer(d_model, heads, FFN, batch_first=True, norm_first=norm_first,
+                                       activation="gelu")
+    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False).eval()
+
+
+def fused_parts(graph: Graph) -> list[list[tuple[str, str | None]]]:
+    """Per fused encoder-layer call, its parts as (part name, family), in order."""
+    calls: dict[str, list[tuple[str, str | None]]] = {}
+    for n in graph.nodes:
+        if n.op == "_transformer_encoder_layer_fwd":
+            calls.setdefault(n.merged[0], []).append((n.name.rsplit("/", 1)[1], n.family))
+    return list(calls.values())
+
+
+def test_measurement_takes_the_encoder_fast_path_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The premise: in eval under inference_mode (as collectors.model_runs measures), with no
+    recorder, PyTorch calls the fused layer, on the CPU too; with odd heads or in training, not."""
+    calls = []
+    original = torch._transformer_encoder_layer_fwd
+
+    def counting(*args: object) -> torch.Tensor:
+        calls.append(args[2])
+        return original(*args)
+
+    monkeypatch.setattr(torch, "_transformer_encoder_layer_fwd", counting)
+    x = torch.randn(BATCH, SEQ, D_MODEL)
+    with torch.inference_mode():
+        encoder(4, False)(x)
+        encoder(1, False)(x)  # odd heads: the slow path
+    encoder(4, False).train()(x)  # training: the slow path
+    assert calls == [4, 4]
+
+
+ATTENTION = [("attn_qkv", "linear"), ("attn_attention", "sdpa"), ("attn_out_proj", "linear")]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_fast_path_becomes_the_kernels_it_launches(norm_first: bool) -> None:
+    g = graph_from_module(encoder(4, norm_first), torch.randn(BATCH, SEQ, D_MODEL), name="enc")
+    parts = fused_parts(g)
+    assert len(parts) == 2
+    residual1, residual2 = ("residual1", "binary"), ("residual2", "binary")
+    ffn = [("ffn1", "linear"), ("ffn2", "linear")]  # the GELU runs in the first GEMM's epilogue
+    norm1, norm2 = ("norm1", "layer_norm"), ("norm2", "layer_norm")
+    if norm_first:
+        assert parts[0] == [norm1, *ATTENTION, residual1, norm2, *ffn, residual2]
+    else:
+        assert parts[0] == [*ATTENTION, residual1, norm1, *ffn, residual2, norm2]
+    first = next(n.merged[0] for n in g.nodes if n.op == "_transformer_encoder_layer_fwd")
+    by_part = {n.name.rsplit("/", 1)[1]: n for n in g.nodes if n.merged == [first]}
+    assert by_part["attn_qkv"].params == {"tokens": SEQ, "k": D_MODEL, "n": 3 * D_MODEL}
+    assert by_part["attn_attention"].params == dict(heads=4, seq_q=SEQ, seq_kv=SEQ, head_dim=16, causal=0)
+    assert by_part["ffn1"].params == {"tokens": SEQ, "k": D_MODEL, "n": FFN}
+    assert by_part["ffn2"].params == {"tokens": SEQ, "k": FFN, "n": D_MODEL}
+    assert by_part["residual1"].params == {"elements": SEQ * D_MODEL}
+    # nothing else runs: the only other nodes are free (attribute reads, checks)
+    assert all(n.kind == "free" for n in g.nodes if n.op != "_transformer_encoder_layer_fwd")
+
+
+def test_odd_heads_take_the_slow_path_call_by_call() -> None:
+    """The layer's own calls, and multi_head_attention_forward as the kernels it launches for a
+    batch-first module (seen on the H200): the input copied for the projection GEMM, its bias added
+    apart, the projection made contiguous, attention, the output permuted back, the projection."""
+    g = graph_from_module(encoder(1, False), torch.randn(BATCH, SEQ, D_MODEL), name="odd")
+    assert not fused_parts(g)
+    ops = [n.op for n in g.nodes if n.kind == "kernel"]
+    assert ops.count("layer_norm") == 4 and ops.count("gelu") == 2 and ops.count("linear") == 4
+    first = next(n.merged[0] for n in g.nodes if n.op == "multi_head_attention_forward")
+    parts = [(n.name.rsplit("/", 1)[1], n.family, n.variant, n.layout) for n in g.nodes if n.merged == [first]]
+    assert parts == [("input_copy", "activation", "relu", "strided"), ("qkv_gemm", "linear", "nobias", "contiguous"),
+                     ("qkv_bias", "binary", "add", "strided"), ("qkv_copy", "activation", "relu", "strided"),
+                     ("attention", "sdpa", "", "contiguous"), ("output_copy", "activation", "relu", "strided"),
+                     ("out_proj", "linear", "", "contiguous")]
+    attention = next(n for n in g.nodes if n.merged == [first] and n.family == "sdpa")
+    assert attention.params == dict(heads=1, seq_q=SEQ, seq_kv=SEQ, head_dim=D_MODEL, causal=0)
+
+
+def test_sequence_first_attention_projects_with_one_gemm() -> None:
+    """A sequence-first module's input is contiguous: F.linear folds the bias into the GEMM."""
+
+    class SequenceFirst(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(48, 3)  # odd heads: the slow path
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    g = graph_from_module(SequenceFirst().eval(), torch.randn(TOKENS, BATCH, 48), name="seqfirst")
+    assert [n.name.rsplit("/", 1)[1] for n in g.nodes if n.op == "multi_head_attention_forward"] == [
+        "qkv", "qkv_copy", "attention", "output_copy", "out_proj"]
+
+
+def test_training_mode_is_traced_as_it_runs() -> None:
+    """measured_fast_paths answers only what the recorder changes: in training no fast path runs."""
+    g = graph_from_module(encoder(4, False), torch.randn(BATCH, SEQ, D_MODEL), name="enc")
+    model = encoder(4, False)
+    from predictor.importers.torch_calls import call_recorder
+    from predictor.importers.torch_fused import measured_fast_paths
+
+    seen: list[str] = []
+    with measured_fast_paths(), call_recorder(lambda op, *rest: seen.append(op)):
+        model.train()(torch.randn(BATCH, SEQ, D_MODEL))
+    assert "_transformer_encoder_layer_fwd" not in seen and "multi_head_attention_forward" in seen
+    assert fused_parts(g)  # graph_from_module puts the model in eval
+
+
+def test_head_dims_that_are_not_multiples_of_8_run_unfused() -> None:
+    """Head dim 12: no fused attention kernel takes it, so the fused call runs GEMMs around a
+    softmax, in every precision (seen on the H200 in float32 and float16)."""
+    g = graph_from_module(encoder(4, False, layers=1, d_model=48), torch.randn(BATCH, SEQ, 48), name="hd12")
+    parts = fused_parts(g)[0]
+    assert parts[:7] == [("attn_qkv_gemm", "linear"), ("attn_qkv_bias_rescale", "activation"),
+                         ("attn_scores", "matmul"), ("attn_softmax", "softmax"), ("attn_context", "matmul"),
+                         ("attn_context_0213", "transpose"), ("attn_out_proj_gemm", "linear")]
+    assert [p for p, _ in parts[7:]] == ["residual1", "norm1", "ffn1", "ffn2", "residual2", "norm2"]
+    assert not any(n.precisions for n in g.nodes)
+
+
+def test_multihead_attention_that_returns_weights_runs_unfused() -> None:
+    class Weights(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(EMBED, HEADS, batch_first=True)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out, weights = self.attn(x, x, x)  # need_weights defaults to True
+            return out
+
+    g = graph_from_module(Weights().eval(), torch.randn(BATCH, TOKENS, EMBED), name="weights")
+    parts = [n.name.rsplit("/", 1)[1] for n in g.nodes if n.op == "_native_multi_head_attention"]
+    assert parts == ["qkv_gemm", "qkv_bias_rescale", "scores", "softmax", "context", "context_0213",
+                     "out_proj_gemm", "weights_sum", "weights_div"]
+    scores = next(n for n in g.nodes if n.name.endswith("/scores"))
+    assert scores.params == dict(heads=HEADS, m=TOKENS, k=EMBED // HEADS, n=TOKENS)

@@ -48,6 +48,18 @@ def test_predict_by_name_ir_and_onnx(api: LatpredClient) -> None:
     assert onnx["mode"] == "eager" and len(onnx["layers"]) == 5
 
 
+def test_onnx_dims_are_sent_as_the_form_field(api: LatpredClient) -> None:
+    from test_onnx_dims import text_onnx
+
+    short, long = (api.predict(onnx=text_onnx(), dims={"sequence": n}, precision="fp32") for n in (8, 512))
+    assert 0 < short["total_ms"] < long["total_ms"]
+    stored = api.upload_graph(text_onnx(), name="text", dims={"sequence": 8})
+    assert stored["name"] == "text" and stored["nodes"] >= 1
+    with pytest.raises(LatpredError) as caught:
+        api.predict(onnx=text_onnx())
+    assert "sequence" in str(caught.value)
+
+
 def test_predict_batch(api: LatpredClient) -> None:
     out = api.predict_batch(["resnet18", {"model": "nope"}], [{"batch": 1}, {"batch": 8}])
     assert out["count"] == 4 and out["failed"] == 2

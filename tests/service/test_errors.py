@@ -140,13 +140,17 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         _OPENED.append(os.fsdecode(args[0]))
 
 
-def test_onnx_with_external_data_is_refused_without_reading_the_servers_disk(client: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["absolute", "relative", "missing"])
+def test_onnx_with_external_data_is_predicted_without_reading_the_servers_disk(client: Any, tmp_path: Path,
+                                                                              where: str) -> None:
     from onnx import TensorProto, helper
 
     secret = tmp_path / "server_secret.bin"
     secret.write_bytes(b"\x00" * 64)
+    location = {"absolute": str(secret), "relative": f"../../{tmp_path.name}/server_secret.bin",
+                "missing": "server_secret_missing.bin"}[where]
     w = TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[4, 4], data_location=TensorProto.EXTERNAL)
-    for key, value in (("location", str(secret)), ("offset", "0"), ("length", "64")):
+    for key, value in (("location", location), ("offset", "0"), ("length", "64")):
         entry = w.external_data.add()
         entry.key, entry.value = key, value
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "ext",
@@ -157,9 +161,11 @@ def test_onnx_with_external_data_is_refused_without_reading_the_servers_disk(cli
         sys.addaudithook(_audit)  # hooks cannot be removed: one, installed once
         sys._latpred_service_audit = True  # type: ignore[attr-defined]
     _OPENED.clear()
-    for path in ("/v1/predict", "/v1/graphs"):
-        body = assert_problem(onnx_post(client, data, path), 422, "onnx")
-        assert "external data is not supported" in body["detail"]
+    predicted = onnx_post(client, data, "/v1/predict", precision="fp32")
+    assert predicted.status_code == 200, predicted.get_json()
+    assert [layer["family"] for layer in predicted.get_json()["layers"]] == ["linear"]
+    stored = onnx_post(client, data, "/v1/graphs")
+    assert stored.status_code in (200, 201) and stored.get_json()["nodes"] == 1
     assert not [p for p in _OPENED if "server_secret" in p]
 
 

@@ -1,0 +1,267 @@
+"""The graph nodes an ONNX model becomes: the calls PyTorch would make for it, in order.
+
+Each ONNX node becomes nothing, one node or several:
+
+- nothing: shape arithmetic and constants (Shape, Size, Gather, Slice, Concat, Unsqueeze, Cast,
+  Range, ConstantOfShape, Equal, Where... on host values), Constant and Identity, views of
+  weights, and what builds an attention mask only the attention reads. PyTorch computes those in
+  Python or not at all: no kernel, no dispatch.
+- a ``free`` node: a view PyTorch makes with a call of its own (Reshape, Transpose, Flatten,
+  Squeeze, Unsqueeze, Expand, Slice, Split, a select): host time, no kernel.
+- a kernel: by family (onnx_ops), in the layout PyTorch would run it in (onnx_layouts); a Reshape
+  that cannot view its input is the copy ``reshape`` makes; a batched MatMul is preceded by the
+  copies ``torch.matmul`` makes of operands it cannot fold; a Conv carrying a folded BatchNorm is
+  followed by that ``batch_norm`` (onnx_exporters).
+- a fused kernel for what one PyTorch call leaves as several ONNX nodes (onnx_patterns).
+
+Where the export cannot say what PyTorch runs, the choice made is returned as a sentence, for
+``graph.meta["assumptions"]``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from typing import Any
+
+from predictor.graph import Node
+from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
+from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
+from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_ops import (
+    FOLDED_OPS,
+    classify_node,
+    conv_rule,
+    copy_fields,
+    kernel_fields,
+    layout_of,
+    try_rule,
+)
+from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
+from predictor.importers.onnx_tensors import GraphTensors
+
+MASK_SKIPPED = ("{count} attention call(s) take a mask that masks nothing, made when the model was traced for "
+                "export: taken as transformers runs it, skipped eagerly (flash attention) and passed under "
+                "CUDA-graph capture, where it sends PyTorch down its math path")
+CAUSAL_MASK = ("{count} attention call(s) apply a constant causal mask: taken as is_causal=True, with no mask "
+               "tensor, as transformers' decoders run it")
+MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as the one "
+       "call an export records, F.multi_head_attention_forward (projection, attention and output projection "
+       "kernels), with its batch_first transposes as views; PyTorch's inference fast path "
+       "(_native_multi_head_attention, taken without grad) skips those transposes")
+
+
+def _dtype(elem_type: int | None) -> str:
+    if not elem_type:
+        return ""
+    from onnx import TensorProto, helper
+
+    try:
+        return str(helper.tensor_dtype_to_np_dtype(elem_type).name)
+    except Exception:
+        return TensorProto.DataType.Name(elem_type).lower()
+
+
+def mask_verdict(t: GraphTensors, f: FusedKernel) -> str:
+    """What PyTorch does with an attention call's mask: '' (there is none), 'skipped' (it masks
+    nothing: transformers drops it eagerly), 'causal' (a constant causal mask: is_causal=True,
+    no tensor) or 'real' (a mask PyTorch builds and passes)."""
+    if f.mask is None:
+        return ""
+    keep = f.mask_bool
+    u = t.uniform(f.mask)
+    if u is not None and bool(u) == keep:
+        return "skipped"
+    value = t.value(f.mask)
+    if value is not None and value.ndim >= 2 and min(value.shape[-2:]) >= 2:
+        import numpy as np
+
+        m = value.reshape(-1, *value.shape[-2:])[0]
+        upper = np.triu(np.ones(m.shape, dtype=bool), k=1)
+        masked = ~m.astype(bool) if keep else (m.astype(bool) if m.dtype == bool else m <= -1e4)
+        if bool((masked == upper).all()):
+            return "causal"
+    return "real"
+
+
+_SCATTERS = ("ScatterND", "ScatterElements")
+
+
+def _as_strided(t: GraphTensors, n: Any) -> bool:
+    """A Gather of a flattened activation by indices the exporter computed from shapes: how the
+    dynamo exporter writes ``as_strided`` inside a decomposition (a pooling's channels-last
+    output). It is no call of the model's own."""
+    if n.op_type != "Gather" or len(n.input) < 2 or n.input[0] in t.static or n.input[1] not in t.static \
+            or n.input[1] in t.weights or n.input[1] in t.constants or t.is_host(n.input[1]):
+        return False
+    src = t.producer.get(n.input[0])
+    return src is not None and t.nodes[src].op_type == "Reshape" and len(t.shape(n.input[0]) or [0, 0]) == 1
+
+
+def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
+    """Nodes that make no call in PyTorch: shape arithmetic on host values, constants and
+    aliases, views of weights, an exporter's as_strided, and what builds an attention mask
+    PyTorch never builds (one that masks nothing, or a causal one; ``mask_verdict``)."""
+    unbuilt = {f.mask for f in fused.values() if f.mask and mask_verdict(t, f) in ("skipped", "causal")}
+    readers = {i for f in fused.values() if f.mask in unbuilt for i in f.indices}
+    builders = {b for f in fused.values() if f.mask in unbuilt for b in f.mask_builders}
+    stored = set(t.weights) | set(t.constants)
+    drop: set[int] = set()
+    for i in range(len(t.nodes) - 1, -1, -1):
+        n = t.nodes[i]
+        outs = [o for o in n.output if o]
+        if n.domain not in STANDARD:
+            continue
+        static = bool(outs) and all(o in t.static for o in outs)
+        users = [u for o in outs for u in t.users(o)]
+        if n.op_type in FOLDED_OPS or (outs and all(t.is_host(o) for o in outs)) or _as_strided(t, n):
+            drop.add(i)
+        elif static and n.op_type in VIEW_OPS and n.input and (n.input[0] in stored or t.is_host(n.input[0])):
+            drop.add(i)  # a view of a weight: PyTorch reads the parameter as it is
+        elif (static or i in builders) and users and all(u >= 0 and (u in drop or u in readers or u in builders)
+                                                         for u in users):
+            drop.add(i)  # builds what only an attention's unbuilt mask reads
+        elif static and users and all(u >= 0 and t.nodes[u].op_type in _SCATTERS and t.nodes[u].input[1] in outs
+                                      for u in users):
+            drop.add(i)  # the indices of an in-place write: PyTorch takes them as Python slices
+        elif users and all(u in drop and _as_strided(t, t.nodes[u]) for u in users if u >= 0) \
+                and n.op_type == "Reshape" and -1 not in users:
+            drop.add(i)  # the flattening an exporter's as_strided reads
+        elif static and not users and not any(o in t.outputs for o in outs):
+            drop.add(i)  # computes nothing anyone reads
+    return drop
+
+
+def _mask_fields(t: GraphTensors, lay: TensorLayouts, f: FusedKernel, params: dict[str, int]) -> tuple[str, str, str]:
+    """(variant, capture variant, note) of an attention call from its mask, as PyTorch picks the
+    kernel: none; one that masks nothing (eager: skipped; captured: the math path); a causal one
+    (is_causal); else by the mask's type and layout (the torch importer's _sdpa_mask_variant)."""
+    verdict = mask_verdict(t, f)
+    if verdict in ("", "skipped"):
+        return ("", "math", verdict) if verdict else ("", "", "")
+    if verdict == "causal":
+        params["causal"] = 1
+        return "", "", "causal"
+    assert f.mask is not None
+    o = lay.of(f.mask)
+    if o is None:
+        return "masked", "", ""
+    shape, strides = o
+    if shape and shape[-1] > 1 and strides[-1] != 1:
+        return "math", "", ""
+    if not f.mask_bool and t.types.get(f.mask) != 9:  # an additive (float) mask
+        return "masked", "", ""
+    return ("bool_padding" if len(shape) == 4 and strides[-2] == 0 else "bool_full"), "", ""
+
+
+class Emitter:
+    """Makes the graph's nodes, remembering the assumptions it made."""
+
+    def __init__(self, t: GraphTensors, names: list[str]) -> None:
+        self.t = t
+        self.names = names
+        self.fused = detect_fused_kernels(t)
+        self.absorbed = {j for f in self.fused.values() for j in f.indices}
+        self.drop = dropped_nodes(t, self.fused)
+        attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
+        fresh = {f.output for f in self.fused.values() if f.parts or f.hit[0] in ("layer_norm", "group_norm")}
+        self.lay = TensorLayouts(t, attention, fresh)
+        self.made_by = exporter(t)
+        self.notes: Counter[str] = Counter()
+
+    def nodes(self) -> list[Node]:
+        out: list[Node] = []
+        for i in range(len(self.t.nodes)):
+            if i in self.fused:
+                out += self._fused(i, self.fused[i])
+            elif i not in self.absorbed and i not in self.drop:
+                out += self._single(i)
+        seen = {n.name for n in out}
+        if len(seen) == len(out):
+            return out
+        taken: set[str] = set()  # a node made here ("x/batch_norm") named like an ONNX node: renamed
+        for k, n in enumerate(out):
+            if n.name in taken:
+                out[k] = replace(n, name=next(f"{n.name}#{j}" for j in range(1, len(out) + 2)
+                                              if f"{n.name}#{j}" not in seen))
+                seen.add(out[k].name)
+            taken.add(out[k].name)
+        return out
+
+    def assumptions(self) -> list[str]:
+        made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA}
+        return [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
+
+    def _node(self, i: int, fields: dict[str, Any], suffix: str = "", op: str | None = None,
+              reads: list[str] | None = None, writes: list[str] | None = None, **extra: Any) -> Node:
+        n = self.t.nodes[i]
+        reads = [x for x in n.input if x and not self.t.is_host(x)] if reads is None else reads
+        writes = [x for x in n.output if x] if writes is None else writes
+        return Node(name=self.names[i] + suffix, op=op or n.op_type,
+                    dtype=_dtype(self.t.types.get(writes[0]) if writes else None),
+                    inputs=[s for s in map(self.t.shape, reads) if s is not None],
+                    outputs=[s for s in map(self.t.shape, writes) if s is not None], **fields, **extra)
+
+    def _single(self, i: int) -> list[Node]:
+        t, n = self.t, self.t.nodes[i]
+        if n.op_type == "Conv" and n.domain in STANDARD and folded_batch_norm(t, n):
+            hit = try_rule(conv_rule, t, n, node_attributes(n), self.lay)
+            layout = layout_of(self.lay, hit, [n.input[0]], [n.output[0]])
+            conv = kernel_fields(hit, layout)
+            out = t.shape(n.output[0])
+            bn = None if not out or len(out) != 4 else kernel_fields(
+                ("batch_norm", "", dict(c=out[1], h=out[2], w=out[3])), layout)
+            if conv and bn:
+                self.notes["folded_bn"] += 1
+                return [self._node(i, conv), self._node(i, bn, "/batch_norm", "BatchNormalization",
+                                                         reads=[n.output[0]])]
+        fields = classify_node(t, n, self.lay)
+        made = [self._node(i, fields)]
+        if n.op_type in ("Reshape", "Flatten") and i in self.lay.copies and fields["kind"] == "free":
+            return self._reshape_copy(i)
+        if fields.get("family") == "matmul":
+            copies = self.lay.matmul_copies(n.input[0], n.input[1])
+            return [self._node(i, copy_fields(t, c), f"/copy{j}", launched_by=self.names[i])
+                    for j, c in enumerate(copies)] + made
+        return made
+
+    def _reshape_copy(self, i: int) -> list[Node]:
+        """A reshape PyTorch cannot view: the copy ``reshape`` (or ``flatten``) makes, a generic
+        strided copy, as the torch importer costs it. (Code that calls ``.contiguous().view()``
+        instead runs a transpose kernel and a view: the export cannot tell the two apart.)"""
+        t, n = self.t, self.t.nodes[i]
+        return [self._node(i, copy_fields(t, t.numel(n.output[0]) or 0))]
+
+    def _fused(self, i: int, f: FusedKernel) -> list[Node]:
+        t = self.t
+        merged = [self.names[j] for j in f.indices]
+        inside = {o for j in f.indices for o in t.nodes[j].output}
+        reads = list(dict.fromkeys(x for j in f.indices for x in t.nodes[j].input
+                                   if x and x not in inside and x not in t.static))
+        if f.free:
+            return [self._node(i, {"kind": "free"}, op=f.op, reads=reads, writes=[f.output], merged=merged)]
+        parts = f.parts or [("", f.hit)]
+        out: list[Node] = []
+        if f.parts:
+            self.notes["mha"] += 1
+        for suffix, hit in parts:
+            family, variant, params = hit[0], hit[1], dict(hit[2])
+            capture, layout = "", None
+            if family == "sdpa":
+                variant, capture, note = _mask_fields(t, self.lay, f, params)
+                if note:
+                    self.notes[note] += 1
+            elif family in ("activation", "binary"):
+                first = t.nodes[f.indices[0]]
+                layout = self.lay.elementwise_layout([x for x in first.input if x and not t.is_scalar(x)],
+                                                     first.input[0])
+            fields = kernel_fields((family, variant, params), layout)
+            if fields is None:
+                continue
+            if capture:
+                fields["capture_variant"] = capture
+            out.append(self._node(i, fields, f"/{suffix}" if suffix else "", f.op, reads=reads,
+                                  writes=[f.output] if f.output else None, merged=merged))
+        out += [self._node(i, {"kind": "free"}, f"/view{j}", "Transpose", reads=[], writes=[])
+                for j in range(f.views)]
+        return out

@@ -1,0 +1,158 @@
+"""Parity: a small model exported to ONNX predicts like the torch trace of the same module.
+
+Each model is exported here with the TorchScript exporter (the dynamo one needs onnxscript) and
+traced with ``graph_from_module``; both graphs are predicted with the shipped H200 bundle at
+fp32 and fp16, CUDA graph and eager, batch 1, 8 and 32, and must agree within 3%. The models
+hold what the importer has to get right: a BatchNorm the exporter folds into its conv, a
+squeeze-excite block (a broadcast multiply), a residual add; LayerNorm, GELU, attention through
+``F.scaled_dot_product_attention`` and through ``nn.MultiheadAttention`` (its fast path);
+ConvNeXt's permuted,
+channels-last block. None has a Dropout: its call in eval is a no-op no export can show.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from typing import Any
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from predictor.devices import resolve_device  # noqa: E402
+from predictor.graph import Graph  # noqa: E402
+from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
+from predictor.importers.torch_module import graph_from_module  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+
+VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    device = resolve_device("h200")
+    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
+
+
+def export(module: nn.Module, example: Any) -> bytes:
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {0: "batch"}})
+    return buf.getvalue()
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Conv2d(c, c // 4, 1), nn.Conv2d(c // 4, c, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * F.hardsigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
+class SmallCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        self.block = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+                                   nn.Conv2d(32, 32, 3, 1, 1, groups=32, bias=False), nn.BatchNorm2d(32),
+                                   nn.Hardswish(), SqueezeExcite(32))
+        self.head = nn.Linear(32, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = x + self.block(x)
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class TransformerBlock(nn.Module):
+    """A pre-norm encoder block; attention by F.scaled_dot_product_attention or nn.MultiheadAttention."""
+
+    def __init__(self, attention: str, embed: int = 64, heads: int = 4) -> None:
+        super().__init__()
+        self.attention, self.heads = attention, heads
+        self.ln1, self.ln2 = nn.LayerNorm(embed), nn.LayerNorm(embed)
+        if attention == "sdpa":
+            self.q, self.k, self.v, self.o = (nn.Linear(embed, embed) for _ in range(4))
+        else:
+            self.mha = nn.MultiheadAttention(embed, heads, batch_first=True)
+        self.fc1, self.fc2 = nn.Linear(embed, 4 * embed), nn.Linear(4 * embed, embed)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln1(x)
+        if self.attention == "sdpa":
+            b, t, e = y.shape
+            q, k, v = (p(y).view(b, t, self.heads, e // self.heads).transpose(1, 2) for p in (self.q, self.k, self.v))
+            y = self.o(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, e))
+        else:
+            y = self.mha(y, y, y, need_weights=False)[0]
+        x = x + y
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class ConvNeXtBlock(nn.Module):
+    """Depthwise conv, permute to channels-last, LayerNorm, MLP, permute back, layer scale, residual."""
+
+    def __init__(self, c: int = 32) -> None:
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.ln, self.fc1, self.fc2 = nn.LayerNorm(c), nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.scale = nn.Parameter(torch.full((c, 1, 1), 1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(F.gelu(self.fc1(self.ln(y)))).permute(0, 3, 1, 2)
+        return x + self.scale * y
+
+
+class TwoConvNeXtBlocks(nn.Sequential):
+    def __init__(self) -> None:
+        super().__init__(ConvNeXtBlock(), ConvNeXtBlock())
+
+
+def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[float]:
+    return [predictor.predict(onnx_graph, b, p, m, with_layers=False).total_ms
+            / predictor.predict(torch_graph, b, p, m, with_layers=False).total_ms for p, m, b in VARIANTS]
+
+
+@pytest.mark.parametrize("name,build,shape", [
+    ("cnn", SmallCNN, (2, 3, 64, 64)),
+    ("sdpa_block", lambda: TransformerBlock("sdpa"), (2, 16, 64)),
+    ("mha_block", lambda: TransformerBlock("mha"), (2, 16, 64)),
+    ("convnext_blocks", TwoConvNeXtBlocks, (2, 32, 14, 14)),
+])
+def test_an_exported_model_predicts_like_its_torch_trace(predictor: Predictor, name: str, build: Any,
+                                                          shape: tuple[int, ...]) -> None:
+    torch.manual_seed(0)
+    module = build().eval()
+    example = torch.randn(*shape)
+    onnx_graph = graph_from_onnx(export(module, example), name=name, batch=1)
+    torch_graph = graph_from_module(module, example[:1], name=name)
+    got = ratios(predictor, onnx_graph, torch_graph)
+    off = {f"{p} {m} b{b}": round(r, 4) for (p, m, b), r in zip(VARIANTS, got) if abs(r - 1) > 0.03}
+    assert not off, f"{name}: ONNX / torch outside 3%: {off}"
+    families = sorted(str(n.family) for n in onnx_graph.nodes if n.kind == "kernel")
+    assert families == sorted(str(n.family) for n in torch_graph.nodes if n.kind == "kernel")
+
+
+def test_multi_head_attention_is_taken_to_run_its_fast_path() -> None:
+    """An export records nn.MultiheadAttention's slow path (the exporter's trace forces it); in eval
+    without gradients PyTorch runs the fast path, without the batch_first transposes. The graph is
+    that call's kernels, as the torch importer records them, and says what it assumed."""
+    torch.manual_seed(0)
+    module = TransformerBlock("mha").eval()
+    example = torch.randn(2, 16, 64)
+    onnx_graph = graph_from_onnx(export(module, example), batch=1)
+    assert any("fast path" in a for a in onnx_graph.meta["assumptions"])
+    torch_graph = graph_from_module(module, example[:1], name="fast")
+    assert "_native_multi_head_attention" in {n.op for n in torch_graph.nodes}
+    assert [(n.kind, n.family, n.variant, n.layout, n.params) for n in onnx_graph.nodes] == [
+        (n.kind, n.family, n.variant, n.layout, n.params) for n in torch_graph.nodes]
