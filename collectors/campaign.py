@@ -1,7 +1,8 @@
 """One device's dataset on disk, and the collection steps that fill it.
 
 Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold the live parquet shards
-(operator rows, and whole-model runs of the one protocol), ``archive/<name>/`` whole-model
+(operator rows, and whole-model runs of the one protocol), ``nas/`` the NAS suite's whole-model
+runs (the same protocol and schema; never read by training), ``archive/<name>/`` whole-model
 runs a later measurement superseded (kept for comparison, read by nothing in training),
 ``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
 dataset card's rates and device time are computed from), ``README.md`` the card. The
@@ -21,7 +22,16 @@ import pandas as pd
 
 from collectors.fingerprint import DeviceFingerprint, open_nvml, read_fingerprint
 from collectors.layer_shapes import load_shapes
-from collectors.model_runs import MODEL_BATCHES, MODEL_PRECISIONS, PROTOCOL, ModelUnit, measure_models
+from collectors.model_runs import (
+    MODEL_BATCHES,
+    MODEL_PRECISIONS,
+    PROTOCOL,
+    ModelSource,
+    ModelUnit,
+    failed_row,
+    measure_models,
+)
+from collectors.nas_space import NasModel, model_name, seed_of
 from collectors.op_measure import OpMeasurer
 from collectors.sampler import SamplerSettings, sample_configs
 from collectors.shards import ShardStore
@@ -29,7 +39,7 @@ from collectors.sweep import SweepReport, run_sweep
 from collectors.timing import make_timer
 from collectors.zoo_models import get_zoo_model
 from predictor.dataset_schema import validate_rows
-from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, validate_model_runs
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, NAS_RUNS_FOLDER, validate_model_runs
 from predictor.precision import get_precision
 
 SHAPES_FILE = "layer_shapes.json"
@@ -44,6 +54,7 @@ class Campaign:
         self.directory = self.root / fingerprint.device_id
         self.ops = ShardStore(self.directory / "ops", validate_rows)
         self.models = ShardStore(self.directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id")
+        self.nas = ShardStore(self.directory / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")
 
     def record_fingerprint(self) -> None:
         """Write the device fingerprint beside the data (kept current across resumed runs)."""
@@ -104,16 +115,10 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
     A model with any unit missing is measured whole (its units share the rounds) and only the
     missing rows are written. Everything is checked before anything is written.
     """
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
+    batches, precisions = _check_units(modes, batches, precisions)
     models = list(dict.fromkeys(models))
     for name in models:
         get_zoo_model(name)
-    batches = tuple(dict.fromkeys(batches))
-    if not batches or any(b < 1 for b in batches):
-        raise ValueError(f"batches must be positive integers, got {batches!r}")
-    precisions = tuple(dict.fromkeys(get_precision(p).name for p in precisions))
     require_validation()
     fp = read_fingerprint(device)
     if "cudagraph" in modes and fp.kind != "cuda":
@@ -143,6 +148,126 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
                       "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed})
         say(f"{mode}: {len(rows)} rows in {seconds:.0f} s")
     return SweepReport(planned, planned - written, written, 0, time.perf_counter() - started, "complete")
+
+
+def _check_units(modes: tuple[str, ...], batches: tuple[int, ...],
+                 precisions: tuple[str, ...]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise ValueError(f"unknown mode(s) {', '.join(unknown)}: expected {', '.join(MODES)}")
+    batches = tuple(dict.fromkeys(batches))
+    if not batches or any(b < 1 for b in batches):
+        raise ValueError(f"batches must be positive integers, got {batches!r}")
+    return batches, tuple(dict.fromkeys(get_precision(p).name for p in precisions))
+
+
+NAS_BATCHES = (1, 8, 32)
+NAS_MODES = ("eager", "cudagraph")
+NAS_GROUP = 24
+
+
+def _measure_group(fp: DeviceFingerprint, sources: dict[str, ModelSource], batches: tuple[int, ...],
+                   precisions: tuple[str, ...], mode: str, rounds: int, reps: int, seed: int, nvml: Any,
+                   say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Rows of ``sources`` in ``mode``, interleaved; where the group fails as a whole (an
+    architecture that does not build, run or capture, or memory), each architecture is measured
+    on its own, and one that still fails gets 'failed' rows, so that a resumed run moves on."""
+    try:
+        return measure_models(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml)
+    except (RuntimeError, ValueError) as exc:
+        say(f"{mode}: the group failed ({type(exc).__name__}: {str(exc)[:200]}); measuring its architectures "
+            "one by one")
+    _release()
+    rows: list[dict[str, Any]] = []
+    for name, source in sources.items():
+        try:
+            rows += measure_models(fp, {name: source}, batches, precisions, mode, rounds, reps, seed, nvml)
+        except (RuntimeError, ValueError) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            say(f"{name} [{mode}] failed: {error[:200]}")
+            rows += [failed_row(ModelUnit(name, b, p), mode, fp, source.kind, error)
+                     for p in precisions for b in batches]
+        _release()
+    return rows
+
+
+def _release() -> None:
+    """Free what a measurement left (modules, captured graphs' memory pools) before the next."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, ...] = NAS_BATCHES,
+                precisions: tuple[str, ...] = MODEL_PRECISIONS, modes: tuple[str, ...] = NAS_MODES,
+                group: int = NAS_GROUP, rounds: int = 6, reps: int = 3, seed: int = 0,
+                max_seconds: float | None = None, say: Callable[[str], None] = lambda line: None) -> SweepReport:
+    """Measure the NAS architectures of ``seeds`` (``nas-<seed>``) with a unit not yet on disk,
+    by the whole-model protocol, a group of ``group`` architectures at a time: within a group,
+    every mode's rounds interleave all its architectures' units; the group's rows are written as
+    one shard to ``<root>/<device>/nas`` as soon as it is done, with a line in the sweep log, and
+    the group is freed before the next (captured graphs hold their memory until then).
+
+    Groups are cut from ``seeds`` in order, so a resumed run makes the same groups and measures
+    only what is missing (an architecture with any unit missing in a mode is measured whole in
+    that mode, and only its missing rows are written). With ``max_seconds``, no group is started
+    that would end past it, judged by the longest group so far: the run stops cleanly, and the
+    next resumes.
+    """
+    batches, precisions = _check_units(modes, batches, precisions)
+    if group < 1:
+        raise ValueError(f"group must be at least 1, got {group}")
+    seeds = list(dict.fromkeys(seeds))
+    require_validation()
+    fp = read_fingerprint(device)
+    if "cudagraph" in modes and fp.kind != "cuda":
+        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
+    campaign = Campaign(root, fp)
+    campaign.record_fingerprint()
+    done = campaign.nas.completed_ids()
+    nvml = open_nvml() if fp.kind == "cuda" else None
+    planned = written = failed = 0
+    started = time.perf_counter()
+    longest, stopped = 0.0, "complete"
+    for first in range(0, len(seeds), group):
+        chunk = seeds[first:first + group]
+        units = {mode: [ModelUnit(model_name(s), b, p) for s in chunk for p in precisions for b in batches]
+                 for mode in modes}
+        missing = {mode: [u for u in units[mode] if u.run_id(mode) not in done] for mode in modes}
+        planned += sum(len(u) for u in units.values())
+        if not any(missing.values()):
+            continue
+        elapsed = time.perf_counter() - started
+        if max_seconds is not None and elapsed + longest > max_seconds:
+            stopped = "budget"
+            say(f"stopping before seeds {chunk[0]}-{chunk[-1]}: {elapsed:.0f} s spent, the longest group took "
+                f"{longest:.0f} s, the budget is {max_seconds:.0f} s")
+            break
+        group_started = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        for mode in modes:
+            wanted = list(dict.fromkeys(u.model for u in missing[mode]))
+            if wanted:
+                sources: dict[str, ModelSource] = {name: NasModel(seed_of(name)) for name in wanted}
+                rows += [r for r in _measure_group(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml,
+                                                   say) if r["run_id"] not in done]
+                _release()
+        campaign.nas.write(rows)
+        seconds = time.perf_counter() - group_started
+        longest = max(longest, seconds)
+        bad = sum(1 for r in rows if r["status"] != "ok")
+        written, failed = written + len(rows), failed + bad
+        need = sum(len(m) for m in missing.values())
+        campaign.log("nas", SweepReport(need, sum(len(u) for u in units.values()) - need, len(rows) - bad, bad,
+                                        seconds, "complete"),
+                     {"protocol": PROTOCOL, "seeds": chunk, "modes": modes, "batches": batches,
+                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group})
+        say(f"seeds {chunk[0]}-{chunk[-1]}: {len(rows)} rows ({bad} failed) in {seconds:.0f} s")
+    return SweepReport(planned, planned - written, written - failed, failed, time.perf_counter() - started, stopped)
 
 
 def collect_shapes(root: Path, device: str, models: list[str]) -> dict[str, Any]:

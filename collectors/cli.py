@@ -1,5 +1,5 @@
 """The collectors' commands: ``latpred device`` and ``latpred collect`` (shapes, graphs, ops, models,
-profile, card).
+nas, nas-suite, profile, onnx, card).
 
 Every measuring step is a ``latpred collect`` command, so the GPU machine runs one entry point
 (``python -m latpred`` from the checkout). Each command imports torch and the measuring modules
@@ -193,6 +193,58 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
 
 
 @collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
+              help="dataset root; rows go to OUT/<device-id>/nas")
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+@click.option("--seeds", default="0-143", show_default=True, help="architectures, e.g. 0-143 or 0-23,48")
+@click.option("--batches", default="1,8,32", show_default=True)
+@click.option("--precisions", default="fp32,fp16,bf16", show_default=True)
+@click.option("--modes", default="eager,cudagraph", show_default=True,
+              help="comma-separated, of eager and cudagraph; each group runs every mode's rounds")
+@click.option("--group", type=click.IntRange(min=1), default=24, show_default=True,
+              help="architectures interleaved and held at once (captured graphs hold memory)")
+@click.option("--rounds", type=click.IntRange(min=1), default=6, show_default=True)
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
+@click.option("--max-seconds", type=click.FloatRange(min=0), default=None,
+              help="start no group that would end past this (by the longest group so far); resume later")
+def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes: str, group: int, rounds: int,
+        reps: int, seed: int, max_seconds: float | None) -> None:
+    """Time the NAS suite's architectures (nas-<seed>) in groups of interleaved rounds; resumes by run id."""
+    from collectors.campaign import collect_nas
+    from collectors.nas_space import parse_seeds
+
+    try:
+        report = collect_nas(out, device, parse_seeds(seeds), tuple(int(b) for b in batches.split(",") if b.strip()),
+                             tuple(p.strip() for p in precisions.split(",") if p.strip()),
+                             tuple(m.strip() for m in modes.split(",") if m.strip()), group, rounds, reps, seed,
+                             max_seconds, say=click.echo)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"nas: {report.measured} rows written ({report.failed} failed), {report.already_done} already on "
+               f"disk, in {report.seconds:.0f} s, stopped: {report.stopped}")
+
+
+@collect.command("nas-suite")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets/suites/nas"), show_default=True,
+              help="folder for archs.jsonl, suite.json, torch/ and onnx/")
+@click.option("--seeds", default="0-143", show_default=True)
+@click.option("--exporters", default="dynamo,legacy", show_default=True,
+              help="ONNX exporters, each tried separately (onnx/<exporter>/); a failure is logged, not fatal")
+def nas_suite(out: Path, seeds: str, exporters: str) -> None:
+    """Write the NAS suite's specs, torch-trace graphs and weight-stripped ONNX files (CPU; needs onnx)."""
+    from collectors.nas_space import parse_seeds
+    from collectors.nas_suite import write_suite
+
+    try:
+        records = write_suite(out, parse_seeds(seeds), tuple(e.strip() for e in exporters.split(",") if e.strip()),
+                              say=click.echo)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"nas-suite: {len(records)} architectures in {out}")
+
+
+@collect.command()
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="folder for capture_profile.json")
 @click.option("--models", default="", help="comma-separated zoo models (default: the text models)")
@@ -215,17 +267,32 @@ def profile(out: Path, models: str, batches: str, precision: str) -> None:
 @click.option("--out", type=click.Path(path_type=Path), required=True,
               help="folder for <exporter>/<model>.onnx and exports.jsonl")
 @click.option("--models", default="", help="comma-separated zoo models (default: the zoo and the held-out graphs)")
+@click.option("--nas-seeds", default="", help="export these NAS architectures (e.g. 0-143) instead of zoo models")
 @click.option("--exporters", default="dynamo,legacy", show_default=True,
               help="each exports every model separately: torch.onnx.export's default (dynamo) and TorchScript")
-def onnx(out: Path, models: str, exporters: str) -> None:
-    """Export zoo models to weight-stripped ONNX, as a user would (needs torchvision, transformers, onnx)."""
-    from collectors.onnx_export import export_zoo
+def onnx(out: Path, models: str, nas_seeds: str, exporters: str) -> None:
+    """Export zoo models or NAS architectures to weight-stripped ONNX, as a user would (needs onnx;
+    the zoo needs torchvision and transformers)."""
+    from collectors.model_runs import ModelSource
+    from collectors.nas_space import NasModel, model_name, parse_seeds
+    from collectors.onnx_export import export_models
     from collectors.zoo_models import HELD_OUT_GRAPH_MODELS, ZOO
 
     try:
-        names = [m.strip() for m in models.split(",") if m.strip()] or [*ZOO, *HELD_OUT_GRAPH_MODELS]
-        records = export_zoo(out, names, tuple(e.strip() for e in exporters.split(",") if e.strip()),
-                             say=click.echo)
+        sources: dict[str, ModelSource]
+        if nas_seeds:
+            if models:
+                raise ValueError("give --models or --nas-seeds, not both")
+            sources = {model_name(s): NasModel(s) for s in parse_seeds(nas_seeds)}
+        else:
+            known = {**ZOO, **HELD_OUT_GRAPH_MODELS}
+            names = [m.strip() for m in models.split(",") if m.strip()] or list(known)
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise ValueError(f"not zoo models: {', '.join(unknown)}; expected some of {', '.join(known)}")
+            sources = {n: known[n] for n in names}
+        records = export_models(out, sources, tuple(e.strip() for e in exporters.split(",") if e.strip()),
+                                say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
     click.echo(f"onnx: {sum(1 for r in records if r['exporter'])} exported, "

@@ -16,15 +16,17 @@ is shared too.
 Rows use the whole-model run schema with run id ``<model>|b<batch>|<precision>|<mode>|interleaved-all``;
 ``collectors.campaign.collect_models`` writes them to ``<root>/<device>/models``, the dataset's
 one live folder of whole-model runs (rows of the earlier protocols are under ``archive/``).
+The NAS suite's architectures are timed by the same protocol (``collectors.campaign.collect_nas``,
+a group of architectures at a time) into ``<root>/<device>/nas``, which training never reads.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -62,20 +64,48 @@ class ModelUnit:
         return f"{self.config_id}|{mode}|{PROTOCOL}"
 
 
+class ModelSource(Protocol):
+    """What the protocol needs of a model: its kind (the rows' ``model_kind``), how to build it
+    and one input batch. ``collectors.zoo_models.ZooModel`` and ``collectors.nas_space.NasModel``
+    are such sources."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def build(self) -> Any: ...
+
+    def example_input(self, batch: int, device: Any, dtype: Any) -> Any: ...
+
+
 def run_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, samples: list[float],
-            clock_reasons: int | None) -> dict[str, Any]:
-    """The row of one unit in one mode from its samples (milliseconds) over all rounds."""
+            clock_reasons: int | None, kind: str | None = None) -> dict[str, Any]:
+    """The row of one unit in one mode from its samples (milliseconds) over all rounds;
+    ``kind`` is the model's (by default, the zoo model's of that name)."""
     precision = get_precision(unit.precision)
     p10, p50, p90 = (float(v) for v in np.percentile(samples, [10, 50, 90]))
     return {
         "schema_version": MODEL_RUN_SCHEMA_VERSION, "config_id": unit.config_id,
         "run_id": unit.run_id(mode), "status": "ok", "error": None, **provenance(fingerprint),
-        "model": unit.model, "model_kind": get_zoo_model(unit.model).kind, "batch": unit.batch,
+        "model": unit.model, "model_kind": kind or get_zoo_model(unit.model).kind, "batch": unit.batch,
         "precision": unit.precision, "mode": mode, "allow_tf32_cudnn": precision.allow_tf32_cudnn,
         "allow_tf32_matmul": precision.allow_tf32_matmul, "latency_ms": p50, "p10_ms": p10,
         "p90_ms": p90, "cv": coefficient_of_variation(samples), "repetitions": len(samples),
         "throttled": bool(clock_reasons and clock_reasons & THROTTLE_MASK),
         "clock_reasons": clock_reasons, "profile": None, "timestamp": pd.Timestamp.now(tz="UTC"),
+    }
+
+
+def failed_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, kind: str, error: str) -> dict[str, Any]:
+    """The row of a unit that could not be measured (it failed to build, run or capture): on
+    disk, a resumed collection skips it instead of failing on it again."""
+    precision = get_precision(unit.precision)
+    return {
+        "schema_version": MODEL_RUN_SCHEMA_VERSION, "config_id": unit.config_id,
+        "run_id": unit.run_id(mode), "status": "failed", "error": error[:500], **provenance(fingerprint),
+        "model": unit.model, "model_kind": kind, "batch": unit.batch, "precision": unit.precision, "mode": mode,
+        "allow_tf32_cudnn": precision.allow_tf32_cudnn, "allow_tf32_matmul": precision.allow_tf32_matmul,
+        "latency_ms": None, "p10_ms": None, "p90_ms": None, "cv": None, "repetitions": None,
+        "throttled": False, "clock_reasons": None, "profile": None, "timestamp": pd.Timestamp.now(tz="UTC"),
     }
 
 
@@ -98,25 +128,30 @@ def _under(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any
     return run
 
 
-def measure_models(fingerprint: DeviceFingerprint, models: list[str], batches: tuple[int, ...],
-                   precisions: tuple[str, ...], mode: str = "eager", rounds: int = 5, reps: int = 3,
-                   seed: int = 0, nvml: Nvml | None = None) -> list[dict[str, Any]]:
+def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mapping[str, ModelSource],
+                   batches: tuple[int, ...], precisions: tuple[str, ...], mode: str = "eager", rounds: int = 5,
+                   reps: int = 3, seed: int = 0, nvml: Nvml | None = None) -> list[dict[str, Any]]:
     """Rows for every (model, batch, precision) in ``mode``, timed in shuffled interleaved
-    rounds; each forward runs (and is captured) under its precision's TF32 switches."""
+    rounds; each forward runs (and is captured) under its precision's TF32 switches.
+
+    ``models`` names zoo models, or maps names to sources (``ModelSource``: the NAS suite's
+    architectures), in the order their rows come."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+    sources: Mapping[str, ModelSource] = (models if isinstance(models, Mapping)
+                                          else {name: get_zoo_model(name) for name in models})
     device = torch.device("cuda" if fingerprint.kind == "cuda" else "cpu")
     rows: list[dict[str, Any]] = []
     with torch.inference_mode():
         forwards: dict[ModelUnit, Callable[[], Any]] = {}
         for precision in precisions:
             prec = get_precision(precision)
-            for name in models:
+            for name, source in sources.items():
                 with torch.device(device):
-                    model = get_zoo_model(name).build()
+                    model = source.build()
                 model = model.to(device=device, dtype=torch_dtype(prec)).eval()
                 for batch in batches:
-                    x = get_zoo_model(name).example_input(batch, device, torch_dtype(prec))
+                    x = source.example_input(batch, device, torch_dtype(prec))
                     forwards[ModelUnit(name, batch, precision)] = _under(prec, _bound(model, x))
         units = list(forwards)
         for unit in units:  # warm-up: cuDNN/cuBLAS heuristics and allocator caches
@@ -137,7 +172,7 @@ def measure_models(fingerprint: DeviceFingerprint, models: list[str], batches: t
             after = nvml.clock_event_reasons() if nvml else None
             if nvml:  # any reason NVML reported in any round: the whole set of rounds saw it
                 reasons = (reasons or 0) | (before or 0) | (after or 0)
-        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons) for unit in units]
+        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons, sources[unit.model].kind) for unit in units]
         del timers, forwards
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -15,14 +15,21 @@ from __future__ import annotations
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collectors.model_runs import ModelSource
 
 OPSET = 17
 EXPORTERS = ("dynamo", "legacy")
 #: where stripped tensors say their data lives; the file is never written beside the model.
 STRIPPED_LOCATION = "stripped-weights.bin"
 STRIP_ABOVE_BYTES = 1024
+#: the batch an export is traced at, symbolic in the file: at batch 1 an exporter may fold the
+#: batch into constants
+EXPORT_BATCH = 2
 
 
 def _export(module: Any, example: Any, path: Path, exporter: str) -> None:
@@ -40,6 +47,8 @@ def _export(module: Any, example: Any, path: Path, exporter: str) -> None:
         program = torch.onnx.export(module, (example,), dynamo=True, opset_version=OPSET,
                                     input_names=["input"], output_names=["output"],
                                     dynamic_shapes=({0: batch},))
+        if program is None:  # only when given a file to write, which the dynamo path is not
+            raise RuntimeError("torch.onnx.export returned no program")
         program.save(str(path), external_data=True)
 
 
@@ -88,7 +97,8 @@ def export_stripped(module: Any, example: Any, destination: Path,
                 _export(module, example, path, exporter)
                 stripped = strip_weights(path, destination)
             except Exception as exc:  # an exporter's failure is a result to record, not a crash
-                errors[exporter] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}"
+                first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+                errors[exporter] = f"{type(exc).__name__}: {first}"
                 continue
         return {"exporter": exporter, "seconds": round(time.perf_counter() - started, 2),
                 "stripped": stripped, "bytes": destination.stat().st_size, "errors": errors}
@@ -119,30 +129,26 @@ class TextForward:
         return _TextForward().eval()
 
 
-def export_zoo(out: Path, names: list[str], exporters: tuple[str, ...] = EXPORTERS,
-               say: Any = lambda line: None) -> list[dict[str, Any]]:
-    """Export each named zoo (or held-out graph) model with each exporter, separately, to
-    ``out/<exporter>/<name>.onnx``, weights stripped, skipping files already there (so a run cut
-    short resumes). Returns one record per export made, also appended to ``out/exports.jsonl``."""
+def export_models(out: Path, models: Mapping[str, ModelSource], exporters: tuple[str, ...] = EXPORTERS,
+                  say: Callable[[str], None] = lambda line: None) -> list[dict[str, Any]]:
+    """Export each model with each exporter, separately, to ``out/<exporter>/<name>.onnx``, weights
+    stripped, skipping files already there (so a run cut short resumes). Text models are called
+    as ``TextForward``. Returns one record per export tried, also appended to ``out/exports.jsonl``."""
     import json
 
     import torch
 
-    from collectors.zoo_models import HELD_OUT_GRAPH_MODELS, ZOO
-
-    known = {**ZOO, **HELD_OUT_GRAPH_MODELS}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        raise ValueError(f"not zoo models: {', '.join(unknown)}; expected some of {', '.join(known)}")
     records = []
     out.mkdir(parents=True, exist_ok=True)
-    for name in names:
-        zoo = known[name]
+    for name, source in models.items():
         todo = [e for e in exporters if not (out / e / f"{name}.onnx").exists()]
         if not todo:
             continue
-        module = zoo.build().eval() if zoo.kind == "vision" else TextForward(zoo.build().eval())
-        example = zoo.example_input(2, "cpu", torch.float32)
+        torch.manual_seed(0)
+        module = source.build().eval()
+        if source.kind == "text":
+            module = TextForward(module)
+        example = source.example_input(EXPORT_BATCH, "cpu", torch.float32)
         for exporter in todo:
             record = {"model": name, **export_stripped(module, example, out / exporter / f"{name}.onnx", (exporter,))}
             records.append(record)

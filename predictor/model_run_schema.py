@@ -22,7 +22,13 @@ MODEL_RUNS_FOLDER = "models"
 #: folder beside it for whole-model runs a later measurement of the same units superseded, one
 #: subfolder per set: kept for comparison, read by nothing in training.
 ARCHIVE_FOLDER = "archive"
+#: folder beside it for the NAS suites' whole-model runs: measured like the zoo's, read by
+#: validation only (``latpred validate --suite nas-dev|nas-test``), never by training.
+NAS_RUNS_FOLDER = "nas"
 MODES = ("eager", "cudagraph")
+#: the search spaces of the NAS suite's generator (collectors.nas_space): a NAS run's model_kind
+NAS_SPACES = ("mbconv", "transformer", "resnet", "convnext", "attention", "mixer")
+MODEL_KINDS = ("vision", "text", *NAS_SPACES)
 
 
 def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +48,7 @@ def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:
         **{name: text(nullable=name in ("cuda_version", "cudnn_version", "driver_version"))
            for name in PROVENANCE_COLUMNS},
         "model": text(),
-        "model_kind": text(pa.Check.isin(["vision", "text"])),
+        "model_kind": text(pa.Check.isin(list(MODEL_KINDS))),
         "batch": pa.Column(int, pa.Check.ge(1)),
         "precision": text(pa.Check.isin(list(PRECISIONS))),
         "mode": text(pa.Check.isin(list(MODES))),

@@ -12,7 +12,7 @@ from torch import nn
 
 from collectors.fingerprint import read_fingerprint
 from collectors.forward_timing import time_eager
-from collectors.model_runs import PROTOCOL, ModelUnit, measure_models, run_row
+from collectors.model_runs import PROTOCOL, ModelUnit, failed_row, measure_models, run_row
 from collectors.op_measure import provenance
 from collectors.timing import RepetitionRule
 from collectors.zoo_models import ZOO, ZooModel, get_zoo_model
@@ -82,6 +82,24 @@ def test_measure_models_times_every_unit_in_the_rounds(tiny_zoo: str) -> None:
     assert (frame["repetitions"] == 2 * 3).all() and (frame["latency_ms"] > 0).all()
     assert frame["run_id"].str.endswith("|eager|interleaved-all").all()
     assert frame["clock_reasons"].isna().all()  # no NVML on the CPU: nothing seen, not "no reason"
+
+
+def test_measure_models_takes_models_by_source_as_well_as_by_zoo_name() -> None:
+    """Any object with a kind, build() and example_input() is measured as a zoo model is, and its
+    kind is the rows' model_kind (the NAS suite passes its architectures so)."""
+    source = ZooModel("not-in-the-zoo", "vision", tiny_cnn, image_size=8)
+    rows = measure_models(read_fingerprint("cpu"), {"mine": source}, (2,), ("fp32",), "eager", rounds=1, reps=2)
+    assert [(r["model"], r["model_kind"], r["batch"], r["repetitions"]) for r in rows] == [("mine", "vision", 2, 2)]
+    assert len(validate_model_runs(pd.DataFrame(rows))) == 1
+
+
+def test_failed_rows_are_valid_and_carry_the_error() -> None:
+    row = failed_row(ModelUnit("resnet34", 8, "fp16"), "cudagraph", read_fingerprint("cpu"), "vision",
+                     "OutOfMemoryError: " + "x" * 1000)
+    frame = validate_model_runs(pd.DataFrame([row]))
+    assert frame.loc[0, "status"] == "failed" and pd.isna(frame.loc[0, "latency_ms"])
+    assert frame.loc[0, "error"].startswith("OutOfMemoryError") and len(frame.loc[0, "error"]) == 500
+    assert frame.loc[0, "run_id"] == "resnet34|b8|fp16|cudagraph|interleaved-all"
 
 
 def test_measure_models_refuses_an_unknown_mode(tiny_zoo: str) -> None:
