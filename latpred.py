@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                          "/openapi.json)."),
     "train": ("training", "Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."),
     "validate": ("training", "Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs "
-                             "baselines."),
+                             "baselines; or, with --suite, score the zoo or a NAS suite through every importer."),
 }
 
 

@@ -69,11 +69,25 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs/validate"), show_default=True)
 @click.option("--strict", is_flag=True,
               help="also refit the per-layer models without each held-out model's layer shapes (minutes)")
-def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict: bool) -> None:
-    """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines."""
+@click.option("--suite", type=click.Choice(["zoo", "nas-dev", "nas-test"]), default=None,
+              help="score a suite through every importer (torch trace and each ONNX export): share within "
+                   "+-10%, MAPE, Spearman and interval coverage per importer, mode, precision and batch")
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("datasets/suites"), show_default=True, help="the suites' graphs and exports")
+@click.option("--models", default="", help="comma-separated: score only these models of the suite")
+def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict: bool, suite: str | None,
+             suites_dir: Path, models: str) -> None:
+    """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines; or,
+    with --suite, score the zoo or a NAS suite through every importer."""
     from predictor.devices import resolve_device
     from training.validate import scatter_plot, strict_validate, validate as run_validate
 
+    if suite is not None:
+        if strict:
+            raise click.UsageError("--strict refits on the zoo's own layers: it does not combine with --suite")
+        _validate_suite(device, dataset, bundle, out / suite, suite, suites_dir,
+                        [m.strip() for m in models.split(",") if m.strip()] or None)
+        return
     try:
         spec = resolve_device(device)
         run = strict_validate if strict else run_validate
@@ -89,3 +103,32 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
     click.echo("")
     click.echo(report.overall.to_string(index=False, formatters={"MAPE": pct, "median APE": pct, "within10": pct}))
     click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png')}; tables in {out}")
+
+
+def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, suite: str, suites_dir: Path,
+                    models: list[str] | None) -> None:
+    """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
+    from predictor.devices import resolve_device
+    from training.suite_validation import suite_scatter, validate_suite
+    from training.suites import load_suite
+
+    try:
+        spec = resolve_device(device)
+        loaded = load_suite(suite, dataset, suites_dir, models)
+        report = validate_suite(loaded, bundle or DEFAULT_BUNDLE_DIR / spec.device_id)
+    except (ValueError, BundleError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    report.predictions.to_csv(out / "predictions.csv", index=False)
+    report.table.to_csv(out / "by_importer_mode_precision_batch.csv", index=False)
+    pct = lambda v: f"{v:.0%}"  # noqa: E731
+    two = lambda v: f"{v:.3f}"  # noqa: E731
+    formats = {"within10": pct, "MAPE": pct, "coverage90": pct, "spearman": two, "min spearman": two}
+    click.echo(f"suite {suite}: {report.predictions['model'].nunique()} models, "
+               f"{len(report.predictions)} predictions of measured runs")
+    click.echo(report.table.to_string(index=False, formatters=formats))
+    click.echo("")
+    click.echo(report.overall.to_string(index=False, formatters=formats))
+    for importer, names in report.missing.items():
+        click.echo(f"{importer}: no graph for {len(names)} model(s): {', '.join(names)}")
+    click.echo(f"\nscatter plot: {suite_scatter(report.predictions, out / 'scatter.png', suite)}; tables in {out}")

@@ -1,0 +1,89 @@
+"""The validation suites on a committed slice: every importer scored, nothing dropped unseen,
+and the zoo's torch-trace path the same leave-one-model-out prediction as ``latpred validate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from latpred import main
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.devices import resolve_device
+from predictor.predict import Predictor
+from training.composition import leave_one_model_out, run_arrays
+from training.suite_validation import score_suite, validate_suite
+from training.suites import DEFAULT_SUITES_DIR, load_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+DATASET = ROOT / "datasets" / "nvidia-h200"
+SUITES = ROOT / DEFAULT_SUITES_DIR
+BUNDLE = DEFAULT_BUNDLE_DIR / "nvidia-h200"
+SLICE = ["distilbert-base", "mobilenet_v3_small", "resnet34"]
+
+
+@pytest.fixture(scope="module")
+def zoo_report():  # type: ignore[no-untyped-def]
+    suite = load_suite("zoo", DATASET, SUITES, SLICE)
+    return suite, validate_suite(suite, BUNDLE)
+
+
+def test_the_zoo_slice_is_scored_through_the_torch_trace_and_each_onnx_exporter(zoo_report) -> None:  # type: ignore[no-untyped-def]
+    suite, report = zoo_report
+    exported = {json.loads(line)["model"] for line in (SUITES / "zoo/onnx/exports.jsonl").read_text().splitlines()}
+    assert set(SLICE) <= exported
+    assert set(report.predictions["importer"]) == {"torch", "onnx-dynamo", "onnx-legacy"}
+    runs_per_model = suite.runs.groupby("model").size()
+    for importer, part in report.predictions.groupby("importer"):
+        # every measured run of every model the importer has a graph for, and no other
+        expected = sum(runs_per_model[m] for m in SLICE if m not in suite.missing.get(importer, []))
+        assert len(part) == expected, importer
+    assert (report.predictions["low_ms"] < report.predictions["predicted_ms"]).all()
+    assert (report.predictions["predicted_ms"] < report.predictions["high_ms"]).all()
+
+
+def test_scores_are_what_the_predictions_say(zoo_report) -> None:  # type: ignore[no-untyped-def]
+    suite, report = zoo_report
+    p = report.predictions
+    group = p[(p["importer"] == "torch") & (p["mode"] == "cudagraph") & (p["precision"] == "fp16") & (p["batch"] == 8)]
+    row = report.table[(report.table["importer"] == "torch") & (report.table["mode"] == "cudagraph")
+                       & (report.table["precision"] == "fp16") & (report.table["batch"] == 8)].iloc[0]
+    errors = (group["predicted_ms"] - group["measured_ms"]).abs() / group["measured_ms"]
+    assert row["runs"] == len(group) == len(SLICE)
+    assert row["MAPE"] == pytest.approx(errors.mean())
+    assert row["within10"] == pytest.approx((errors <= 0.1).mean())
+    covered = (group["low_ms"] <= group["measured_ms"]) & (group["measured_ms"] <= group["high_ms"])
+    assert row["coverage90"] == pytest.approx(covered.mean())
+    again = score_suite(suite, p)
+    assert again.table.equals(report.table)
+
+
+def test_the_torch_path_is_latpred_validates_leave_one_model_out(zoo_report) -> None:  # type: ignore[no-untyped-def]
+    suite, report = zoo_report
+    bundle = Bundle.load(BUNDLE)
+    arrays = run_arrays(Predictor(bundle, resolve_device(bundle.device_id)), suite.graphs["torch"], suite.runs)
+    reference = leave_one_model_out(arrays).predictions
+    ours = report.predictions[report.predictions["importer"] == "torch"]
+    keys = ["model", "batch", "precision", "mode"]
+    merged = ours.merge(reference, on=keys, suffixes=("", "_ref"))
+    assert len(merged) == len(ours) == len(reference)
+    np.testing.assert_allclose(merged["predicted_ms"], merged["predicted_ms_ref"], rtol=1e-9)
+
+
+def test_an_unknown_suite_or_model_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown suite 'nas'"):
+        load_suite("nas", DATASET, SUITES)
+    with pytest.raises(ValueError, match="no measured runs of not-a-model"):
+        load_suite("zoo", DATASET, SUITES, ["resnet34", "not-a-model"])
+
+
+def test_validate_suite_cli_writes_tables_and_a_scatter_plot(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["validate", "--suite", "zoo", "--models", "resnet34,mobilenet_v3_small",
+                                       "--dataset", str(DATASET), "--suites", str(SUITES), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "suite zoo: 2 models" in result.output and "onnx-legacy" in result.output
+    assert (tmp_path / "zoo" / "scatter.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert (tmp_path / "zoo" / "by_importer_mode_precision_batch.csv").stat().st_size > 0

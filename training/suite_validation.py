@@ -1,0 +1,124 @@
+"""Score a validation suite through every importer: what a user of each path would see.
+
+Per (importer, mode, precision, batch): the share of runs within +-10%, MAPE, Spearman's rank
+correlation across the suite's models (a NAS loop needs the order right more than the numbers),
+and how often the prediction's 90% interval covers the measurement (a calibrated interval covers
+about 90%). The zoo is predicted leave-one-model-out (constants fitted without the model); the NAS
+suites with the shipped bundle as it is, since nothing was fitted on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from predictor.bundle import Bundle
+from predictor.compose import CompositionConstants
+from predictor.devices import resolve_device
+from predictor.predict import Predictor
+from training.composition import fit_constants, run_arrays
+from training.metrics import ape
+from training.suites import Suite
+
+GROUP = ["importer", "mode", "precision", "batch"]
+
+
+@dataclass
+class SuiteReport:
+    """One suite's predictions (a row per importer and run) and their scores."""
+
+    suite: str
+    predictions: pd.DataFrame
+    table: pd.DataFrame  # per importer x mode x precision x batch
+    overall: pd.DataFrame  # per importer x mode
+    missing: dict[str, list[str]]  # importer -> models it could not import
+
+
+def _held_out_constants(predictor: Predictor, suite: Suite) -> dict[str, CompositionConstants]:
+    """Per model, the composition constants fitted on the other models' torch-trace runs."""
+    arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs)
+    return {held: fit_constants([r for r in arrays if r.model != held]) for held in sorted({r.model for r in arrays})}
+
+
+def predict_suite(suite: Suite, bundle_dir: Path) -> pd.DataFrame:
+    """A prediction per importer and measured run, with its interval; runs of a model an importer
+    has no graph for are left out of that importer's rows (and listed in ``suite.missing``)."""
+    bundle = Bundle.load(bundle_dir)
+    device = resolve_device(bundle.device_id)
+    shipped = Predictor(bundle, device)
+    held = _held_out_constants(shipped, suite) if suite.leave_one_out else {}
+    rows = []
+    r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
+    for name, runs in suite.runs.groupby("model"):
+        model = str(name)
+        # one predictor per held-out model: its cache serves that model's graphs through every importer
+        predictor = Predictor(bundle, device, held[model]) if model in held else shipped
+        for importer, graphs in suite.graphs.items():
+            graph = graphs.get(model)
+            if graph is None:
+                continue
+            for r in runs.itertuples(index=False):
+                p = predictor.predict(graph, int(r.batch), str(r.precision), str(r.mode), with_layers=False)
+                rows.append({"importer": importer, "model": model, "batch": int(r.batch), "precision": r.precision,
+                             "mode": r.mode, "measured_ms": float(r.latency_ms), "predicted_ms": p.total_ms,
+                             "low_ms": p.low_ms, "high_ms": p.high_ms})
+    return pd.DataFrame(rows)
+
+
+def _scores(group: pd.DataFrame) -> dict[str, float]:
+    from scipy.stats import spearmanr
+
+    errors = ape(group["predicted_ms"], group["measured_ms"])
+    covered = (group["low_ms"] <= group["measured_ms"]) & (group["measured_ms"] <= group["high_ms"])
+    rho = float(spearmanr(group["predicted_ms"], group["measured_ms"]).statistic) if len(group) > 2 else np.nan
+    return {"runs": len(group), "within10": float(np.mean(errors <= 0.1)), "MAPE": float(np.mean(errors)),
+            "spearman": rho, "coverage90": float(covered.mean())}
+
+
+def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
+    """The per-group and per-(importer, mode) scores of ``predictions``."""
+    table = pd.DataFrame([{**dict(zip(GROUP, key)), **_scores(g)} for key, g in predictions.groupby(GROUP)])
+    overall = pd.DataFrame([{"importer": imp, "mode": mode, **_scores(g)}
+                            for (imp, mode), g in predictions.groupby(["importer", "mode"])])
+    if len(overall):  # Spearman over a whole mode mixes batches: the per-group minimum says more
+        overall["spearman"] = [float(table[(table["importer"] == i) & (table["mode"] == m)]["spearman"].min())
+                               for i, m in zip(overall["importer"], overall["mode"])]
+        overall = overall.rename(columns={"spearman": "min spearman"})
+    return SuiteReport(suite.name, predictions, table, overall, {k: v for k, v in suite.missing.items() if v})
+
+
+def validate_suite(suite: Suite, bundle_dir: Path) -> SuiteReport:
+    """Predict and score ``suite`` through every importer it has graphs for."""
+    return score_suite(suite, predict_suite(suite, bundle_dir))
+
+
+def suite_scatter(predictions: pd.DataFrame, path: Path, title: str) -> Path:
+    """Predicted vs measured, log-log: one panel per importer, colour by mode, the +-10% band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    importers = sorted(predictions["importer"].unique())
+    fig, axes = plt.subplots(1, len(importers), figsize=(5 * len(importers), 5), squeeze=False)
+    lo = float(min(predictions["measured_ms"].min(), predictions["predicted_ms"].min()) * 0.8)
+    hi = float(max(predictions["measured_ms"].max(), predictions["predicted_ms"].max()) * 1.2)
+    line = np.array([lo, hi])
+    for ax, importer in zip(axes[0], importers):
+        part = predictions[predictions["importer"] == importer]
+        for mode, colour in (("cudagraph", "tab:blue"), ("eager", "tab:orange")):
+            runs = part[part["mode"] == mode]
+            ax.scatter(runs["measured_ms"], runs["predicted_ms"], s=8, alpha=0.6, label=mode, color=colour)
+        ax.plot(line, line, "k-", lw=1)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (ms)",
+               ylabel="predicted (ms)", title=f"{title}: {importer}")
+        ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path

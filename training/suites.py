@@ -1,0 +1,122 @@
+"""The validation suites: which measured runs each scores, and the graph each importer makes.
+
+Three suites, so that a figure can't come from the data it was tuned on:
+
+- ``zoo``: the measured zoo (``<dataset>/models``), scored leave-one-model-out: the composition
+  constants that predict a model are fitted without it. The per-layer models did see its layer
+  shapes: a development figure for the per-layer models, an honest one for composition.
+- ``nas-dev`` and ``nas-test``: random architectures of our NAS generator (``collectors.nas_space``),
+  measured on the same GPU in interleaved rounds (``<dataset>/nas``) and split by seed. Neither
+  enters training; the shipped bundle predicts them as it would any user's graph. ``nas-dev`` may be
+  tuned on; ``nas-test`` is only scored: no constant, feature or model choice is made from it.
+
+Each suite is scored through every importer: the torch trace (``torch``) and each ONNX export of
+the same module (``onnx-<exporter>``: ``torch.onnx.export``'s default dynamo exporter, and the
+TorchScript one). An importer that has no graph for a model (its export failed) is reported as
+missing, never silently dropped from the count.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from predictor.graph import Graph
+from predictor.model_run_schema import NAS_RUNS_FOLDER, validate_model_runs
+from training.data import load_model_runs, read_frame
+
+SUITES = ("zoo", "nas-dev", "nas-test")
+DEFAULT_SUITES_DIR = Path("datasets/suites")
+
+
+@dataclass
+class Suite:
+    """A suite's measured runs and, per importer, the graph of each model it could import."""
+
+    name: str
+    runs: pd.DataFrame
+    graphs: dict[str, dict[str, Graph]]  # importer -> model -> graph
+    missing: dict[str, list[str]] = field(default_factory=dict)  # importer -> models without a graph
+    leave_one_out: bool = False  # zoo: fit composition constants without the model predicted
+
+
+def _onnx_graphs(folder: Path, models: list[str]) -> tuple[dict[str, dict[str, Graph]], dict[str, list[str]]]:
+    """``onnx-<exporter>`` graphs from ``folder/<exporter>/<model>.onnx`` (weights stripped)."""
+    from predictor.importers.onnx_graph import graph_from_onnx
+
+    graphs: dict[str, dict[str, Graph]] = {}
+    missing: dict[str, list[str]] = {}
+    for exporter_dir in sorted(p for p in folder.glob("*") if p.is_dir()):
+        importer = f"onnx-{exporter_dir.name}"
+        graphs[importer], missing[importer] = {}, []
+        for model in models:
+            path = exporter_dir / f"{model}.onnx"
+            if path.is_file():
+                graphs[importer][model] = graph_from_onnx(path, name=model)
+            else:
+                missing[importer].append(model)
+    return graphs, missing
+
+
+def _runs_for(runs: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
+    if models is None:
+        return runs
+    unknown = sorted(set(models) - set(runs["model"]))
+    if unknown:
+        raise ValueError(f"no measured runs of {', '.join(unknown)} in this suite")
+    return runs[runs["model"].isin(models)].reset_index(drop=True)
+
+
+def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None) -> Suite:
+    """The zoo's runs with its shipped torch traces and its ONNX exports."""
+    from training.train import zoo_graphs
+
+    runs = _runs_for(load_model_runs(dataset), models)
+    names = sorted(runs["model"].unique())
+    torch_graphs = zoo_graphs(names)
+    graphs, missing = _onnx_graphs(suites_dir / "zoo" / "onnx", names)
+    missing["torch"] = [m for m in names if m not in torch_graphs]
+    return Suite("zoo", runs, {"torch": torch_graphs, **graphs}, missing, leave_one_out=True)
+
+
+def nas_archs(suites_dir: Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
+    """The NAS suite's architectures: seed, name, space, split (and how each was exported)."""
+    path = suites_dir / "nas" / "archs.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no NAS suite here (make it with `latpred collect nas-suite`)")
+    return pd.DataFrame([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
+def load_nas_runs(dataset: Path) -> pd.DataFrame:
+    """The ok NAS runs of a device's dataset (``<dataset>/nas``), one per unit."""
+    runs = read_frame(Path(dataset) / NAS_RUNS_FOLDER, validate_model_runs)
+    return runs[runs["status"] == "ok"].reset_index(drop=True)
+
+
+def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,
+                   models: list[str] | None = None) -> Suite:
+    """One split of the NAS suite: its measured runs, torch traces and ONNX exports."""
+    archs = nas_archs(suites_dir)
+    in_split = set(archs.loc[archs["split"] == split, "name"])
+    runs = load_nas_runs(dataset)
+    runs = _runs_for(runs[runs["model"].isin(in_split)].reset_index(drop=True), models)
+    names = sorted(runs["model"].unique())
+    torch_dir = suites_dir / "nas" / "torch"
+    torch_graphs = {m: Graph.load(torch_dir / f"{m}.json") for m in names if (torch_dir / f"{m}.json").is_file()}
+    graphs, missing = _onnx_graphs(suites_dir / "nas" / "onnx", names)
+    missing["torch"] = [m for m in names if m not in torch_graphs]
+    return Suite(split, runs, {"torch": torch_graphs, **graphs}, missing)
+
+
+def load_suite(name: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,
+               models: list[str] | None = None) -> Suite:
+    """A suite by name (``zoo``, ``nas-dev`` or ``nas-test``), optionally only some models."""
+    if name == "zoo":
+        return load_zoo_suite(dataset, suites_dir, models)
+    if name in ("nas-dev", "nas-test"):
+        return load_nas_suite(name, dataset, suites_dir, models)
+    raise ValueError(f"unknown suite {name!r}: expected one of {', '.join(SUITES)}")
+
