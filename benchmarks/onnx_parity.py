@@ -17,6 +17,7 @@ Run: .venv/bin/python benchmarks/onnx_parity.py [--models resnet50,vit_b_16] [--
 from __future__ import annotations
 
 import argparse
+import gzip
 import shlex
 import statistics
 import sys
@@ -64,17 +65,19 @@ def total(predictor: Predictor, graph: Graph, variant: tuple[str, str, int]) -> 
 
 
 def score(predictor: Predictor, path: Path) -> Row:
+    model = path.name.removesuffix(".onnx.gz")
+    data = gzip.decompress(path.read_bytes())
     t0 = time.perf_counter()
-    graph = graph_from_onnx(path, name=path.stem, batch=1)
+    graph = graph_from_onnx(data, name=model, batch=1)
     import_ms = (time.perf_counter() - t0) * 1e3
-    torch_trace = load_zoo_graph(path.stem)
+    torch_trace = load_zoo_graph(model)
     seen = without_invisible(torch_trace)
     ratios, visible = [], []
     for v in VARIANTS:
         onnx_ms = total(predictor, graph, v)
         ratios.append(onnx_ms / total(predictor, torch_trace, v))
         visible.append(onnx_ms / total(predictor, seen, v))
-    return Row(path.parent.name, path.stem, (len(graph.nodes), len(torch_trace.nodes)), ratios, visible, import_ms,
+    return Row(path.parent.name, model, (len(graph.nodes), len(torch_trace.nodes)), ratios, visible, import_ms,
                len(graph.meta.get("assumptions", [])))
 
 
@@ -123,7 +126,7 @@ def main() -> None:
     wanted = {m.strip() for m in args.models.split(",") if m.strip()}
     device = resolve_device("h200")
     predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
-    paths = sorted(p for p in ROOT.glob("*/*.onnx") if not wanted or p.stem in wanted)
+    paths = sorted(p for p in ROOT.glob("*/*.onnx.gz") if not wanted or p.name.removesuffix(".onnx.gz") in wanted)
     rows, failed = [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # onnx's reference ops on shape arithmetic (log of 0 in T5)
@@ -131,7 +134,7 @@ def main() -> None:
             try:
                 rows.append(score(predictor, path))
             except ValueError as exc:
-                failed.append(f"{path.parent.name} {path.stem}: {exc}")
+                failed.append(f"{path.parent.name} {path.name.removesuffix('.onnx.gz')}: {exc}")
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "benchmarks/onnx_parity.py", *sys.argv[1:]])
     header = [f"# {command}",
               f"# ONNX graph / torch trace, predicted by bundle {predictor.bundle.version} on {device.device_id}; "

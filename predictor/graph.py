@@ -87,6 +87,10 @@ class Node:
         "the precisions (of the whole model) this node runs at, where the model's code branches on "
         "its dtype (T5 guards its hidden states against overflow only in float16); empty: all"),
         json_schema_extra={"uniqueItems": True})] = field(default_factory=list)
+    min_batch: Annotated[int, Strict(), Field(ge=1, le=MAX_SIZE, description=(
+        "the smallest batch size this node runs at; 1: every batch. A copy PyTorch makes only when "
+        "the batch dim has more than one sample (a batch-first tensor handed to sequence-first code "
+        "is contiguous at batch 1, so F.linear folds it without a copy there)"))] = 1
 
     @model_validator(mode="after")
     def _check(self) -> Node:
@@ -155,12 +159,15 @@ class Graph:
         precisions only (asked by every prediction)."""
         seen: set[str] = set()
         branches = False
+        min_batch = 1
         for node in self.nodes:
             if node.name in seen:
                 raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
             seen.add(node.name)
             branches = branches or bool(node.precisions)
+            min_batch = max(min_batch, node.min_batch)
         self.__dict__["branches_on_precision"] = branches
+        self.__dict__["largest_min_batch"] = min_batch
         return self
 
     @property
@@ -204,23 +211,39 @@ class Graph:
         """Whether some node runs at some precisions only (``Node.precisions``)."""
         return self.__dict__["branches_on_precision"]
 
-    def at_precision(self, precision: str) -> Graph:
-        """The graph as it runs at ``precision``: without the nodes its code runs only at others
-        (``Node.precisions``). Most graphs have none, and are returned as they are."""
-        if not self.branches_on_precision:
+    @property
+    def branches_on_batch(self) -> bool:
+        """Whether some node runs only from some batch size on (``Node.min_batch``)."""
+        return self.__dict__["largest_min_batch"] > 1
+
+    def at_precision(self, precision: str, batch: int | None = None) -> Graph:
+        """The graph as it runs at ``precision`` (and at ``batch``, where given): without the nodes
+        its code runs only at other precisions (``Node.precisions``) or at larger batches
+        (``Node.min_batch``). Most graphs have neither, and are returned as they are; the others'
+        subgraphs are made once per (precision, batch that changes them) and kept."""
+        by_batch = batch is not None and self.branches_on_batch
+        if not self.branches_on_precision and not by_batch:
             return self
-        name = get_precision(precision).name
-        nodes = [n for n in self.nodes if not n.precisions or name in n.precisions]
+        name = get_precision(precision).name if self.branches_on_precision else ""
+        # batches from the largest min_batch on all keep every node: one subgraph serves them
+        runs_at = min(batch, self.__dict__["largest_min_batch"]) if by_batch and batch is not None else 0
+        return self.derived(("at", name, runs_at), lambda: self._subgraph(name, runs_at))
+
+    def _subgraph(self, precision: str, batch: int) -> Graph:
+        """The nodes that run at ``precision`` (a name; '' for all) and ``batch`` (0 for all)."""
+        nodes = [n for n in self.nodes if (not precision or not n.precisions or precision in n.precisions)
+                 and (not batch or n.min_batch <= batch)]
         if not nodes:
-            raise ValueError(f"graph {self.name!r} has no nodes at precision {name}: every node's "
+            raise ValueError(f"graph {self.name!r} has no nodes at precision {precision}: every node's "
                              "'precisions' names others")
         return Graph(self.name, nodes, self.batch, self.source, self.meta)
 
     def to_json(self) -> dict[str, Any]:
         return {"ir_version": IR_VERSION, "name": self.name, "batch": self.batch,
                 "source": self.source, "meta": self.meta,
-                "nodes": [{k: v for k, v in asdict(n).items() if v not in ("", [], {}, None, 0)
-                           or k in ("name", "op", "kind")} for n in self.nodes]}
+                "nodes": [{k: v for k, v in asdict(n).items() if (v not in ("", [], {}, None, 0)
+                           and not (k == "min_batch" and v == 1)) or k in ("name", "op", "kind")}
+                          for n in self.nodes]}
 
     def save(self, path: Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), separators=(",", ":")))

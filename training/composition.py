@@ -79,7 +79,7 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
         key = (r.model, int(r.batch), r.precision, r.mode)
         if key not in cache:
             prec = get_precision(r.precision)
-            graph = graphs[r.model].at_precision(prec.name)
+            graph = graphs[r.model].at_precision(prec.name, int(r.batch))
             layers = predictor.layers(graph, int(r.batch), r.precision, r.mode)
             # The baselines see the graph as latpred does: captured variants, fp32 islands, no-op casts.
             # A kernel node has a family (Node's validator refuses one without).

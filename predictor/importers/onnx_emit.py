@@ -20,11 +20,14 @@ Where the export cannot say what PyTorch runs, the choice made is returned as a 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from predictor.graph import Node
+from predictor.importers import onnx_strides as st
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
@@ -33,6 +36,7 @@ from predictor.importers.onnx_ops import (
     classify_node,
     conv_rule,
     copy_fields,
+    elementwise_fields,
     kernel_fields,
     layout_of,
     try_rule,
@@ -219,11 +223,55 @@ class Emitter:
         made = [self._node(i, fields)]
         if n.op_type in ("Reshape", "Flatten") and i in self.lay.copies and fields["kind"] == "free":
             return self._reshape_copy(i)
+        family, variant = fields.get("family"), fields.get("variant")
+        if family == "layer_norm" or (family == "linear" and variant == "nobias"):
+            before, _ = self._unfused_parts(i, fields["family"], [n.input[0]], n.output[0], has_bias=False)
+            return before + made
         if fields.get("family") == "matmul":
             copies = self.lay.matmul_copies(n.input[0], n.input[1])
             return [self._node(i, copy_fields(t, c), f"/copy{j}", launched_by=self.names[i])
                     for j, c in enumerate(copies)] + made
         return made
+
+    def _runs_from(self, name: str, needs: Callable[[list[int], st.Strides], bool]) -> int | None:
+        """The first batch (1 or 2) at which a tensor's layout ``needs`` a kernel, or None. A
+        graph is costed at any batch, and a transposed batch-1 tensor can still be viewed where a
+        larger batch must be copied; strides of dims after the batch do not depend on it."""
+        laid = self.lay.of(name)
+        if laid is None or not laid[0]:
+            return None
+        shape, strides = laid
+        return next((b for b in (1, 2) if needs([b, *shape[1:]], strides)), None)
+
+    def _unfused_parts(self, i: int, family: str, reads: list[str], output: str | None,
+                       has_bias: bool = True) -> tuple[list[Node], list[Node]]:
+        """Kernels PyTorch runs around one call because its input is not contiguous, as the torch
+        importer records them (``torch_calls.hidden_kernels`` and ``trailing_kernels``): the copy
+        ``layer_norm`` makes of its input; for ``linear``, the copy that folds the input into rows
+        (from the batch where no view can) and the bias add its GEMM could then not take. The call
+        launches them: they cost no dispatch of their own."""
+        t = self.t
+        x = reads[0] if reads else None
+        if x is None or (laid := self.lay.of(x)) is None or st.is_contiguous(*laid):
+            return [], []
+        copy, after = None, []
+        if family == "layer_norm":
+            copy = self._runs_from(x, lambda shape, strides: not st.is_contiguous(shape, strides))
+        elif family == "linear" and len(laid[0]) >= 3 and output is not None:
+            copy = self._runs_from(x, lambda shape, strides: st.view_strides(
+                shape, strides, [math.prod(shape[:-1]), shape[-1]]) is None)
+            bias = elementwise_fields("binary", "add", "strided", t.numel(output) or 0, t.batch)
+            after = [self._node(i, bias, "/bias_add", "Add", reads=[output], writes=[output],
+                                launched_by=self.names[i])] if has_bias else []
+        else:
+            return [], []
+        before = []
+        if copy is not None:
+            fields = copy_fields(t, t.numel(x) or 0)
+            if copy > 1:
+                fields["min_batch"] = copy
+            before = [self._node(i, fields, "/input_copy", "Copy", reads=[x], writes=[x], launched_by=self.names[i])]
+        return before, after
 
     def _reshape_copy(self, i: int) -> list[Node]:
         """A reshape PyTorch cannot view: the copy ``reshape`` (or ``flatten``) makes, a generic
@@ -255,13 +303,18 @@ class Emitter:
                 first = t.nodes[f.indices[0]]
                 layout = self.lay.elementwise_layout([x for x in first.input if x and not t.is_scalar(x)],
                                                      first.input[0])
+            before, after = self._unfused_parts(i, family, reads, f.output) if not f.parts else ([], [])
+            if after:
+                variant = "nobias"
             fields = kernel_fields((family, variant, params), layout)
             if fields is None:
                 continue
             if capture:
                 fields["capture_variant"] = capture
+            out += before
             out.append(self._node(i, fields, f"/{suffix}" if suffix else "", f.op, reads=reads,
                                   writes=[f.output] if f.output else None, merged=merged))
+            out += after
         out += [self._node(i, {"kind": "free"}, f"/view{j}", "Transpose", reads=[], writes=[])
                 for j in range(f.views)]
         return out

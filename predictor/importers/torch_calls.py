@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 ACTIVATION_NAMES = {
     "relu": "relu", "relu_": "relu", "gelu": "gelu", "silu": "silu", "silu_": "silu",
@@ -137,8 +137,9 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         return "linear", "", dict(tokens=_rows(t[1].shape, batch), k=t[1].shape[1], n=t[2].shape[1])
     if name == "linear":
         w = _arg(args, kwargs, 1, "weight")
-        variant = "" if _arg(args, kwargs, 2, "bias") is not None else "nobias"
-        return "linear", variant, dict(tokens=_rows(s, batch), k=s[-1], n=w.shape[0])
+        plan = linear_plan(x, w, _arg(args, kwargs, 2, "bias"), batch)
+        return "linear", "" if plan.bias_add is None and plan.has_bias else "nobias", dict(
+            tokens=_rows(s, batch), k=s[-1], n=w.shape[0])
     if name in ("matmul", "__matmul__", "bmm") and len(t) >= 2:
         a, b = t[0], t[1]
         if b.dim() == 2:
@@ -180,13 +181,16 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
         # A reduction of the whole tensor to one value (T5's fp16 guard `isinf(x).any()`):
         # PyTorch's reduce kernel, costed as the mean of one row per sample.
         return "mean", "", dict(rows=1, c=max(1, x.numel() // batch))
-    if name in REDUCTIONS and isinstance(out, torch.Tensor):
+    if name in REDUCTIONS and isinstance(out, torch.Tensor) and x.dim() >= 2:
         dim = _arg(args, kwargs, 1, "dim")
-        dims = tuple(dim) if isinstance(dim, (list, tuple)) else (dim,)
-        if dims in ((-1,), (x.dim() - 1,)):
-            return "mean", "", dict(rows=_rows(s, batch), c=s[-1])
-        if x.dim() == 4 and sorted(d % 4 for d in dims) == [2, 3]:
-            return "mean", "", dict(rows=s[1], c=s[2] * s[3])
+        dims = {int(d) % x.dim() for d in (dim if isinstance(dim, (list, tuple)) else (dim,)) if d is not None}
+        if dims and 0 not in dims:
+            # Over the last dim, or the spatial dims of a map: the reduce kernel's inner reduction.
+            # Over others (a transformer's mean over its tokens, dim 1 of [batch, tokens, c]) it
+            # reduces along a strided dim, reading and writing the same bytes: costed as the mean
+            # of the kept elements' rows over the reduced ones.
+            c = math.prod(s[d] for d in dims)
+            return "mean", "", dict(rows=max(1, x.numel() // (batch * c)), c=c)
     return None
 
 
@@ -329,6 +333,113 @@ def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
     return copies
 
 
+def _contiguous(shape: list[int], strides: list[int]) -> bool:
+    """``Tensor.is_contiguous`` for a shape and strides: dims of size 1 have any stride."""
+    expected = 1
+    for size, stride in reversed(list(zip(shape, strides))):
+        if size != 1:
+            if stride != expected:
+                return False
+            expected *= size
+    return True
+
+
+def _merges(shape: list[int], strides: list[int]) -> bool:
+    """Whether these dims merge into one by a view (``reshape``): dims of size 1 have any stride."""
+    kept = [(n, st) for n, st in zip(shape, strides) if n != 1]
+    return all(st == st_next * n_next for (_, st), (n_next, st_next) in zip(kept, kept[1:]))
+
+
+def _gemm_copies(shape: list[int], strides: list[int], fold: bool) -> bool:
+    """Whether ``torch.matmul`` of this [..., m, k] tensor by a matrix copies it: folded
+    (``should_fold``) into rows for one GEMM, it copies unless ``reshape(-1, k)`` is a view whose
+    rows or columns are unit-strided; not folded, the batched GEMM reads each matrix transposed
+    or not, copying only where the batch dims do not merge or neither matrix stride is 1."""
+    if fold:
+        rows = [(n, st) for n, st in zip(shape[:-1], strides[:-1]) if n != 1]
+        row_stride = rows[-1][1] if rows else 1
+        return not _merges(shape[:-1], strides[:-1]) or (1 not in (strides[-1], row_stride) and shape[-1] != 1)
+    return not _merges(shape[:-2], strides[:-2]) or 1 not in (strides[-1], strides[-2])
+
+
+def _batch_dim(t: Any, batch: int) -> int | None:
+    """The dim that holds the batch: the first of size ``batch`` (dim 0 in batch-first code)."""
+    return next((d for d, n in enumerate(t.shape) if n == batch), None)
+
+
+def runs_from(t: Any, batch: int, copies: Callable[[list[int], list[int]], bool],
+              dim: int | None = None) -> int | None:
+    """The smallest batch at which PyTorch copies ``t``, when ``copies(shape, strides)`` says it
+    does: 1 (every batch), 2, or None (never). A graph traced at batch 1 must say what runs at
+    larger batches too: a tensor whose batch dim is not its outermost in memory (a batch-first
+    tensor transposed to sequence-first, a transposed [batch, tokens, c]) is contiguous at batch
+    1, where that dim has any stride, and copied from batch 2 on. ``dim`` is the batch dim where
+    known (else ``_batch_dim``). A tensor that is a permutation of dense memory keeps its dims'
+    order in memory at every batch; another (a slice) keeps its traced strides."""
+    shape, strides = list(t.shape), list(t.stride())
+    dim = _batch_dim(t, batch) if dim is None else dim
+    if dim is None:
+        return 1 if copies(shape, strides) else None
+    at = []
+    for b in (1, 2):
+        resized = [b if d == dim else n for d, n in enumerate(shape)]
+        at.append(copies(resized, _dense_strides(resized, strides) if _dense(t) else strides))
+    return 1 if at[0] else 2 if at[1] else None
+
+
+def _dense_strides(shape: list[int], strides: list[int]) -> list[int]:
+    """The strides of dense memory of ``shape`` with its dims in the memory order ``strides``
+    give (innermost first by stride; a size-1 dim, whose stride may equal its outer neighbour's,
+    counts as the inner one): a permuted tensor's strides at another batch size."""
+    order = sorted(range(len(shape)), key=lambda d: (strides[d], shape[d] != 1, -d))
+    out, step = [0] * len(shape), 1
+    for d in order:
+        out[d] = step
+        step *= shape[d]
+    return out
+
+
+class LinearPlan(NamedTuple):
+    """What ``at::linear`` runs for one call, as the batches each extra kernel runs from (None:
+    never): ``copy``, the input made contiguous before the GEMM, and ``bias_add``, the bias
+    added by a kernel of its own after a GEMM without it."""
+
+    has_bias: bool
+    copy: int | None
+    bias_add: int | None
+
+
+def linear_plan(x: Any, weight: Any, bias: Any, batch: int, dim: int | None = None) -> LinearPlan:
+    """How ``F.linear`` runs on input ``x`` (aten/src/ATen/native/Linear.cpp). A 2-d input, or a
+    contiguous one with a bias, is one GEMM with the bias in it (addmm, on a view of the rows).
+    Otherwise it is ``matmul(x, weight.t())`` and then ``add_(bias)``: matmul folds the input into
+    rows when the weight requires grad (a module's parameter, in inference too) or the rows are
+    already a view (``should_fold`` in LinearAlgebra.cpp), copying it where they are not (MLP-Mixer's
+    token mixing on ``x.transpose(1, 2)``: from batch 2 on; a batch-first input to
+    sequence-first attention likewise); else a batched GEMM reads it as it is. Seen with the
+    profiler on the CPU and on an H200 (PyTorch 2.11): clone and copy, then mm, then add_."""
+    has_bias = bias is not None
+    if x.dim() < 3:
+        return LinearPlan(has_bias, None, None)
+    grad = bool(getattr(weight, "requires_grad", False))
+
+    def unfused(shape: list[int], strides: list[int]) -> bool:
+        return not (has_bias and _contiguous(shape, strides))
+
+    def copies(shape: list[int], strides: list[int]) -> bool:
+        fold = grad or all(st == st_next * n_next for st, (n_next, st_next)
+                           in zip(strides[:-2], zip(shape[1:-1], strides[1:-1])))
+        return unfused(shape, strides) and _gemm_copies(shape, strides, fold)
+
+    return LinearPlan(has_bias, runs_from(x, batch, copies, dim),
+                      runs_from(x, batch, unfused, dim) if has_bias else None)
+
+
+def from_batch(fields: dict[str, Any], min_batch: int) -> dict[str, Any]:
+    """Node fields of a kernel that runs from batch ``min_batch`` on."""
+    return {**fields, "min_batch": min_batch} if min_batch > 1 else fields
+
+
 def _rolled_dims(args: tuple, kwargs: dict) -> int:
     shifts = _arg(args, kwargs, 1, "shifts", 0)
     return len(shifts) if isinstance(shifts, (list, tuple)) else 1
@@ -336,15 +447,42 @@ def _rolled_dims(args: tuple, kwargs: dict) -> int:
 
 def hidden_kernels(name: str, args: tuple, kwargs: dict, batch: int = 1) -> list[dict[str, Any]]:
     """Kernels a call launches before the one its node costs: the operand copies of a batched
-    matmul, and the further passes of a roll over several dims (one kernel per rolled dim)."""
+    matmul, the input copy of a linear layer or matmul by a matrix that cannot fold its input
+    into rows (``linear_plan``), the copy layer norm makes of an input that is not contiguous
+    (``native_layer_norm`` calls ``expect_contiguous``: ConvNeXt's norms over permuted maps), and
+    the further passes of a roll over several dims (one kernel per rolled dim). A copy that
+    runs only from batch 2 on says so (``min_batch``)."""
     import torch
 
     t = [a for a in args if isinstance(a, torch.Tensor)]
     if name in ("matmul", "__matmul__") and len(t) >= 2 and t[0].dim() >= 3 and t[1].dim() >= 3:
         return _matmul_copies(t[0], t[1], batch)
+    if name in ("matmul", "__matmul__", "linear") and len(t) >= 2 and t[0].dim() >= 3 and t[1].dim() == 2:
+        if name == "linear":
+            plan = linear_plan(t[0], t[1], _arg(args, kwargs, 2, "bias"), batch)
+        else:
+            plan = linear_plan(t[0], t[1], None, batch)
+        return [] if plan.copy is None else [from_batch(_copy(t[0], batch), plan.copy)]
+    if name == "layer_norm" and t:
+        copy = runs_from(t[0], batch, lambda shape, strides: not _contiguous(shape, strides))
+        return [] if copy is None else [from_batch(_copy(t[0], batch), copy)]
     if name == "roll" and t:
         return [_copy(t[0], batch) for _ in range(_rolled_dims(args, kwargs) - 1)]
     return []
+
+
+def trailing_kernels(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> list[dict[str, Any]]:
+    """Kernels a call launches after the one its node costs: the bias add of a linear layer
+    whose GEMM could not take its bias (``linear_plan``), over the output and broadcast."""
+    import torch
+
+    if name != "linear" or not isinstance(out, torch.Tensor):
+        return []
+    x = _arg(args, kwargs, 0, "input")
+    plan = linear_plan(x, _arg(args, kwargs, 1, "weight"), _arg(args, kwargs, 2, "bias"), batch)
+    if plan.bias_add is None:
+        return []
+    return [from_batch(_elementwise("binary", "add", "strided", out.numel(), batch), plan.bias_add)]
 
 
 def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> dict[str, Any] | None:

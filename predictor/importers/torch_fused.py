@@ -34,6 +34,8 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from predictor.importers.torch_calls import from_batch, linear_plan
+
 #: the attention calls costed as parts: the fast path's fused call (batch-first) and the slow
 #: path's functional form (sequence-first)
 MHA_NAMES = ("_native_multi_head_attention", "multi_head_attention_forward")
@@ -138,9 +140,12 @@ def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
     odd heads, masks, training); other forms are costed as projection, attention, projection.
 
     A batch-first module hands it a transposed view, which ``F.linear`` cannot fold into one
-    GEMM with its bias: it copies the input, runs the GEMM and adds the bias in a kernel of its
-    own (seen on the H200). The projection is then made contiguous as [3, tokens, batch, embed];
-    attention's output is permuted back with a copy before the output projection."""
+    GEMM with its bias from batch 2 on: it copies the input, runs the GEMM and adds the bias in
+    a kernel of its own (seen on the H200; ``torch_calls.linear_plan``). At batch 1 that view is
+    contiguous and none of this runs: those kernels carry ``min_batch`` 2, and the GEMM is costed
+    without its bias at every batch. The projection is then made contiguous as [3, tokens,
+    batch, embed]; attention's output is permuted back, a copy from batch 2 on, before the
+    output projection."""
     query, key, value = args[0], args[1], args[2]
     embed, heads = int(args[3]), int(args[4])
     tokens, kv_tokens = int(query.shape[0]), int(key.shape[0])
@@ -155,14 +160,18 @@ def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
         return [("qkv", _kernel("linear", tokens=tokens, k=embed, n=3 * embed)),
                 ("attention", _kernel_sdpa(tokens, kv_tokens, embed, heads, "masked" if masked else "")),
                 ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
-    parts: list[Part]
-    if query.dim() == 3 and query.stride(1) > query.stride(0):  # [batch, tokens, embed] seen as sequence-first
-        parts = [("input_copy", _copy(tokens * embed)),
-                 ("qkv_gemm", _kernel("linear", "nobias", tokens=tokens, k=embed, n=3 * embed))]
-        if in_bias:
-            parts.append(("qkv_bias", _kernel("binary", "add", "strided", elements=3 * tokens * embed)))
-    else:
-        parts = [("qkv", _kernel("linear", "" if in_bias else "nobias", tokens=tokens, k=embed, n=3 * embed))]
+    # the in-projection's F.linear on [tokens, batch, embed], the batch in dim 1
+    plan = linear_plan(query, _arg(args, kwargs, 5, "in_proj_weight"), _arg(args, kwargs, 6, "in_proj_bias"),
+                       int(query.shape[1]), dim=1)
+    parts: list[Part] = []
+    if plan.copy is not None:
+        parts.append(("input_copy", from_batch(_copy(tokens * embed), plan.copy)))
+    fused = in_bias and plan.bias_add is None
+    parts.append(("qkv_gemm" if not fused else "qkv",
+                  _kernel("linear", "" if fused else "nobias", tokens=tokens, k=embed, n=3 * embed)))
+    if plan.bias_add is not None:
+        parts.append(("qkv_bias", from_batch(_kernel("binary", "add", "strided", elements=3 * tokens * embed),
+                                              plan.bias_add)))
     parts.append(("qkv_copy", _copy(3 * tokens * embed)))
     head_dim = embed // heads
     if need_weights:
@@ -173,7 +182,12 @@ def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
     else:
         causal = int(bool(_arg(args, kwargs, 24, "is_causal", False)) and not masked)
         parts.append(("attention", _kernel_sdpa(tokens, kv_tokens, embed, heads, "masked" if masked else "", causal)))
-    parts += [("output_copy", _copy(tokens * embed)),
+    # attention's output [batch, heads, tokens, head] permuted to [tokens, batch, heads, head] and
+    # reshaped into rows: the fused kernels write it as [batch, tokens, heads, head], a view at
+    # batch 1; the batched GEMMs of need_weights write [batch * heads, tokens, head], a copy
+    # wherever there are several heads.
+    out_from = 1 if need_weights and heads > 1 else 2
+    parts += [("output_copy", from_batch(_copy(tokens * embed), out_from)),
               ("out_proj", _kernel("linear", "" if out_bias else "nobias", tokens=tokens, k=embed, n=embed))]
     if need_weights and bool(_arg(args, kwargs, 23, "average_attn_weights", True)):
         parts.append(("weights_mean", {"kind": "fallback", "elements_per_sample": (heads + 1) * tokens * kv_tokens}))

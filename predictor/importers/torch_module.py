@@ -1,7 +1,9 @@
 """Import a torch module into the graph IR by running one forward and recording its calls.
 
 Every top-level torch call becomes a node, in issue order: the order an eager forward issues
-them, which is what the eager composition needs; a fused call (multi-head attention, a
+them, which is what the eager composition needs; the copies and bias adds a call runs beside
+its own kernel are nodes of their own, launched by it (those that run only from batch 2 on
+say so: ``Node.min_batch``); a fused call (multi-head attention, a
 transformer encoder layer's fast path) becomes a node per kernel it launches. The forward runs
 as a measured one does: under ``torch.inference_mode()``, taking the fast paths a measured
 forward takes. torch is imported lazily.
@@ -13,7 +15,13 @@ from dataclasses import replace
 from typing import Any
 
 from predictor.graph import Graph, Node
-from predictor.importers.torch_calls import call_recorder, classify, hidden_kernels, tensors_in
+from predictor.importers.torch_calls import (
+    call_recorder,
+    classify,
+    hidden_kernels,
+    tensors_in,
+    trailing_kernels,
+)
 from predictor.importers.torch_capture import capture_path_forced
 from predictor.importers.torch_fused import fused_block, measured_fast_paths
 
@@ -78,6 +86,9 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
             dtype=str(outs[0].dtype).replace("torch.", "") if outs else "",
             **fields,
         ))
+        if fields["kind"] == "kernel":  # kernels the call runs after its own (a bias added apart)
+            for j, trailing in enumerate(trailing_kernels(op, args, kwargs, out, batch)):
+                nodes.append(Node(name=f"{index}:{op}/after{j}", op=op, launched_by=f"{index}:{op}", **trailing))
 
     # Measurement runs under inference_mode with no recorder, so fused fast paths run there:
     # the trace lets them run too (predictor.importers.torch_fused).

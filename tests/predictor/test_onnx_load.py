@@ -8,6 +8,7 @@ at a ``stripped-weights.bin`` that does not exist).
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import math
@@ -51,10 +52,22 @@ def make_model(nodes: list[Any], inputs: list[Any], weights: dict[str, Any] | No
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
 
 
-def fill_weights(path: Path) -> bytes:
+def zoo_export(name: str) -> bytes:
+    """A weight-stripped zoo export (``<exporter>/<model>``), as the suite keeps it gzipped."""
+    return gzip.decompress((ZOO / f"{name}.onnx.gz").read_bytes())
+
+
+def zoo_export_file(name: str, folder: Path) -> Path:
+    """The stripped export written out as a plain .onnx file in ``folder``."""
+    path = folder / f"{name.replace('/', '-')}.onnx"
+    path.write_bytes(zoo_export(name))
+    return path
+
+
+def fill_weights(name: str) -> bytes:
     """A stripped zoo export with its weights put back inside the file (seeded random values),
     as the model a user saves with ``torch.onnx.export``."""
-    model = onnx.load(str(path), load_external_data=False)
+    model = onnx.load_from_string(zoo_export(name))
     rng = np.random.default_rng(0)
     for t in model.graph.initializer:
         if t.data_location == TensorProto.EXTERNAL:
@@ -86,12 +99,12 @@ def expected_slim(data: bytes) -> Any:
 
 
 def test_the_wire_reader_keeps_everything_but_large_payloads() -> None:
-    data = fill_weights(ZOO / "legacy" / "resnet18.onnx")
+    data = fill_weights("legacy/resnet18")
     slim = onnx.ModelProto()
     slim.ParseFromString(onnx_wire.slim_model_bytes(data))
     assert slim == expected_slim(data)
     assert len(slim.SerializeToString()) < len(data) / 10
-    stripped = (ZOO / "legacy" / "distilbert-base.onnx").read_bytes()
+    stripped = zoo_export("legacy/distilbert-base")
     slim.ParseFromString(onnx_wire.slim_model_bytes(stripped))
     assert slim == expected_slim(stripped)
     assert not [t for t in slim.graph.initializer if t.external_data or t.data_location]
@@ -100,7 +113,7 @@ def test_the_wire_reader_keeps_everything_but_large_payloads() -> None:
 @pytest.mark.parametrize("name", ["legacy/resnet50", "legacy/distilbert-base", "dynamo/electra-small",
                                   "legacy/shufflenet_v2_x0_5", "dynamo/convnext_tiny"])
 def test_the_wire_reader_gives_the_graph_of_a_full_load(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = fill_weights(ZOO / f"{name}.onnx")
+    data = fill_weights(name)
     slim = graph_from_onnx(data, name="m", batch=8)
     # The old way: protobuf parses every weight (the wire reader is bypassed).
     parsed: list[int] = []
@@ -156,18 +169,16 @@ def test_torch_exports_read_like_a_full_load(monkeypatch: pytest.MonkeyPatch) ->
 
 
 @pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
-def test_stripped_zoo_exports_import_and_predict(exporter: str, predictor: Predictor) -> None:
+def test_stripped_zoo_exports_import_and_predict(exporter: str, predictor: Predictor, tmp_path: Path) -> None:
     for name in ("resnet50", "mobilenet_v3_small", "distilbert-base", "vit_b_16"):
-        path = ZOO / exporter / f"{name}.onnx"
-        if not path.exists():
+        if not (ZOO / exporter / f"{name}.onnx.gz").exists():
             continue
-        graph = graph_from_onnx(path, batch=8)
+        graph = graph_from_onnx(zoo_export_file(f"{exporter}/{name}", tmp_path), batch=8)
         assert "shapes_unknown" not in graph.meta, name
         result = predictor.predict(graph, 8, "fp16", "cudagraph")
         assert result.total_ms > 0 and math.isfinite(result.total_ms)
-    stripped = graph_from_onnx(ZOO / exporter / "resnet50.onnx", name="r", batch=8)
-    assert stripped.to_json() == graph_from_onnx(fill_weights(ZOO / exporter / "resnet50.onnx"), name="r",
-                                                 batch=8).to_json()
+    stripped = graph_from_onnx(zoo_export_file(f"{exporter}/resnet50", tmp_path), name="r", batch=8)
+    assert stripped.to_json() == graph_from_onnx(fill_weights(f"{exporter}/resnet50"), name="r", batch=8).to_json()
 
 
 # ---------------------------------------------------------------------------- external data
@@ -418,7 +429,7 @@ def test_a_subgraph_within_the_limit_still_imports() -> None:
 
 
 def test_a_model_path_is_memory_mapped_and_a_big_file_reads_fast(tmp_path: Path) -> None:
-    data = fill_weights(ZOO / "legacy" / "resnet50.onnx")
+    data = fill_weights("legacy/resnet50")
     path = tmp_path / "resnet50.onnx"
     path.write_bytes(data)
     assert len(data) > 100e6

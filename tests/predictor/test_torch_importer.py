@@ -409,3 +409,119 @@ def test_multihead_attention_that_returns_weights_runs_unfused() -> None:
                      "out_proj_gemm", "weights_sum", "weights_div"]
     scores = next(n for n in g.nodes if n.name.endswith("/scores"))
     assert scores.params == dict(heads=HEADS, m=TOKENS, k=EMBED // HEADS, n=TOKENS)
+
+
+# --- copies PyTorch makes inside a call, and the batches they run at ------------------------
+
+
+def call_nodes(g: Graph, op: str) -> list[tuple[str, str | None, str, int]]:
+    """(name suffix, family, variant, min_batch) of the nodes one kind of call made."""
+    return [(n.name.split(":", 1)[1], n.family, n.variant, n.min_batch) for n in g.nodes if n.op == op]
+
+
+class TokenMixing(nn.Module):
+    """MLP-Mixer's token mixing: a linear layer over the tokens of [batch, tokens, c] transposed."""
+
+    def __init__(self, tokens: int = 12, hidden: int = 20, bias: bool = True) -> None:
+        super().__init__()
+        self.fc = nn.Linear(tokens, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.transpose(1, 2))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_on_a_transposed_input_copies_it_from_batch_two_and_adds_its_bias_apart(bias: bool) -> None:
+    """at::linear cannot fold a non-contiguous 3-d input with its bias into addmm: matmul folds
+    the rows (reshape: a copy from batch 2 on, a transposed view at batch 1), runs the GEMM
+    without the bias, and add_ adds it at every batch."""
+    g = graph_from_module(TokenMixing(bias=bias), torch.randn(1, 12, 16), name="mix")
+    expected = [("linear/copy0", "activation", "relu", 2), ("linear", "linear", "nobias", 1)]
+    if bias:
+        expected.append(("linear/after0", "binary", "add", 1))
+    assert call_nodes(g, "linear") == expected
+    gemm = next(n for n in g.nodes if n.family == "linear")
+    assert gemm.params == {"tokens": 16, "k": 12, "n": 20}
+    assert next(n for n in g.nodes if n.name.endswith("/copy0")).params == {"elements": 12 * 16}
+    assert all(n.launched_by == "1:linear" for n in g.nodes if "/" in n.name)  # node 0: the transpose
+    # traced at batch 2 the same nodes are recorded: the graph does not depend on the trace's batch
+    assert call_nodes(graph_from_module(TokenMixing(bias=bias), torch.randn(2, 12, 16), name="mix"),
+                      "linear") == expected
+
+
+def test_the_batch_one_graph_drops_the_copy_as_pytorch_does() -> None:
+    """What the profiler lists inside F.linear at batch 1 and 2 (aten::copy_ from the reshape),
+    and the graph at each batch (``Graph.at_precision(precision, batch)``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    module = TokenMixing().eval()
+    copies = {}
+    for batch in (1, 2):
+        x = torch.randn(batch, 12, 16)
+        with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            module(x)
+        names = [e.name for e in prof.events()]
+        copies[batch] = (names.count("aten::copy_"), names.count("aten::add_"))
+    assert copies == {1: (0, 1), 2: (1, 1)}
+    g = graph_from_module(module, torch.randn(1, 12, 16), name="mix")
+    kernels_at = {b: [n.name for n in g.at_precision("fp32", b).nodes if n.kind == "kernel"] for b in (1, 2, 32)}
+    assert kernels_at == {1: ["1:linear", "1:linear/after0"], 2: ["1:linear/copy0", "1:linear", "1:linear/after0"],
+                          32: ["1:linear/copy0", "1:linear", "1:linear/after0"]}
+    assert g.at_precision("fp32", 8) is g.at_precision("fp32", 32)  # made once, kept with the graph
+
+
+def test_linear_on_a_contiguous_input_is_one_gemm_with_its_bias() -> None:
+    g = graph_from_module(nn.Linear(16, 20), torch.randn(2, 12, 16), name="fc")
+    assert call_nodes(g, "linear") == [("linear", "linear", "", 1)]
+
+
+def test_layer_norm_copies_a_permuted_input_first() -> None:
+    """native_layer_norm makes its input contiguous (expect_contiguous): ConvNeXt's channels-last
+    norm over an NCHW map copies it at every batch; over a contiguous input nothing extra runs."""
+
+    class NormOverChannels(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.norm(x.permute(0, 2, 3, 1)) + self.norm(x.permute(0, 2, 3, 1).contiguous())
+
+    g = graph_from_module(NormOverChannels(), torch.randn(1, 8, 5, 6), name="ln")
+    assert call_nodes(g, "layer_norm") == [("layer_norm/copy0", "activation", "relu", 1),
+                                           ("layer_norm", "layer_norm", "", 1), ("layer_norm", "layer_norm", "", 1)]
+    copy = next(n for n in g.nodes if n.name.endswith("layer_norm/copy0"))
+    assert (copy.layout, copy.params, copy.launched_by) == ("strided", {"elements": 8 * 5 * 6}, "1:layer_norm")
+    norm = next(n for n in g.nodes if n.family == "layer_norm")
+    assert norm.params == {"tokens": 30, "c": 8}
+
+
+def test_a_mean_over_the_tokens_is_a_reduction() -> None:
+    """x.mean(dim=1) of [batch, tokens, c] (a ViT's token pooling) runs PyTorch's reduce kernel:
+    costed by the mean family, c tokens summed for each of the c kept values; over the batch dim
+    nothing is recognised."""
+
+    class Pool(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.mean(dim=1), x.sum(dim=(1, 2), keepdim=True), x.mean(-1).mean(0)
+
+    g = graph_from_module(Pool(), torch.randn(2, 7, 5), name="pool")
+    reductions = [(n.op, n.kind, n.family, n.params) for n in g.nodes if n.op in ("mean", "sum")]
+    assert reductions == [("mean", "kernel", "mean", {"rows": 5, "c": 7}),
+                          ("sum", "kernel", "mean", {"rows": 1, "c": 35}),
+                          ("mean", "kernel", "mean", {"rows": 7, "c": 5}), ("mean", "fallback", None, {})]
+
+
+def test_odd_heads_copies_run_from_batch_two() -> None:
+    """A batch-first tensor handed to sequence-first attention is contiguous at batch 1: there the
+    in-projection is one GEMM with its bias and attention's output is a view, so the input copy,
+    the bias add and the output copy run only from batch 2 on (the GEMM is costed without its
+    bias at every batch)."""
+    g = graph_from_module(encoder(1, False), torch.randn(1, SEQ, D_MODEL), name="odd")
+    first = next(n.merged[0] for n in g.nodes if n.op == "multi_head_attention_forward")
+    parts = {n.name.rsplit("/", 1)[1]: n.min_batch for n in g.nodes if n.merged == [first]}
+    assert parts == {"input_copy": 2, "qkv_gemm": 1, "qkv_bias": 2, "qkv_copy": 1, "attention": 1,
+                     "output_copy": 2, "out_proj": 1}
+    at_1 = [n.name.rsplit("/", 1)[1] for n in g.at_precision("fp16", 1).nodes if n.merged == [first]]
+    assert at_1 == ["qkv_gemm", "qkv_copy", "attention", "out_proj"]
+    assert Graph.from_json(g.to_json()).nodes == g.nodes  # min_batch survives the JSON round trip
