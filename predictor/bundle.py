@@ -4,13 +4,19 @@ Layout of a bundle folder: ``metadata.json`` and one model file per target (``ke
 ``dispatch.*``) in the library's own portable format (XGBoost JSON, LightGBM text; never
 pickle), gzip-compressed where the name ends in ``.gz`` (a third of the size: every retrain is
 committed). xgboost and lightgbm are imported only when a bundle is loaded.
+
+A predictor runs the tree models compiled (``Bundle.compile_trees``, predictor.compiled_trees:
+native code made from these same files on the machine that loads them, and cached there), or the
+boosters where that cannot be had; ``Bundle.trees`` says which.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass
+import logging
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +26,7 @@ import pandas as pd
 BUNDLE_VERSION = 1
 TARGETS = ("kernel", "dispatch")
 DEFAULT_BUNDLE_DIR = Path(__file__).parent / "bundles"
+log = logging.getLogger("latpred.predictor")
 
 
 class BundleError(ValueError):
@@ -35,12 +42,20 @@ class TargetModel:
     booster: Any  # one booster, or {family: booster} for per-family models
     interval_log: dict[str, float]  # family -> half-width of a 90% interval in log space
     feature_columns: list[str]
+    #: the model files the boosters were read from, keyed as ``booster`` ('*' for a single model);
+    #: empty for boosters fitted in memory
+    files: dict[str, Path] = field(default_factory=dict)
+    #: compiled forms of the boosters (predictor.compiled_trees), same keys; used where present
+    compiled: dict[str, Any] = field(default_factory=dict)
 
     @property
     def structure(self) -> str:
         return "per_family" if isinstance(self.booster, dict) else "single"
 
-    def _predict(self, booster: Any, x: np.ndarray) -> np.ndarray:
+    def _predict(self, booster: Any, x: np.ndarray, key: str = "*") -> np.ndarray:
+        compiled = self.compiled.get(key)
+        if compiled is not None:
+            return compiled.predict(x)
         if self.library == "xgboost":
             return np.asarray(booster.inplace_predict(x.astype(np.float32)))
         return np.asarray(booster.predict(x, num_threads=1))
@@ -68,7 +83,7 @@ class TargetModel:
             family = names[int(code)]
             if family not in self.booster:
                 raise BundleError(f"the bundle has no model for family {family!r}: retrain it")
-            out[rows] = self._predict(self.booster[family], x[rows])
+            out[rows] = self._predict(self.booster[family], x[rows], family)
         return out
 
 
@@ -117,6 +132,61 @@ class Bundle:
         self.directory = directory
         self.metadata = metadata
         self.targets = targets
+        self._trees: str | None = None
+        self._trees_lock = threading.Lock()
+
+    @property
+    def trees(self) -> str:
+        """How the tree models run: 'compiled (lleaves)', 'booster (why)', or per target where
+        they differ; 'booster' until ``compile_trees`` has run."""
+        return self._trees or "booster (not compiled)"
+
+    def compile_trees(self, mode: str | None = None) -> str:
+        """Run the tree models compiled from now on (once per bundle; ``mode`` or
+        ``$LATPRED_TREES``: auto, compiled or booster, see predictor.compiled_trees), and say how
+        they run. Compiles what the cache lacks, in parallel: seconds per model, once per
+        machine. Under 'auto' a model that cannot be compiled leaves the bundle on its boosters,
+        with a warning in the log and in ``trees``; under 'compiled' that is a BundleError. A
+        bundle fitted in memory (training's) has no files to compile, and keeps its boosters."""
+        from predictor import compiled_trees
+
+        with self._trees_lock:
+            if self._trees is not None:
+                return self._trees
+            mode = compiled_trees.tree_mode(mode)
+            why = None
+            with_files = {name: t for name, t in self.targets.items() if t.files}
+            if mode == "booster":
+                why = f"{compiled_trees.TREES_ENV}=booster"
+            elif not with_files:
+                why = "no model files (fitted in memory)"
+            else:
+                why = compiled_trees.unavailable()
+                if why is None:
+                    try:
+                        models = {(name, key): (t.library, path) for name, t in with_files.items()
+                                  for key, path in t.files.items()}
+                        forests = compiled_trees.compiled_forests(models, len(self.metadata["feature_columns"]))
+                        for name, t in with_files.items():
+                            t.compiled = {key: forests[(name, key)] for key in t.files}
+                    except (compiled_trees.CompileError, OSError, ValueError, KeyError) as exc:
+                        why = f"compiling failed: {exc}"
+                if why is not None:
+                    if mode == "compiled":  # (in-memory bundles never get here)
+                        raise BundleError(f"bundle {self.directory}: {compiled_trees.TREES_ENV}=compiled, but "
+                                          f"its trees cannot be compiled: {why}")
+                    log.warning("bundle %s predicts with its boosters, not compiled trees: %s", self.directory, why)
+            parts = {name: ("compiled (lleaves)" if t.compiled else f"booster ({t.library})")
+                     for name, t in self.targets.items()}
+            if why is not None:
+                self._trees = f"booster ({why})"
+            elif len(set(parts.values())) == 1:
+                self._trees = next(iter(parts.values()))
+            else:
+                self._trees = ", ".join(f"{name}: {how}" for name, how in parts.items())
+            if with_files:
+                log.info("bundle %s (%s): trees %s", self.directory, self.version, self._trees)
+            return self._trees
 
     @property
     def device_id(self) -> str:
@@ -163,7 +233,8 @@ class Bundle:
             boosters = {key: load_booster(spec["library"], directory / f["file"], f["sha256"])
                         for key, f in files.items()}
             booster = boosters["*"] if spec.get("structure", "single") == "single" else boosters
-            targets[name] = TargetModel(spec["library"], booster, spec["interval_log"], metadata["feature_columns"])
+            targets[name] = TargetModel(spec["library"], booster, spec["interval_log"], metadata["feature_columns"],
+                                        files={key: directory / f["file"] for key, f in files.items()})
         return Bundle(directory, metadata, targets)
 
 

@@ -42,50 +42,40 @@ FEATURE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _output_elements(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> float:
+def _geometry(family: str, p: Mapping[str, int], batch: int, variant: str) -> tuple[float, float, float, float, float]:
+    """(output tiles, GEMM M, N, K, output elements) of one call: ``output_tiles``,
+    ``gemm_dims`` and the output size in one pass, a convolution's output size computed once
+    (every new kernel configuration of a prediction asks for all five)."""
     if family == "conv2d":
         ho, wo = conv_out_hw(p, variant)
-        return float(batch * p["c_out"] * ho * wo)
+        kh, kw = conv_window(p, variant)
+        per_group = math.ceil(batch * ho * wo / TILE) * math.ceil(p["c_out"] / p["groups"] / TILE)
+        return (float(per_group * p["groups"]), float(batch * ho * wo), p["c_out"] / p["groups"],
+                p["c_in"] / p["groups"] * kh * kw, float(batch * p["c_out"] * ho * wo))
     if family == "linear":
-        return float(batch * p["tokens"] * p["n"])
+        return (float(math.ceil(batch * p["tokens"] / TILE) * math.ceil(p["n"] / TILE)),
+                float(batch * p["tokens"]), float(p["n"]), float(p["k"]), float(batch * p["tokens"] * p["n"]))
     if family == "matmul":
-        return float(batch * p["heads"] * p["m"] * p["n"])
+        return (float(batch * p["heads"] * math.ceil(p["m"] / TILE) * math.ceil(p["n"] / TILE)),
+                float(p["m"]), float(p["n"]), float(p["k"]), float(batch * p["heads"] * p["m"] * p["n"]))
     if family == "sdpa":
-        return float(batch * p["heads"] * p["seq_q"] * p["head_dim"])
-    return 0.0
+        return (float(batch * p["heads"] * math.ceil(p["seq_q"] / TILE)), float(p["seq_q"]), float(p["seq_kv"]),
+                float(p["head_dim"]), float(batch * p["heads"] * p["seq_q"] * p["head_dim"]))
+    # Memory-bound families: blocks over the elements written or read.
+    blocks = bytes_moved(family, p, "relu" if family == "activation" else get_family(family).variants[0], batch, 1)
+    return max(1.0, blocks / 2 / ELEMENTS_PER_BLOCK), 0.0, 0.0, 0.0, 0.0
 
 
 def output_tiles(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> float:
     """Thread-block tiles of the output: what the SMs share out among themselves."""
-    if family == "conv2d":
-        ho, wo = conv_out_hw(p, variant)
-        per_group = math.ceil(batch * ho * wo / TILE) * math.ceil(p["c_out"] / p["groups"] / TILE)
-        return float(per_group * p["groups"])
-    if family == "linear":
-        return float(math.ceil(batch * p["tokens"] / TILE) * math.ceil(p["n"] / TILE))
-    if family == "matmul":
-        return float(batch * p["heads"] * math.ceil(p["m"] / TILE) * math.ceil(p["n"] / TILE))
-    if family == "sdpa":
-        return float(batch * p["heads"] * math.ceil(p["seq_q"] / TILE))
-    # Memory-bound families: blocks over the elements written or read.
-    return max(1.0, bytes_moved(family, p, "relu" if family == "activation" else
-                                get_family(family).variants[0], batch, 1) / 2 / ELEMENTS_PER_BLOCK)
+    return _geometry(family, p, batch, variant)[0]
 
 
 def gemm_dims(family: str, p: Mapping[str, int], batch: int, variant: str = "") -> tuple[float, float, float]:
     """(M, N, K) of the matrix product a GEMM-like call runs, per group for grouped convs
     (implicit GEMM for convolutions); zeros for other families."""
-    if family == "conv2d":
-        ho, wo = conv_out_hw(p, variant)
-        kh, kw = conv_window(p, variant)
-        return (float(batch * ho * wo), p["c_out"] / p["groups"], p["c_in"] / p["groups"] * kh * kw)
-    if family == "linear":
-        return float(batch * p["tokens"]), float(p["n"]), float(p["k"])
-    if family == "matmul":
-        return float(p["m"]), float(p["n"]), float(p["k"])
-    if family == "sdpa":
-        return float(p["seq_q"]), float(p["seq_kv"]), float(p["head_dim"])
-    return 0.0, 0.0, 0.0
+    _, m, n, k, _ = _geometry(family, p, batch, variant)
+    return m, n, k
 
 
 def roofline_us(family: str, params: Mapping[str, int], variant: str, batch: int,
@@ -111,28 +101,48 @@ def cold_weight_us(family: str, params: Mapping[str, int], variant: str, batch: 
     return w / device.memory_bandwidth * 1e6
 
 
+#: where each parameter's column is among the parameter features
+_PARAM_INDEX = {name: i for i, name in enumerate(PARAMETERS)}
+
+
+def features_and_cold_weight(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
+                             precision: str, device: DeviceSpec) -> tuple[list[float], float]:
+    """``feature_values`` and ``cold_weight_us`` of one call at once, sharing the FLOPs and bytes
+    they both need: a batch of new graphs computes thousands, and a cold graph's features were a
+    sixth of its prediction."""
+    fam = get_family(family)
+    prec = PRECISIONS[precision]
+    e = prec.element_bytes
+    f = float(fam.flops(params, variant, batch))
+    b = float(fam.bytes_moved(params, variant, batch, e))
+    bandwidth = device.memory_bandwidth
+    peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
+    compute, memory = f / peak, b / bandwidth
+    roof = max(compute, memory) * 1e6
+    tiles, m, n, k, out = _geometry(family, params, batch, variant)
+    waves = tiles / device.sm_count
+    values = [np.nan] * len(PARAMETERS)
+    for name, value in params.items():
+        if name in _PARAM_INDEX:
+            values[_PARAM_INDEX[name]] = float(value)
+    row = [
+        FAMILY_CODES[family], VARIANT_CODES.get(variant, -1), LAYOUT_CODES.get(layout, 0), PRECISION_CODES[precision],
+        e, math.log2(batch), *values,
+        math.log10(f + 1), math.log10(b + 1), math.log10((f + 1) / (b + 1)), math.log10(roof + 1e-6),
+        float(compute > memory), math.log10(tiles), waves, waves / math.ceil(waves),
+        math.log2(m + 1), math.log2(n + 1), math.log2(k + 1), math.log2(out + 1),
+    ]
+    w = float(fam.weight_bytes(params, variant, e))
+    cold = 0.0 if not w or b > device.l2_bytes else w / bandwidth * 1e6
+    return row, cold
+
+
 def feature_values(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,
                    precision: str, device: DeviceSpec) -> list[float]:
     """The features of one call (family, per-sample params, variant, layout, batch, precision),
     in FEATURE_COLUMNS order: a batch of new graphs computes thousands of rows, and a list goes
     to the boosters' matrix without a lookup per column."""
-    prec = PRECISIONS[precision]
-    f = flops(family, params, variant, batch)
-    b = bytes_moved(family, params, variant, batch, prec.element_bytes)
-    peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
-    roof = max(f / peak, b / device.memory_bandwidth) * 1e6
-    tiles = output_tiles(family, params, batch, variant)
-    waves = tiles / device.sm_count
-    m, n, k = gemm_dims(family, params, batch, variant)
-    return [
-        FAMILY_CODES[family], VARIANT_CODES.get(variant, -1), LAYOUT_CODES.get(layout, 0), PRECISION_CODES[precision],
-        prec.element_bytes, math.log2(batch),
-        *[float(params[p]) if p in params else np.nan for p in PARAMETERS],
-        math.log10(f + 1), math.log10(b + 1), math.log10((f + 1) / (b + 1)), math.log10(roof + 1e-6),
-        float(f / peak > b / device.memory_bandwidth), math.log10(tiles), waves, waves / math.ceil(waves),
-        math.log2(m + 1), math.log2(n + 1), math.log2(k + 1),
-        math.log2(_output_elements(family, params, batch, variant) + 1),
-    ]
+    return features_and_cold_weight(family, params, variant, layout, batch, precision, device)[0]
 
 
 def feature_row(family: str, params: Mapping[str, int], variant: str, layout: str, batch: int,

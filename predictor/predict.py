@@ -8,6 +8,7 @@ is dropped silently.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,7 @@ import numpy as np
 from predictor.bundle import Bundle, BundleError
 from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose, family_group, layer_times
 from predictor.devices import DeviceSpec, resolve_device
-from predictor.features import FEATURE_COLUMNS, cold_weight_us, feature_codes, feature_values
+from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
 from predictor.graph import CAST_OPS, Graph
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
@@ -38,16 +39,23 @@ FALLBACK_BANDWIDTH_SHARE = 0.5
 
 def _node_kinds(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per node, what no variant changes: its scale group, whether it is a fallback, whether
-    another call launches it, and a fallback's elements per sample."""
-    groups: dict[tuple[str | None, str], int] = {}
-    for n in graph.nodes:
-        if (n.family, n.kind) not in groups:
-            groups[(n.family, n.kind)] = GROUPS.index(family_group(n.family, n.kind))
-    group = np.array([groups[(n.family, n.kind)] for n in graph.nodes], dtype=np.intp)
-    is_fallback = np.array([n.kind == "fallback" for n in graph.nodes], dtype=bool)
-    is_launched = np.array([bool(n.launched_by) for n in graph.nodes], dtype=bool)
-    elements = np.array([n.elements_per_sample for n in graph.nodes], dtype=float)
-    return group, is_fallback, is_launched, elements
+    another call launches it, and a fallback's elements per sample (made once per graph, but a
+    NAS loop's every graph is new: comprehensions, not a loop of appends)."""
+    nodes = graph.nodes
+    kinds = [(n.family, n.kind) for n in nodes]
+    index = {kind: GROUPS.index(family_group(*kind)) for kind in set(kinds)}
+    return (np.array([index[kind] for kind in kinds], dtype=np.intp),
+            np.array([kind == "fallback" for _, kind in kinds], dtype=bool),
+            np.array([bool(n.launched_by) for n in nodes], dtype=bool),
+            np.array([n.elements_per_sample for n in nodes], dtype=float))
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked_variant(batch: int, precision: str, mode: str) -> None:
+    """``check_variant``, remembered for the variants that passed (a refusal is raised each time):
+    a NAS loop asks the same few variants for thousands of graphs, and each check builds a
+    pydantic model."""
+    check_variant(batch, precision, mode)
 
 
 #: where the roofline estimate is among the features (each kernel is predicted as a ratio to it)
@@ -78,9 +86,20 @@ class Predictor:
                               "or variant was added since): retrain it with 'latpred train'")
         self.bundle = bundle
         self.device = device
+        #: how the bundle's trees run ('compiled (lleaves)' or 'booster (why)'): compiled on the
+        #: first predictor over a bundle (seconds per model where the cache lacks it)
+        self.trees = bundle.compile_trees()
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch, cold weight read)
         self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
+        #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
+        widths = bundle.targets["kernel"].interval_log
+        self._interval_factors = {family: (math.exp(-q), math.exp(q))
+                                  for family, q in {"*": 0.3, **widths}.items()}
+
+    def __repr__(self) -> str:
+        return (f"Predictor({self.device.device_id}, bundle {self.bundle.version}, "
+                f"trees: {self.bundle.trees})")
 
     @staticmethod
     def _node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
@@ -91,19 +110,19 @@ class Predictor:
 
     @staticmethod
     def _make_node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
+        # The configurations depend on the mode only: other batches and precisions reuse them.
+        configs = graph.derived(("kernel configs", mode), lambda: [
+            kernel_config(n, n.variant_in(mode)) if n.kind == "kernel" else None for n in graph.nodes])
         upcast, noop_casts = graph.precision_plan(precision)
-        keys: list[KernelKey | None] = []
-        for n in graph.nodes:
-            if n.kind != "kernel" or (noop_casts and n.op in CAST_OPS):
-                keys.append(None)
-                continue
-            node_precision = "fp32" if upcast and n.dtype == "float32" else precision
-            keys.append((kernel_config(n, n.variant_in(mode)), batch, node_precision))
-        return keys
+        if not (upcast or noop_casts):  # most graphs: every kernel at the precision asked
+            return [None if c is None else (c, batch, precision) for c in configs]
+        return [None if c is None or (noop_casts and n.op in CAST_OPS)
+                else (c, batch, "fp32" if upcast and n.dtype == "float32" else precision)
+                for n, c in zip(graph.nodes, configs)]
 
     def _evaluate(self, needed: Iterable[KernelKey]) -> dict[KernelKey, tuple[float, float, float, float, float]]:
         """(kernel, low, high, dispatch, cold weight read) per configuration, from the cache or
-        the boosters.
+        the bundle's trees (compiled where they could be, ``Bundle.compile_trees``).
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
         spreadsheets ask for the same layers again and again, so each configuration is
@@ -116,20 +135,23 @@ class Predictor:
         found = {key: cache[key] for key in needed if key in cache}
         wanted = [key for key in needed if key not in found]
         if wanted:
-            features = np.array([feature_values(c.family, c.params, c.variant, c.layout, batch, precision, self.device)
-                                 for c, batch, precision in wanted], dtype=np.float64)
-            roof = np.power(10.0, features[:, ROOFLINE_COLUMN])
+            rows, cold = [], []
+            for c, batch, precision in wanted:
+                row, read = features_and_cold_weight(c.family, c.params, c.variant, c.layout, batch, precision,
+                                                     self.device)
+                rows.append(row)
+                cold.append(read)
+            features = np.array(rows, dtype=np.float64)
+            roof = np.power(10.0, features[:, ROOFLINE_COLUMN]).tolist()
             kernel, dispatch = self.bundle.targets["kernel"], self.bundle.targets["dispatch"]
-            k_log = kernel.predict_log_array(_columns(features, kernel.feature_columns))
-            d_log = dispatch.predict_log_array(_columns(features, dispatch.feature_columns))
-            widths = self.bundle.targets["kernel"].interval_log
-            default = widths.get("*", 0.3)
-            for key, r, k, d in zip(wanted, roof, k_log, d_log):
-                c, batch, precision = key
-                q = widths.get(c.family, default)
-                t = float(r * math.exp(k))
-                cold = cold_weight_us(c.family, c.params, c.variant, batch, precision, self.device)
-                found[key] = cache[key] = (t, t * math.exp(-q), t * math.exp(q), float(math.exp(d)), cold)
+            k_log = kernel.predict_log_array(_columns(features, kernel.feature_columns)).tolist()
+            d_log = dispatch.predict_log_array(_columns(features, dispatch.feature_columns)).tolist()
+            bounds = self._interval_factors
+            exp = math.exp
+            for key, r, k, d, read in zip(wanted, roof, k_log, d_log, cold):
+                down, up = bounds.get(key[0].family) or bounds["*"]
+                t = r * exp(k)
+                found[key] = cache[key] = (t, t * down, t * up, exp(d), read)
         return found
 
     def prefetch(self, requests: list[tuple[Graph, int | None, str, str]]) -> None:
@@ -147,7 +169,7 @@ class Predictor:
             except ValueError:
                 continue
             name = get_precision(precision).name
-            graph = graph.at_precision(name)
+            graph = graph.at_precision(name, batch)
             needed.update(key for key in self._node_keys(graph, batch, name, mode) if key is not None)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
                 break
@@ -198,26 +220,35 @@ class Predictor:
                 mode: str = "cudagraph", with_layers: bool = True) -> Prediction:
         """Latency of ``graph`` (at its own batch unless ``batch`` overrides it); without its
         per-layer breakdown when ``with_layers`` is false (a NAS loop wants the totals of
-        thousands of graphs; their layer objects cost about 0.3 ms of a new graph's 5)."""
+        thousands of graphs; their layer objects cost a tenth of a new graph's prediction)."""
         batch = graph.batch if batch is None else batch
-        check_variant(batch, precision, mode)
-        graph = graph.at_precision(get_precision(precision).name)
+        if type(batch) is int and type(precision) is str and type(mode) is str:
+            _checked_variant(batch, precision, mode)
+        else:  # (not hashable, or a bool or float the check refuses): checked, never remembered
+            check_variant(batch, precision, mode)
+        graph = graph.at_precision(get_precision(precision).name, batch)
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
         total = compose(arrays, c, mode)
-        times = layer_times(arrays, c)
+        fallbacks = bool(arrays.is_fallback.any())
+        times = layer_times(arrays, c) if with_layers or fallbacks else None
         layers = [LayerPrediction(n.name, n.op, n.kind, n.family, k, lo, hi, host, list(n.merged))
                   for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),
-                                                 times.high_us.tolist(), times.host_us.tolist())] if with_layers else []
+                                                 times.high_us.tolist(), times.host_us.tolist())] \
+            if with_layers and times is not None else []
         q = self.bundle.composition.get("interval_log", {}).get(mode, 0.25)
-        fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback) if is_fallback)
-        unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")
-                       for op, count in fallback.most_common()]
+        unsupported = []
         warnings = []
-        if unsupported:
+        if fallbacks and times is not None:
+            fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback.tolist()) if is_fallback)
+            unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")
+                           for op, count in fallback.most_common()]
             share = float(times.kernel_us[arrays.is_fallback].sum()) / max(float(times.kernel_us.sum()), 1e-9)
             warnings.append(f"{sum(fallback.values())} call(s) of {len(fallback)} op type(s) have no "
                             f"learned model and were estimated by the roofline ({share:.0%} of kernel time)")
+        # What an importer had to assume about what PyTorch runs (an ONNX file cannot show a folded
+        # BatchNorm's bias, or whether a mask reaches attention under capture): said, not hidden.
+        warnings += [f"assumed: {a}" for a in graph.meta.get("assumptions", []) if isinstance(a, str)]
         return Prediction(
             model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,

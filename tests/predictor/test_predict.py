@@ -243,3 +243,13 @@ def test_prefetch_evaluates_a_whole_batch_once_with_identical_results() -> None:
     for g, b, p, m in requests[:-1]:
         assert cold.predict(g, b, p, m).total_ms == fresh.predict(g, b, p, m).total_ms
     assert len(cold._cache) == cached  # everything the batch needed was already evaluated
+
+
+def test_an_importers_assumptions_are_warnings_and_change_nothing_else(predictor: Predictor, resnet50: Graph) -> None:
+    said = "2 convolution(s) carry a folded BatchNorm: costed as conv then batch_norm"
+    assuming = Graph(resnet50.name, list(resnet50.nodes), resnet50.batch, resnet50.source,
+                     {**resnet50.meta, "assumptions": [said]})
+    plain = predictor.predict(resnet50, 8, "fp16", "cudagraph")
+    told = predictor.predict(assuming, 8, "fp16", "cudagraph")
+    assert told.warnings == [*plain.warnings, f"assumed: {said}"]
+    assert told.total_ms == plain.total_ms
