@@ -105,6 +105,20 @@ def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: fl
     return report
 
 
+def _open_whole_model_campaign(root: Path, device: str,
+                               modes: tuple[str, ...]) -> tuple[DeviceFingerprint, Campaign, Any]:
+    """Everything checked before a whole-model run writes anything: pandera present (shards are
+    validated as they are written), CUDA where graphs are captured; then the campaign with its
+    fingerprint recorded, and NVML on a GPU (for the clock reasons each round records)."""
+    require_validation()
+    fp = read_fingerprint(device)
+    if "cudagraph" in modes and fp.kind != "cuda":
+        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
+    campaign = Campaign(root, fp)
+    campaign.record_fingerprint()
+    return fp, campaign, open_nvml() if fp.kind == "cuda" else None
+
+
 def collect_models(root: Path, device: str, models: list[str], batches: tuple[int, ...] = MODEL_BATCHES,
                    precisions: tuple[str, ...] = MODEL_PRECISIONS, modes: tuple[str, ...] = ("eager",),
                    rounds: int = 5, reps: int = 3, seed: int = 0,
@@ -119,14 +133,8 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
     models = list(dict.fromkeys(models))
     for name in models:
         get_zoo_model(name)
-    require_validation()
-    fp = read_fingerprint(device)
-    if "cudagraph" in modes and fp.kind != "cuda":
-        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
-    campaign = Campaign(root, fp)
-    campaign.record_fingerprint()
+    fp, campaign, nvml = _open_whole_model_campaign(root, device, modes)
     done = campaign.models.completed_ids()
-    nvml = open_nvml() if fp.kind == "cuda" else None
     planned = written = 0
     started = time.perf_counter()
     for mode in modes:
@@ -222,14 +230,8 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
     if group < 1:
         raise ValueError(f"group must be at least 1, got {group}")
     seeds = list(dict.fromkeys(seeds))
-    require_validation()
-    fp = read_fingerprint(device)
-    if "cudagraph" in modes and fp.kind != "cuda":
-        raise ValueError(f"cudagraph runs need a CUDA GPU; this device is {fp.kind}")
-    campaign = Campaign(root, fp)
-    campaign.record_fingerprint()
+    fp, campaign, nvml = _open_whole_model_campaign(root, device, modes)
     done = campaign.nas.completed_ids()
-    nvml = open_nvml() if fp.kind == "cuda" else None
     planned = written = failed = 0
     started = time.perf_counter()
     longest, stopped = 0.0, "complete"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from collectors.shards import ShardStore
 from predictor.dataset_schema import validate_rows
-from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, validate_model_runs
+from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, validate_model_runs
 
 UNIT = ["model", "batch", "precision", "mode"]
 
@@ -70,6 +70,7 @@ def card_text(directory: Path) -> str:
         if len(failures):
             lines += ["", "Failure reasons:", "", _table(failures.rename("rows").to_frame())]
     lines += _model_runs_section(directory, runs, model_log)
+    lines += _nas_runs_section(directory)
     lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", "",
               METHOD]
     notes = directory / "notes.md"
@@ -124,6 +125,26 @@ def _model_runs_section(directory: Path, runs: pd.DataFrame, log: pd.DataFrame) 
         _table(_latency_grid(runs)),
     ]
     return lines + _archive_section(directory, runs)
+
+
+def _nas_runs_section(directory: Path) -> list[str]:
+    """The NAS suite's runs: measured like the zoo's, read only by validation (never training)."""
+    folder = directory / NAS_RUNS_FOLDER
+    if not any(folder.glob("part-*.parquet")):
+        return []
+    runs = ShardStore(folder, validate_model_runs).read()
+    ok_runs = runs[runs["status"] == "ok"]
+    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in ("eager", "cudagraph")}
+    spaces = ok_runs.groupby("model_kind")["model"].nunique()
+    return ["", "## NAS suite runs", "",
+            f"- in `{NAS_RUNS_FOLDER}/`: {len(runs)} rows ({len(ok_runs)} measured) over {runs['model'].nunique()} "
+            "architectures of `latpred collect nas` (interleaved rounds in groups), by space: "
+            + ", ".join(f"{space} {n}" for space, n in spaces.items()),
+            "- read by `latpred validate --suite nas-dev|nas-test` only, never by training; the architectures, "
+            "their split and their graphs are in `datasets/suites/nas/`",
+            f"- batches {sorted(ok_runs['batch'].unique().tolist())}, precisions "
+            f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: eager {median_cv['eager']:.2f}%, "
+            f"cudagraph {median_cv['cudagraph']:.2f}%"]
 
 
 def _protocol(runs: pd.DataFrame) -> pd.Series:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import subprocess
 import sys
 import warnings
@@ -280,25 +279,6 @@ def test_truncated_model_bytes_and_files_are_not_a_valid_onnx_model(tmp_path: Pa
         graph_from_onnx(path)
 
 
-_OPENED: list[str] = []
-_WATCHING: list[bool] = []
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _WATCHING and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        _OPENED.append(os.fsdecode(args[0]))
-
-
-@pytest.fixture
-def opened() -> Any:
-    """Paths Python opens while the test runs (audit hooks cannot be removed: one, switched off)."""
-    if not getattr(sys, "_latpred_onnx_audit", False):
-        sys.addaudithook(_audit)
-        sys._latpred_onnx_audit = True  # type: ignore[attr-defined]
-    _OPENED.clear()
-    _WATCHING.append(True)
-    yield _OPENED
-    _WATCHING.clear()
 
 
 def external_model(location: str, where: str) -> Any:

@@ -13,7 +13,6 @@ import io
 import json
 import math
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -183,25 +182,6 @@ def test_stripped_zoo_exports_import_and_predict(exporter: str, predictor: Predi
 
 # ---------------------------------------------------------------------------- external data
 
-_OPENED: list[str] = []
-_WATCHING: list[bool] = []
-
-
-def _audit(event: str, args: tuple[Any, ...]) -> None:
-    if _WATCHING and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        _OPENED.append(os.fsdecode(args[0]))
-
-
-@pytest.fixture
-def opened() -> Any:
-    """Paths Python opens while the test runs (audit hooks cannot be removed: one, switched off)."""
-    if not getattr(sys, "_latpred_onnx_load_audit", False):
-        sys.addaudithook(_audit)
-        sys._latpred_onnx_load_audit = True  # type: ignore[attr-defined]
-    _OPENED.clear()
-    _WATCHING.append(True)
-    yield _OPENED
-    _WATCHING.clear()
 
 
 def external_tensor(name: str, dims: list[int], location: str, dtype: int = TensorProto.FLOAT) -> Any:
