@@ -2,7 +2,7 @@
 
 Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold the live parquet shards
 (operator rows, and whole-model runs of the one protocol), ``nas/`` the NAS suite's whole-model
-runs (the same protocol and schema; never read by training), ``archive/<name>/`` whole-model
+runs (the same protocol and schema; training reads only nas-train's), ``archive/<name>/`` whole-model
 runs a later measurement superseded (kept for comparison, read by nothing in training),
 ``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
 dataset card's rates and device time are computed from), ``README.md`` the card. The

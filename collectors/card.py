@@ -140,8 +140,9 @@ def _nas_runs_section(directory: Path) -> list[str]:
             f"- in `{NAS_RUNS_FOLDER}/`: {len(runs)} rows ({len(ok_runs)} measured) over {runs['model'].nunique()} "
             "architectures of `latpred collect nas` (interleaved rounds in groups), by space: "
             + ", ".join(f"{space} {n}" for space, n in spaces.items()),
-            "- read by `latpred validate --suite nas-dev|nas-test` only, never by training; the architectures, "
-            "their split and their graphs are in `datasets/suites/nas/`",
+            "- nas-dev and nas-test are read by `latpred validate --suite` only; training fits composition on "
+            "nas-train's CUDA-graph runs; the architectures, their split and their graphs are in "
+            "`datasets/suites/nas/` and `datasets/suites/nas-train/`",
             f"- batches {sorted(ok_runs['batch'].unique().tolist())}, precisions "
             f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: eager {median_cv['eager']:.2f}%, "
             f"cudagraph {median_cv['cudagraph']:.2f}%"]

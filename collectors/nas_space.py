@@ -41,6 +41,10 @@ from predictor.model_run_schema import NAS_SPACES
 
 SPACES = NAS_SPACES
 SPLITS = ("nas-dev", "nas-test")
+#: seeds from here on make the 'nas-train' suite (``datasets/suites/nas-train``): architectures of
+#: the same spaces whose CUDA-graph runs the composition constants are fitted on, beside the zoo's,
+#: so that no constant is chosen from nas-dev or nas-test
+TRAIN_SEEDS_FROM = 1000
 #: the default suite: 24 architectures per space
 DEFAULT_SEEDS = tuple(range(144))
 #: FLOPs per sample (multiply-add = 2) a draw must fall in, per space: with the H200's fp32 (full
@@ -63,7 +67,10 @@ def space_of(seed: int) -> str:
 
 
 def split(seed: int) -> str:
-    """'nas-dev' or 'nas-test': by ``(seed // 6) % 2``, so each space has as many of each."""
+    """'nas-dev' or 'nas-test': by ``(seed // 6) % 2``, so each space has as many of each; seeds
+    from ``TRAIN_SEEDS_FROM`` on are 'nas-train', the only NAS runs training may fit on."""
+    if seed >= TRAIN_SEEDS_FROM:
+        return "nas-train"
     return SPLITS[(seed // len(SPACES)) % 2]
 
 

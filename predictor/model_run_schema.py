@@ -22,8 +22,9 @@ MODEL_RUNS_FOLDER = "models"
 #: folder beside it for whole-model runs a later measurement of the same units superseded, one
 #: subfolder per set: kept for comparison, read by nothing in training.
 ARCHIVE_FOLDER = "archive"
-#: folder beside it for the NAS suites' whole-model runs: measured like the zoo's, read by
-#: validation only (``latpred validate --suite nas-dev|nas-test``), never by training.
+#: folder beside it for the NAS suites' whole-model runs, measured like the zoo's: nas-dev's and
+#: nas-test's are read by validation only (``latpred validate --suite``); training fits composition
+#: on nas-train's CUDA-graph runs (``training.suites.nas_train_runs``).
 NAS_RUNS_FOLDER = "nas"
 MODES = ("eager", "cudagraph")
 #: the search spaces of the NAS suite's generator (collectors.nas_space): a NAS run's model_kind

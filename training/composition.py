@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -173,14 +174,17 @@ class CompositionFit:
     constants: CompositionConstants
     interval_log: dict[str, float]
     predictions: pd.DataFrame  # leave-one-model-out predictions and baselines, one row per run
+    fitted_on: dict[str, int]  # runs the constants were fitted on: the zoo's, and the extra ones
 
 
-def leave_one_model_out(runs: list[RunArrays]) -> CompositionFit:
-    """Fit on all models but one and predict that one, for each model; then fit on all."""
+def leave_one_model_out(runs: list[RunArrays], extra: Sequence[RunArrays] = ()) -> CompositionFit:
+    """Fit on all models but one and predict that one, for each model; then fit on all.
+    ``extra`` runs (the NAS suite's training architectures) join every fit and are never held
+    out or predicted: the zoo's scores stay the zoo's."""
     rows = []
     for held in sorted({r.model for r in runs}):
         train_runs = [r for r in runs if r.model != held]
-        c = fit_constants(train_runs)
+        c = fit_constants(train_runs + list(extra))
         per_flop = {}
         for key in {(r.mode, r.precision) for r in train_runs}:
             ratios = [r.measured_us / r.flops for r in train_runs if (r.mode, r.precision) == key and r.flops > 0]
@@ -195,4 +199,5 @@ def leave_one_model_out(runs: list[RunArrays]) -> CompositionFit:
     # a Series (numpy's stubs type a ufunc of a Series as an ndarray)
     log_err = cast("pd.Series[float]", np.abs(np.log(predictions["predicted_ms"] / predictions["measured_ms"])))
     interval = {m: float(log_err[predictions["mode"] == m].quantile(0.9)) for m in ("eager", "cudagraph")}
-    return CompositionFit(fit_constants(runs), interval, predictions)
+    return CompositionFit(fit_constants(runs + list(extra)), interval, predictions,
+                          {"zoo_runs": len(runs), "nas_train_runs": len(extra)})

@@ -39,9 +39,12 @@ class SuiteReport:
 
 
 def _held_out_constants(predictor: Predictor, suite: Suite) -> dict[str, CompositionConstants]:
-    """Per model, the composition constants fitted on the other models' torch-trace runs."""
+    """Per model, the composition constants fitted as training fits them, without that model:
+    on the other models' torch-trace runs and the suite's ``fit_extra`` runs."""
     arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs)
-    return {held: fit_constants([r for r in arrays if r.model != held]) for held in sorted({r.model for r in arrays})}
+    extra = run_arrays(predictor, *suite.fit_extra) if suite.fit_extra and len(suite.fit_extra[1]) else []
+    return {held: fit_constants([r for r in arrays if r.model != held] + extra)
+            for held in sorted({r.model for r in arrays})}
 
 
 def predict_suite(suite: Suite, bundle_dir: Path) -> pd.DataFrame:

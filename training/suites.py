@@ -9,6 +9,8 @@ Three suites, so that a figure can't come from the data it was tuned on:
   measured on the same GPU in interleaved rounds (``<dataset>/nas``) and split by seed. Neither
   enters training; the shipped bundle predicts them as it would any user's graph. ``nas-dev`` may be
   tuned on; ``nas-test`` is only scored: no constant, feature or model choice is made from it.
+  A third set of seeds, ``nas-train`` (``datasets/suites/nas-train``), is not a suite: training
+  fits the composition constants on its CUDA-graph runs beside the zoo's (``nas_train_runs``).
 
 Each suite is scored through every importer: the torch trace (``torch``) and each ONNX export of
 the same module (``onnx-<exporter>``: ``torch.onnx.export``'s default dynamo exporter, and the
@@ -27,6 +29,8 @@ import pandas as pd
 
 from predictor.graph import Graph
 from predictor.model_run_schema import NAS_RUNS_FOLDER, validate_model_runs
+from predictor.predict import Predictor
+from training.composition import RunArrays, run_arrays
 from training.data import load_model_runs, read_frame
 
 SUITES = ("zoo", "nas-dev", "nas-test")
@@ -42,6 +46,8 @@ class Suite:
     graphs: dict[str, dict[str, Graph]]  # importer -> model -> graph
     missing: dict[str, list[str]] = field(default_factory=dict)  # importer -> models without a graph
     leave_one_out: bool = False  # zoo: fit composition constants without the model predicted
+    #: zoo: what else every leave-one-out fit includes, as training's does (``nas_train_runs``)
+    fit_extra: tuple[dict[str, Graph], pd.DataFrame] | None = None
 
 
 def _onnx_graphs(folder: Path, models: list[str]) -> tuple[dict[str, dict[str, Graph]], dict[str, list[str]]]:
@@ -81,7 +87,8 @@ def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models:
     torch_graphs = zoo_graphs(names)
     graphs, missing = _onnx_graphs(suites_dir / "zoo" / "onnx", names)
     missing["torch"] = [m for m in names if m not in torch_graphs]
-    return Suite("zoo", runs, {"torch": torch_graphs, **graphs}, missing, leave_one_out=True)
+    return Suite("zoo", runs, {"torch": torch_graphs, **graphs}, missing, leave_one_out=True,
+                 fit_extra=nas_train_runs(dataset, suites_dir))
 
 
 def nas_archs(suites_dir: Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
@@ -111,6 +118,29 @@ def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_
     graphs, missing = _onnx_graphs(suites_dir / "nas" / "onnx", names)
     missing["torch"] = [m for m in names if m not in torch_graphs]
     return Suite(split, runs, {"torch": torch_graphs, **graphs}, missing)
+
+
+def nas_train_arrays(predictor: Predictor, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> list[RunArrays]:
+    """``nas_train_runs`` predicted layer by layer: the runs composition fits on beside the zoo's."""
+    graphs, runs = nas_train_runs(dataset, suites_dir)
+    return run_arrays(predictor, graphs, runs) if len(runs) else []
+
+
+def nas_train_runs(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[dict[str, Graph], pd.DataFrame]:
+    """The NAS training architectures' torch graphs and CUDA-graph runs (``nas-train``: seeds of
+    their own, never in nas-dev or nas-test), which composition fits on beside the zoo: the zoo
+    alone holds few graphs of small kernels, and constants fitted on it predicted NAS candidates
+    up to 1.14x (nas-dev). Eager runs are left out: eager latency belongs to the host that
+    measured it (issue #12), and these were measured on another lease than the zoo's. Nothing
+    (empty) where the suite or its runs are missing."""
+    folder = suites_dir / "nas-train"
+    if not (folder / "archs.jsonl").is_file() or not any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet")):
+        return {}, pd.DataFrame()
+    names = [json.loads(line)["name"] for line in (folder / "archs.jsonl").read_text().splitlines() if line.strip()]
+    runs = load_nas_runs(dataset)
+    runs = runs[runs["model"].isin(names) & (runs["mode"] == "cudagraph")].reset_index(drop=True)
+    graphs = {m: Graph.load(folder / "torch" / f"{m}.json") for m in sorted(runs["model"].unique())}
+    return graphs, runs
 
 
 def load_suite(name: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,

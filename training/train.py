@@ -23,6 +23,7 @@ from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.metrics import ape, summarize_ape
+from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
 #: What is fitted and compared per target: both libraries as one model with the family as a
 #: feature, and per-family models (with the faster-fitting library; dispatch times are too noisy
@@ -45,6 +46,8 @@ class TrainSettings:
     track: bool = True
     #: Install the new bundle where predictions load it even if it validates worse than the one there.
     force: bool = False
+    #: the suites folder: composition also fits on its ``nas-train`` CUDA-graph runs
+    suites: Path = DEFAULT_SUITES_DIR
 
 
 @dataclass
@@ -87,7 +90,8 @@ def train(settings: TrainSettings) -> TrainReport:
     runs = load_model_runs(settings.dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))
     predictor = Predictor(in_memory_bundle(device_id, chosen), data.device)
-    composition = leave_one_model_out(run_arrays(predictor, graphs, runs))
+    composition = leave_one_model_out(run_arrays(predictor, graphs, runs),
+                                      nas_train_arrays(predictor, settings.dataset, settings.suites))
     lomo = composition.predictions
     metrics: dict[str, float] = {}
     for target, fit in chosen.items():
@@ -104,7 +108,8 @@ def train(settings: TrainSettings) -> TrainReport:
     metadata = {
         "version": version, "dataset_hash": dataset_hash(settings.dataset), "fingerprint": fingerprint,
         "rows": len(data.rows), "metrics": metrics,
-        "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log},
+        "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log,
+                        "fitted_on": composition.fitted_on},
     }
     served = Path(settings.bundle_root) / device_id
     installed = settings.force or metrics["lomo_within_10pct"] >= served_score(served)

@@ -20,6 +20,7 @@ from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.data import load_model_runs
 from training.metrics import ape
+from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
 METHODS = {"predicted_ms": "latpred", "roofline_ms": "roofline", "flops_ms": "flops-proportional"}
 
@@ -52,13 +53,14 @@ def score(predictions: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(rows), pd.DataFrame(overall)
 
 
-def validate(bundle_dir: Path, dataset: Path) -> ValidationReport:
+def validate(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> ValidationReport:
     from training.train import zoo_graphs
 
     bundle = Bundle.load(bundle_dir)
     predictor = Predictor(bundle, resolve_device(bundle.device_id))
     runs = load_model_runs(dataset)
-    fit = leave_one_model_out(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs))
+    fit = leave_one_model_out(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs),
+                              nas_train_arrays(predictor, dataset, suites_dir))
     table, overall = score(fit.predictions)
     return ValidationReport(fit.predictions, table, overall)
 
@@ -120,7 +122,8 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
                 "dispatch": FitResult("dispatch", "lightgbm", dispatch, {}, pd.DataFrame(), {})}
         predictor = Predictor(in_memory_bundle(served.device_id, fits), device)
         arrays = run_arrays(predictor, graphs, runs)
-        constants = fit_constants([r for r in arrays if r.model != held])
+        constants = fit_constants([r for r in arrays if r.model != held]
+                                  + nas_train_arrays(predictor, dataset, DEFAULT_SUITES_DIR))
         for r in arrays:
             if r.model == held:
                 rows.append({"model": r.model, "batch": r.batch, "precision": r.precision, "mode": r.mode,

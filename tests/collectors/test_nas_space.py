@@ -20,6 +20,7 @@ from collectors.nas_space import (
     DEFAULT_SEEDS,
     FLOPS_RANGE,
     SPACES,
+    TRAIN_SEEDS_FROM,
     NasModel,
     arch_spec,
     build,
@@ -103,6 +104,14 @@ def test_splits_are_disjoint_even_per_space_and_never_both() -> None:
     for space in range(6):
         in_space = [s for s in DEFAULT_SEEDS if s % 6 == space]
         assert sum(s in dev for s in in_space) == sum(s in test for s in in_space) == 12
+
+
+def test_training_architectures_have_seeds_of_their_own() -> None:
+    train = [json.loads(line) for line in (REPO / "datasets/suites/nas-train/archs.jsonl").read_text().splitlines()]
+    seeds = {a["seed"] for a in train}
+    assert len(seeds) == 72 and min(seeds) >= TRAIN_SEEDS_FROM and not seeds & set(DEFAULT_SEEDS)
+    assert {a["split"] for a in train} == {"nas-train"} == {split(s) for s in seeds}
+    assert {a["space"] for a in train} == set(SPACES)  # every space, as in the scored suites
 
 
 def test_names_and_seed_lists_round_trip() -> None:

@@ -48,7 +48,7 @@ def test_prediction_is_complete_and_consistent(predictor: Predictor, name: str, 
         c = predictor.constants
         launched = [k for k in kernels if k > 0]
         assert result.total_ms * 1e3 == pytest.approx(sum(launched) + c.gap_us * len(launched) + c.replay_us)
-    assert result.total_ms * 1e3 >= sum(kernels)
+    assert result.total_ms * 1e3 >= sum(kernels) * (1 - 1e-12)  # equal, summed in another order, where no gap is fitted
 
 
 def test_graph_batch_is_the_default(predictor: Predictor, resnet50: Graph) -> None:

@@ -16,7 +16,7 @@ from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.suite_validation import score_suite, validate_suite
-from training.suites import DEFAULT_SUITES_DIR, load_suite
+from training.suites import DEFAULT_SUITES_DIR, load_suite, nas_train_arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "datasets" / "nvidia-h200"
@@ -64,8 +64,11 @@ def test_scores_are_what_the_predictions_say(zoo_report) -> None:  # type: ignor
 def test_the_torch_path_is_latpred_validates_leave_one_model_out(zoo_report) -> None:  # type: ignore[no-untyped-def]
     suite, report = zoo_report
     bundle = Bundle.load(BUNDLE)
-    arrays = run_arrays(Predictor(bundle, resolve_device(bundle.device_id)), suite.graphs["torch"], suite.runs)
-    reference = leave_one_model_out(arrays).predictions
+    predictor = Predictor(bundle, resolve_device(bundle.device_id))
+    arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs)
+    extra = nas_train_arrays(predictor, DATASET, SUITES)
+    assert extra and all(r.mode == "cudagraph" for r in extra)  # the NAS training runs join every fit
+    reference = leave_one_model_out(arrays, extra).predictions
     ours = report.predictions[report.predictions["importer"] == "torch"]
     keys = ["model", "batch", "precision", "mode"]
     merged = ours.merge(reference, on=keys, suffixes=("", "_ref"))
