@@ -26,7 +26,7 @@ from predictor.importers.onnx_load import node_attributes
 from predictor.importers.onnx_ops import FAMILY_RULES, Hit, softmax_rule
 from predictor.importers.onnx_patterns import FusedKernel, other, producer, scalar_operand
 from predictor.importers.onnx_tensors import GraphTensors
-from predictor.importers.torch_fused import attention_route, native_attention_parts
+from predictor.importers.torch_fused import attention_route, batch_first_slow_parts, native_attention_parts
 
 #: Ops between a packed projection and the attention inside nn.MultiheadAttention.
 _MHA_VIEWS = ("Reshape", "Unsqueeze", "Transpose", "Squeeze", "Gather", "Slice", "Split", "Flatten")
@@ -250,15 +250,24 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     params = attention.hit[2]
     heads, tokens, kv_tokens = params["heads"], params["seq_q"], params["seq_kv"]
     embed = heads * params["head_dim"]
+    part_fields: dict[str, dict[str, Any]] = {}
+    view_calls = 0
     if into is not None and back is not None:  # batch-first: the fast path, without the transposes
         indices |= {into, back}
         end = str(t.nodes[back].output[0])
-        route = attention_route(params["head_dim"], False, attention.mask is not None, True)
-        parts = [(name, _as_hit(fields)) for name, fields in
-                 native_attention_parts(route, tokens, kv_tokens, embed, heads, False)]
+        if heads % 2:  # PyTorch's fast path refuses an odd head count: F.multi_head_attention_forward
+            made = batch_first_slow_parts(tokens, embed, heads, attention.mask is not None,
+                                          bool(params.get("causal", 0)))
+            view_calls = 2  # MultiheadAttention.forward's batch_first transposes, which this path runs
+        else:
+            route = attention_route(params["head_dim"], False, attention.mask is not None, True)
+            made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False)
+        parts = [(name, _as_hit(fields)) for name, fields in made]
+        part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     else:
         parts = [("qkv", proj[1]), ("attention", attention.hit), ("out_proj", out[1])]
-    return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, mask=attention.mask,
+    return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
+                       views=view_calls, mask=attention.mask,
                        mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders)
 
 

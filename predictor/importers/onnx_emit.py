@@ -49,10 +49,12 @@ MASK_SKIPPED = ("{count} attention call(s) take a mask that masks nothing, made 
                 "CUDA-graph capture, where it sends PyTorch down its math path")
 CAUSAL_MASK = ("{count} attention call(s) apply a constant causal mask: taken as is_causal=True, with no mask "
                "tensor, as transformers' decoders run it")
-MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as the one "
-       "call an export records, F.multi_head_attention_forward (projection, attention and output projection "
-       "kernels), with its batch_first transposes as views; PyTorch's inference fast path "
-       "(_native_multi_head_attention, taken without grad) skips those transposes")
+MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as PyTorch "
+       "runs it without grad: with an even head count its fused fast path (_native_multi_head_attention: "
+       "projection, attention, output projection, no batch_first transposes); with an odd one "
+       "F.multi_head_attention_forward, its batch_first transposes and the copies they force from batch 2 "
+       "on. An export cannot show whether grad was on, nor whether an nn.TransformerEncoderLayer fused its "
+       "FFN activation into the GEMM (costed apart)")
 
 
 def _dtype(elem_type: int | None) -> str:
@@ -303,6 +305,8 @@ class Emitter:
                 first = t.nodes[f.indices[0]]
                 layout = self.lay.elementwise_layout([x for x in first.input if x and not t.is_scalar(x)],
                                                      first.input[0])
+            extra = f.part_fields.get(suffix, {})
+            layout = extra.get("layout", layout)
             before, after = self._unfused_parts(i, family, reads, f.output) if not f.parts else ([], [])
             if after:
                 variant = "nobias"
@@ -311,6 +315,8 @@ class Emitter:
                 continue
             if capture:
                 fields["capture_variant"] = capture
+            if extra.get("min_batch", 1) > 1:
+                fields["min_batch"] = extra["min_batch"]
             out += before
             out.append(self._node(i, fields, f"/{suffix}" if suffix else "", f.op, reads=reads,
                                   writes=[f.output] if f.output else None, merged=merged))

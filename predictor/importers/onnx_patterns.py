@@ -33,6 +33,8 @@ class FusedKernel:
     hit: Hit
     #: (name suffix, hit) of each kernel a call runs (nn.MultiheadAttention's three)
     parts: list[tuple[str, Hit]] = field(default_factory=list)
+    #: node fields a part keeps beyond its hit, by suffix: its layout, the batch it runs from
+    part_fields: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: attention only: the mask tensor (None: none), and whether it is boolean (True keeps)
     mask: str | None = None
     mask_bool: bool = False

@@ -134,6 +134,20 @@ def native_attention_parts(route: str, tokens: int, kv_tokens: int, embed: int, 
     return parts
 
 
+def batch_first_slow_parts(tokens: int, embed: int, heads: int, masked: bool, causal: bool) -> list[Part]:
+    """The kernels ``_slow_parts`` records for a batch-first ``nn.MultiheadAttention`` with packed
+    projections and biases, asked for no weights (the path PyTorch takes for an odd head count):
+    for an importer that sees the module but not the call (ONNX). From batch 2 on the transposed
+    input is copied and the bias added on its own; attention's output is copied back."""
+    return [("input_copy", from_batch(_copy(tokens * embed), 2)),
+            ("qkv_gemm", _kernel("linear", "nobias", tokens=tokens, k=embed, n=3 * embed)),
+            ("qkv_bias", from_batch(_kernel("binary", "add", "strided", elements=3 * tokens * embed), 2)),
+            ("qkv_copy", _copy(3 * tokens * embed)),
+            ("attention", _kernel_sdpa(tokens, tokens, embed, heads, "masked" if masked else "", int(causal))),
+            ("output_copy", from_batch(_copy(tokens * embed), 2)),
+            ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
+
+
 def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
     """The kernels of ``F.multi_head_attention_forward`` (sequence-first [tokens, batch, embed]),
     per sample, in launch order, for packed self-attention (``nn.MultiheadAttention``'s slow path:

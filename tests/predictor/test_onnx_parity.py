@@ -127,6 +127,8 @@ def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[
     ("cnn", SmallCNN, (2, 3, 64, 64)),
     ("sdpa_block", lambda: TransformerBlock("sdpa"), (2, 16, 64)),
     ("mha_block", lambda: TransformerBlock("mha"), (2, 16, 64)),
+    # an odd head count: PyTorch's fast path refuses it, F.multi_head_attention_forward runs
+    ("mha_block_odd_heads", lambda: TransformerBlock("mha", embed=48, heads=3), (2, 16, 48)),
     ("convnext_blocks", TwoConvNeXtBlocks, (2, 32, 14, 14)),
 ])
 def test_an_exported_model_predicts_like_its_torch_trace(predictor: Predictor, name: str, build: Any,
