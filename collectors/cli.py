@@ -29,6 +29,16 @@ def _fail(exc: Exception) -> NoReturn:
     raise click.ClickException(str(exc)) from None
 
 
+def _items(text: str) -> tuple[str, ...]:
+    """The non-empty items of a comma-separated option, stripped."""
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    """A comma-separated option of integers (batch sizes)."""
+    return tuple(int(item) for item in _items(text))
+
+
 @commands.command()
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the fingerprint as JSON")
@@ -133,12 +143,12 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
     from predictor.precision import get_precision
 
     try:
-        fams = tuple(f.strip() for f in families.split(",") if f.strip()) or tuple(FAMILIES)
+        fams = _items(families) or tuple(FAMILIES)
         for f in fams:
             get_family(f)
-        precs = tuple(dict.fromkeys(get_precision(p.strip()).name for p in precisions.split(",") if p.strip()))
-        wanted_variants = tuple(v.strip() for v in variants.split(",") if v.strip()) or None
-        wanted_layouts = tuple(x.strip() for x in layouts.split(",") if x.strip()) or None
+        precs = tuple(dict.fromkeys(get_precision(p).name for p in _items(precisions)))
+        wanted_variants = _items(variants) or None
+        wanted_layouts = _items(layouts) or None
         known_variants = {v for f in fams for v in get_family(f).variants}
         known_layouts = {x for f in fams for x in get_family(f).layouts}
         for v in wanted_variants or ():
@@ -181,10 +191,10 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
     from collectors.zoo_models import ZOO
 
     try:
-        names = [m.strip() for m in models.split(",") if m.strip()] or list(ZOO)
-        batch_sizes = tuple(int(b) for b in batches.split(",") if b.strip())
-        precs = tuple(p.strip() for p in precisions.split(",") if p.strip())
-        wanted_modes = tuple(m.strip() for m in modes.split(",") if m.strip())
+        names = list(_items(models)) or list(ZOO)
+        batch_sizes = _ints(batches)
+        precs = _items(precisions)
+        wanted_modes = _items(modes)
         report = collect_models(out, device, names, batch_sizes, precs, wanted_modes, rounds, reps, seed,
                                 say=click.echo)
     except (ValueError, RuntimeError) as exc:
@@ -215,10 +225,8 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
     from collectors.nas_space import parse_seeds
 
     try:
-        report = collect_nas(out, device, parse_seeds(seeds), tuple(int(b) for b in batches.split(",") if b.strip()),
-                             tuple(p.strip() for p in precisions.split(",") if p.strip()),
-                             tuple(m.strip() for m in modes.split(",") if m.strip()), group, rounds, reps, seed,
-                             max_seconds, say=click.echo)
+        report = collect_nas(out, device, parse_seeds(seeds), _ints(batches), _items(precisions), _items(modes),
+                             group, rounds, reps, seed, max_seconds, say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
     click.echo(f"nas: {report.measured} rows written ({report.failed} failed), {report.already_done} already on "
@@ -237,7 +245,7 @@ def nas_suite(out: Path, seeds: str, exporters: str) -> None:
     from collectors.nas_suite import write_suite
 
     try:
-        records = write_suite(out, parse_seeds(seeds), tuple(e.strip() for e in exporters.split(",") if e.strip()),
+        records = write_suite(out, parse_seeds(seeds), _items(exporters),
                               say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
@@ -255,8 +263,8 @@ def profile(out: Path, models: str, batches: str, precision: str) -> None:
     from collectors.capture_profile import TEXT_MODELS, profile_models
 
     try:
-        names = tuple(m.strip() for m in models.split(",") if m.strip()) or TEXT_MODELS
-        batch_sizes = tuple(int(b) for b in batches.split(",") if b.strip())
+        names = _items(models) or TEXT_MODELS
+        batch_sizes = _ints(batches)
         path = profile_models(out, names, batch_sizes, precision, say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
@@ -286,12 +294,12 @@ def onnx(out: Path, models: str, nas_seeds: str, exporters: str) -> None:
             sources = {model_name(s): NasModel(s) for s in parse_seeds(nas_seeds)}
         else:
             known = {**ZOO, **HELD_OUT_GRAPH_MODELS}
-            names = [m.strip() for m in models.split(",") if m.strip()] or list(known)
+            names = list(_items(models)) or list(known)
             unknown = [n for n in names if n not in known]
             if unknown:
                 raise ValueError(f"not zoo models: {', '.join(unknown)}; expected some of {', '.join(known)}")
             sources = {n: known[n] for n in names}
-        records = export_models(out, sources, tuple(e.strip() for e in exporters.split(",") if e.strip()),
+        records = export_models(out, sources, _items(exporters),
                                 say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)

@@ -109,8 +109,9 @@ def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, 
                     models: list[str] | None) -> None:
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
     from predictor.devices import resolve_device
-    from training.suite_validation import suite_scatter, validate_suite
+    from training.suite_validation import validate_suite
     from training.suites import load_suite
+    from training.validate import scatter_plot
 
     try:
         spec = resolve_device(device)
@@ -131,4 +132,4 @@ def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, 
     click.echo(report.overall.to_string(index=False, formatters=formats))
     for importer, names in report.missing.items():
         click.echo(f"{importer}: no graph for {len(names)} model(s): {', '.join(names)}")
-    click.echo(f"\nscatter plot: {suite_scatter(report.predictions, out / 'scatter.png', suite)}; tables in {out}")
+    click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png', suite)}; tables in {out}")

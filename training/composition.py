@@ -177,14 +177,20 @@ class CompositionFit:
     fitted_on: dict[str, int]  # runs the constants were fitted on: the zoo's, and the extra ones
 
 
+def held_out_constants(runs: list[RunArrays], extra: Sequence[RunArrays] = ()) -> dict[str, CompositionConstants]:
+    """Per model of ``runs``, the constants fitted without it: on the other models' runs and all
+    of ``extra`` (the NAS suite's training architectures), which are never held out."""
+    return {held: fit_constants([r for r in runs if r.model != held] + list(extra))
+            for held in sorted({r.model for r in runs})}
+
+
 def leave_one_model_out(runs: list[RunArrays], extra: Sequence[RunArrays] = ()) -> CompositionFit:
     """Fit on all models but one and predict that one, for each model; then fit on all.
-    ``extra`` runs (the NAS suite's training architectures) join every fit and are never held
-    out or predicted: the zoo's scores stay the zoo's."""
+    ``extra`` runs join every fit and are never held out or predicted: the zoo's scores stay
+    the zoo's."""
     rows = []
-    for held in sorted({r.model for r in runs}):
+    for held, c in held_out_constants(runs, extra).items():
         train_runs = [r for r in runs if r.model != held]
-        c = fit_constants(train_runs + list(extra))
         per_flop = {}
         for key in {(r.mode, r.precision) for r in train_runs}:
             ratios = [r.measured_us / r.flops for r in train_runs if (r.mode, r.precision) == key and r.flops > 0]

@@ -76,15 +76,16 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
     return OpData(rows, feature_frame(rows, device), shape_group(rows), device)
 
 
-def load_model_runs(dataset_dir: Path) -> pd.DataFrame:
-    """The ok whole-model runs of a dataset, one per (model, batch, precision, mode).
+def load_model_runs(dataset_dir: Path, folder: str = MODEL_RUNS_FOLDER) -> pd.DataFrame:
+    """The ok whole-model runs of a dataset, one per (model, batch, precision, mode): the zoo's
+    (``models/``), or the NAS suites' (``folder="nas"``).
 
     They come from one protocol, interleaved rounds (``latpred collect models``), in one folder:
     rows of earlier protocols, which host and clock drift biased (up to 2x for sequential eager
     rows), are archived, not merged, so nothing here decides between two measurements of a unit.
     A unit measured twice is refused rather than silently picked.
     """
-    runs = read_frame(Path(dataset_dir) / MODEL_RUNS_FOLDER, validate_model_runs)
+    runs = read_frame(Path(dataset_dir) / folder, validate_model_runs)
     runs = runs[runs["status"] == "ok"].reset_index(drop=True)
     unit = ["model", "batch", "precision", "mode"]
     twice = runs[runs.duplicated(unit, keep=False)]

@@ -20,7 +20,7 @@ from predictor.bundle import Bundle
 from predictor.compose import CompositionConstants
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
-from training.composition import fit_constants, run_arrays
+from training.composition import held_out_constants, run_arrays
 from training.metrics import ape
 from training.suites import Suite
 
@@ -41,10 +41,8 @@ class SuiteReport:
 def _held_out_constants(predictor: Predictor, suite: Suite) -> dict[str, CompositionConstants]:
     """Per model, the composition constants fitted as training fits them, without that model:
     on the other models' torch-trace runs and the suite's ``fit_extra`` runs."""
-    arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs)
-    extra = run_arrays(predictor, *suite.fit_extra) if suite.fit_extra and len(suite.fit_extra[1]) else []
-    return {held: fit_constants([r for r in arrays if r.model != held] + extra)
-            for held in sorted({r.model for r in arrays})}
+    extra = run_arrays(predictor, *suite.fit_extra) if suite.fit_extra else []
+    return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs), extra)
 
 
 def predict_suite(suite: Suite, bundle_dir: Path) -> pd.DataFrame:
@@ -97,31 +95,3 @@ def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
 def validate_suite(suite: Suite, bundle_dir: Path) -> SuiteReport:
     """Predict and score ``suite`` through every importer it has graphs for."""
     return score_suite(suite, predict_suite(suite, bundle_dir))
-
-
-def suite_scatter(predictions: pd.DataFrame, path: Path, title: str) -> Path:
-    """Predicted vs measured, log-log: one panel per importer, colour by mode, the +-10% band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    importers = sorted(predictions["importer"].unique())
-    fig, axes = plt.subplots(1, len(importers), figsize=(5 * len(importers), 5), squeeze=False)
-    lo = float(min(predictions["measured_ms"].min(), predictions["predicted_ms"].min()) * 0.8)
-    hi = float(max(predictions["measured_ms"].max(), predictions["predicted_ms"].max()) * 1.2)
-    line = np.array([lo, hi])
-    for ax, importer in zip(axes[0], importers):
-        part = predictions[predictions["importer"] == importer]
-        for mode, colour in (("cudagraph", "tab:blue"), ("eager", "tab:orange")):
-            runs = part[part["mode"] == mode]
-            ax.scatter(runs["measured_ms"], runs["predicted_ms"], s=8, alpha=0.6, label=mode, color=colour)
-        ax.plot(line, line, "k-", lw=1)
-        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
-        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (ms)",
-               ylabel="predicted (ms)", title=f"{title}: {importer}")
-        ax.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path

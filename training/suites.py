@@ -28,10 +28,10 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.graph import Graph
-from predictor.model_run_schema import NAS_RUNS_FOLDER, validate_model_runs
+from predictor.model_run_schema import NAS_RUNS_FOLDER
 from predictor.predict import Predictor
 from training.composition import RunArrays, run_arrays
-from training.data import load_model_runs, read_frame
+from training.data import load_model_runs
 
 SUITES = ("zoo", "nas-dev", "nas-test")
 DEFAULT_SUITES_DIR = Path("datasets/suites")
@@ -101,8 +101,7 @@ def nas_archs(suites_dir: Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
 
 def load_nas_runs(dataset: Path) -> pd.DataFrame:
     """The ok NAS runs of a device's dataset (``<dataset>/nas``), one per unit."""
-    runs = read_frame(Path(dataset) / NAS_RUNS_FOLDER, validate_model_runs)
-    return runs[runs["status"] == "ok"].reset_index(drop=True)
+    return load_model_runs(dataset, NAS_RUNS_FOLDER)
 
 
 def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,
@@ -122,8 +121,7 @@ def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_
 
 def nas_train_arrays(predictor: Predictor, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> list[RunArrays]:
     """``nas_train_runs`` predicted layer by layer: the runs composition fits on beside the zoo's."""
-    graphs, runs = nas_train_runs(dataset, suites_dir)
-    return run_arrays(predictor, graphs, runs) if len(runs) else []
+    return run_arrays(predictor, *nas_train_runs(dataset, suites_dir))
 
 
 def nas_train_runs(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[dict[str, Graph], pd.DataFrame]:

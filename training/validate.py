@@ -20,7 +20,7 @@ from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.data import load_model_runs
 from training.metrics import ape
-from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
+from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays, nas_train_runs
 
 METHODS = {"predicted_ms": "latpred", "roofline_ms": "roofline", "flops_ms": "flops-proportional"}
 
@@ -65,32 +65,37 @@ def validate(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_
     return ValidationReport(fit.predictions, table, overall)
 
 
-def scatter_plot(predictions: pd.DataFrame, path: Path) -> Path:
-    """Predicted vs measured, log-log, one colour per mode, with the +-10% band."""
+def scatter_plot(predictions: pd.DataFrame, path: Path, title: str = "latpred, leave-one-model-out") -> Path:
+    """Predicted vs measured, log-log, one colour per mode, with the +-10% band: one panel, or
+    one per importer where the predictions name theirs (``latpred validate --suite``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 6))
-    for mode, colour in (("cudagraph", "tab:blue"), ("eager", "tab:orange")):
-        part = predictions[predictions["mode"] == mode]
-        ax.scatter(part["measured_ms"], part["predicted_ms"], s=10, alpha=0.6, label=mode, color=colour)
+    panels = sorted(predictions["importer"].unique()) if "importer" in predictions else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 6), squeeze=False)
     lo = float(min(predictions["measured_ms"].min(), predictions["predicted_ms"].min()) * 0.8)
     hi = float(max(predictions["measured_ms"].max(), predictions["predicted_ms"].max()) * 1.2)
     line = np.array([lo, hi])
-    ax.plot(line, line, "k-", lw=1)
-    ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
-    ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)",
-           title="latpred, leave-one-model-out")
-    ax.legend()
+    for ax, importer in zip(axes[0], panels):
+        part = predictions if importer is None else predictions[predictions["importer"] == importer]
+        for mode, colour in (("cudagraph", "tab:blue"), ("eager", "tab:orange")):
+            runs = part[part["mode"] == mode]
+            ax.scatter(runs["measured_ms"], runs["predicted_ms"], s=10, alpha=0.6, label=mode, color=colour)
+        ax.plot(line, line, "k-", lw=1)
+        ax.fill_between(line, line * 0.9, line * 1.1, color="grey", alpha=0.2, label="±10%")
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured (ms)",
+               ylabel="predicted (ms)", title=title if importer is None else f"{title}: {importer}")
+        ax.legend()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
 
-def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads: int = 2) -> ValidationReport:
+def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads: int = 2,
+                    suites_dir: Path = DEFAULT_SUITES_DIR) -> ValidationReport:
     """Leave-one-model-out with the per-layer models refitted too: for each zoo model, the
     operator rows drawn from its layers (sources ``model:<name>`` and ``perturbed:<name>``) are
     dropped, the per-layer models are fitted on the rest, and the composition constants on the
@@ -107,6 +112,7 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
     data = load_ops(dataset)
     runs = load_model_runs(dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))
+    extra_graphs, extra_runs = nas_train_runs(dataset, suites_dir)  # re-predicted by each fold's models
     families = data.rows["family"].to_numpy()
     measured_kernel = np.log(data.rows["kernel_us"].to_numpy()) - np.log(data.roofline_us)
     measured_dispatch = np.log(data.rows["dispatch_us"].to_numpy())
@@ -123,7 +129,7 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
         predictor = Predictor(in_memory_bundle(served.device_id, fits), device)
         arrays = run_arrays(predictor, graphs, runs)
         constants = fit_constants([r for r in arrays if r.model != held]
-                                  + nas_train_arrays(predictor, dataset, DEFAULT_SUITES_DIR))
+                                  + run_arrays(predictor, extra_graphs, extra_runs))
         for r in arrays:
             if r.model == held:
                 rows.append({"model": r.model, "batch": r.batch, "precision": r.precision, "mode": r.mode,
