@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("collectors", "Measure operators and whole models into a dataset."),
     "device": ("collectors", "Fingerprint the GPU (or, without one, the CPU) that a sweep would measure."),
     "devices": ("predictor", "List the devices latpred knows, and which have a trained bundle."),
+    "host": ("collectors", "Probe this host's per-call costs: the host profile eager predictions are made for."),
     "predict": ("predictor", "Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."),
     "serve": ("service", "Serve the REST API with Flask's development server (docs at /docs, spec at "
                          "/openapi.json)."),

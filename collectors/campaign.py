@@ -4,7 +4,8 @@ Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold the live par
 (operator rows, and whole-model runs of the one protocol), ``nas/`` the NAS suite's whole-model
 runs (the same protocol and schema; training reads only nas-train's), ``archive/<name>/`` whole-model
 runs a later measurement superseded (kept for comparison, read by nothing in training),
-``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
+``hosts/`` the host profiles probed at the start and end of every sweep and run (rows name the
+one probed before them), ``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
 dataset card's rates and device time are computed from), ``README.md`` the card. The
 layer-shape catalogue ``<root>/layer_shapes.json`` is shared by every device.
 """
@@ -39,6 +40,7 @@ from collectors.sweep import SweepReport, run_sweep
 from collectors.timing import make_timer
 from collectors.zoo_models import get_zoo_model
 from predictor.dataset_schema import validate_rows
+from predictor.host_profile import HOSTS_FOLDER, HostProfile, HostStore
 from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, NAS_RUNS_FOLDER, validate_model_runs
 from predictor.precision import get_precision
 
@@ -55,6 +57,18 @@ class Campaign:
         self.ops = ShardStore(self.directory / "ops", validate_rows)
         self.models = ShardStore(self.directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id")
         self.nas = ShardStore(self.directory / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")
+        self.hosts = HostStore(self.directory / HOSTS_FOLDER)
+
+    def probe_host(self, note: str | None = None, say: Callable[[str], None] = lambda line: None) -> HostProfile:
+        """Probe the host issuing to this device (collectors.host_probe) and store the profile
+        beside the data: eager rows are only as good as knowing which host measured them."""
+        from collectors.host_probe import probe
+
+        profile = probe("cuda" if self.fp.kind == "cuda" else "cpu", note)
+        self.hosts.put(profile)
+        costs = ", ".join(f"{k} {v:.2f}" for k, v in profile.costs_us.items())
+        say(f"host {profile.id} ({profile.probe_seconds:.1f} s): {costs} us")
+        return profile
 
     def record_fingerprint(self) -> None:
         """Write the device fingerprint beside the data (kept current across resumed runs)."""
@@ -84,8 +98,10 @@ def shapes_path(root: Path) -> Path:
 
 
 def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: float | None,
-                flush_every: int = 1000, progress: bool | None = None) -> SweepReport:
-    """Sample the configurations for ``settings`` and measure those not yet on disk."""
+                flush_every: int = 1000, progress: bool | None = None, host_note: str | None = None,
+                say: Callable[[str], None] = lambda line: None) -> SweepReport:
+    """Sample the configurations for ``settings`` and measure those not yet on disk, with the
+    host probed before (every row names that profile) and after (the drift, in the log)."""
     require_validation()
     path = shapes_path(root)
     if not path.exists():
@@ -97,11 +113,13 @@ def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: fl
     campaign = Campaign(root, fp)
     campaign.record_fingerprint()
     configs = sample_configs(load_shapes(path), settings)
+    before = campaign.probe_host(host_note, say)
     measurer = OpMeasurer(fp, make_timer(fp.kind), open_nvml() if fp.kind == "cuda" else None,
-                          seed=settings.seed)
+                          seed=settings.seed, host_profile=before.id)
     report = run_sweep(configs, campaign.ops, measurer, flush_every=flush_every,
                        budget_s=budget_s, progress=progress, description=f"ops on {fp.device_id}")
-    campaign.log("ops", report, asdict(settings))
+    after = campaign.probe_host(host_note, say)
+    campaign.log("ops", report, {**asdict(settings), "host_profiles": [before.id, after.id]})
     return report
 
 
@@ -121,10 +139,11 @@ def _open_whole_model_campaign(root: Path, device: str,
 
 def collect_models(root: Path, device: str, models: list[str], batches: tuple[int, ...] = MODEL_BATCHES,
                    precisions: tuple[str, ...] = MODEL_PRECISIONS, modes: tuple[str, ...] = ("eager",),
-                   rounds: int = 5, reps: int = 3, seed: int = 0,
+                   rounds: int = 5, reps: int = 3, seed: int = 0, host_note: str | None = None,
                    say: Callable[[str], None] = lambda line: None) -> SweepReport:
     """Measure, per mode, the zoo models with a unit not yet on disk, in interleaved rounds: a
-    shard per mode, written as soon as that mode is done, and a line in the sweep log.
+    shard per mode, written as soon as that mode is done, and a line in the sweep log. The host
+    is probed before each mode's rounds (its rows name that profile) and after them.
 
     A model with any unit missing is measured whole (its units share the rounds) and only the
     missing rows are written. Everything is checked before anything is written.
@@ -145,15 +164,19 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
         if not wanted:
             continue
         mode_started = time.perf_counter()
-        rows = [r for r in measure_models(fp, wanted, batches, precisions, mode, rounds, reps, seed, nvml)
+        before = campaign.probe_host(host_note, say)
+        rows = [r for r in measure_models(fp, wanted, batches, precisions, mode, rounds, reps, seed, nvml,
+                                          host_profile=before.id)
                 if r["run_id"] not in done]
         campaign.models.write(rows)
+        after = campaign.probe_host(host_note, say)
         written += len(rows)
         seconds = time.perf_counter() - mode_started
         campaign.log("models", SweepReport(len(missing), len(units) - len(missing), len(rows), 0, seconds,
                                            "complete"),
                      {"protocol": PROTOCOL, "mode": mode, "models": wanted, "batches": batches,
-                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed})
+                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed,
+                      "host_profiles": [before.id, after.id]})
         say(f"{mode}: {len(rows)} rows in {seconds:.0f} s")
     return SweepReport(planned, planned - written, written, 0, time.perf_counter() - started, "complete")
 
@@ -176,12 +199,12 @@ NAS_GROUP = 24
 
 def _measure_group(fp: DeviceFingerprint, sources: dict[str, ModelSource], batches: tuple[int, ...],
                    precisions: tuple[str, ...], mode: str, rounds: int, reps: int, seed: int, nvml: Any,
-                   say: Callable[[str], None]) -> list[dict[str, Any]]:
+                   say: Callable[[str], None], host_profile: str | None = None) -> list[dict[str, Any]]:
     """Rows of ``sources`` in ``mode``, interleaved; where the group fails as a whole (an
     architecture that does not build, run or capture, or memory), each architecture is measured
     on its own, and one that still fails gets 'failed' rows, so that a resumed run moves on."""
     try:
-        return measure_models(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml)
+        return measure_models(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml, host_profile)
     except (RuntimeError, ValueError) as exc:
         say(f"{mode}: the group failed ({type(exc).__name__}: {str(exc)[:200]}); measuring its architectures "
             "one by one")
@@ -189,11 +212,12 @@ def _measure_group(fp: DeviceFingerprint, sources: dict[str, ModelSource], batch
     rows: list[dict[str, Any]] = []
     for name, source in sources.items():
         try:
-            rows += measure_models(fp, {name: source}, batches, precisions, mode, rounds, reps, seed, nvml)
+            rows += measure_models(fp, {name: source}, batches, precisions, mode, rounds, reps, seed, nvml,
+                                   host_profile)
         except (RuntimeError, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"
             say(f"{name} [{mode}] failed: {error[:200]}")
-            rows += [failed_row(ModelUnit(name, b, p), mode, fp, source.kind, error)
+            rows += [failed_row(ModelUnit(name, b, p), mode, fp, source.kind, error, host_profile)
                      for p in precisions for b in batches]
         _release()
     return rows
@@ -213,7 +237,8 @@ def _release() -> None:
 def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, ...] = NAS_BATCHES,
                 precisions: tuple[str, ...] = MODEL_PRECISIONS, modes: tuple[str, ...] = NAS_MODES,
                 group: int = NAS_GROUP, rounds: int = 6, reps: int = 3, seed: int = 0,
-                max_seconds: float | None = None, say: Callable[[str], None] = lambda line: None) -> SweepReport:
+                max_seconds: float | None = None, host_note: str | None = None,
+                say: Callable[[str], None] = lambda line: None) -> SweepReport:
     """Measure the NAS architectures of ``seeds`` (``nas-<seed>``) with a unit not yet on disk,
     by the whole-model protocol, a group of ``group`` architectures at a time: within a group,
     every mode's rounds interleave all its architectures' units; the group's rows are written as
@@ -250,15 +275,17 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
                 f"{longest:.0f} s, the budget is {max_seconds:.0f} s")
             break
         group_started = time.perf_counter()
+        before = campaign.probe_host(host_note, say)
         rows: list[dict[str, Any]] = []
         for mode in modes:
             wanted = list(dict.fromkeys(u.model for u in missing[mode]))
             if wanted:
                 sources: dict[str, ModelSource] = {name: NasModel(seed_of(name)) for name in wanted}
                 rows += [r for r in _measure_group(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml,
-                                                   say) if r["run_id"] not in done]
+                                                   say, before.id) if r["run_id"] not in done]
                 _release()
         campaign.nas.write(rows)
+        after = campaign.probe_host(host_note, say)
         seconds = time.perf_counter() - group_started
         longest = max(longest, seconds)
         bad = sum(1 for r in rows if r["status"] != "ok")
@@ -267,7 +294,8 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
         campaign.log("nas", SweepReport(need, sum(len(u) for u in units.values()) - need, len(rows) - bad, bad,
                                         seconds, "complete"),
                      {"protocol": PROTOCOL, "seeds": chunk, "modes": modes, "batches": batches,
-                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group})
+                      "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group,
+                      "host_profiles": [before.id, after.id]})
         say(f"seeds {chunk[0]}-{chunk[-1]}: {len(rows)} rows ({bad} failed) in {seconds:.0f} s")
     return SweepReport(planned, planned - written, written - failed, failed, time.perf_counter() - started, stopped)
 

@@ -15,7 +15,14 @@ import pandas as pd
 
 from collectors.shards import ShardStore
 from predictor.dataset_schema import validate_rows
-from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, validate_model_runs
+from predictor.host_profile import HOST_KINDS, HOSTS_FOLDER, HostStore
+from predictor.model_run_schema import (
+    ARCHIVE_FOLDER,
+    HOST_RUNS_FOLDER,
+    MODEL_RUNS_FOLDER,
+    NAS_RUNS_FOLDER,
+    validate_model_runs,
+)
 
 UNIT = ["model", "batch", "precision", "mode"]
 
@@ -59,7 +66,8 @@ def card_text(directory: Path) -> str:
             f"- kernel time: median CV {ok['cv'].median() * 100:.2f}% "
             f"(p90 {ok['cv'].quantile(0.9) * 100:.2f}%), repetitions adapt to a 2% target",
             f"- rows flagged as measured under clock throttling: {int(ok['throttled'].sum())}",
-            f"- median host dispatch per eager call: {ok['dispatch_us'].median():.1f} us", "",
+            f"- median host dispatch per eager call: {ok['dispatch_us'].median():.1f} us; "
+            f"{int(ok['host_profile'].notna().sum())} rows name the host profile probed beside them", "",
             "Rows per family and precision (measured / failed):", "",
             # pandas-stubs wants a numeric aggfunc; pandas takes one that makes text
             _table(pd.crosstab(ops["family"], ops["precision"], values=ops["status"],
@@ -71,6 +79,7 @@ def card_text(directory: Path) -> str:
             lines += ["", "Failure reasons:", "", _table(failures.rename("rows").to_frame())]
     lines += _model_runs_section(directory, runs, model_log)
     lines += _nas_runs_section(directory)
+    lines += _hosts_section(directory)
     lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", "",
               METHOD]
     notes = directory / "notes.md"
@@ -146,6 +155,32 @@ def _nas_runs_section(directory: Path) -> list[str]:
             f"- batches {sorted(ok_runs['batch'].unique().tolist())}, precisions "
             f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: eager {median_cv['eager']:.2f}%, "
             f"cudagraph {median_cv['cudagraph']:.2f}%"]
+
+
+def _hosts_section(directory: Path) -> list[str]:
+    """The host profiles probed beside the data, and the whole-model runs of other host conditions."""
+    profiles = HostStore(directory / HOSTS_FOLDER).all()
+    if not profiles:
+        return []
+    rows = [{"id": p.id, "measured": p.measured_at[:19], **{k: f"{p.costs_us[k]:.2f}" for k in HOST_KINDS},
+             "cpu score ns": f"{p.cpu_score_ns:.0f}" if p.cpu_score_ns else "-", "note": p.note or ""}
+            for p in sorted(profiles, key=lambda p: p.measured_at)]
+    lines = ["", "## Host profiles", "",
+             f"Probed (`latpred host probe`, collectors.host_probe) at the start and end of every sweep and run, in "
+             f"`{HOSTS_FOLDER}/`; rows name the probe before them, the sweep log names both. Per-call host cost in "
+             "microseconds:", "", _table(pd.DataFrame(rows).set_index("id"))]
+    conditions = sorted(p for p in (directory / HOST_RUNS_FOLDER).glob("*") if p.is_dir())
+    if conditions:
+        lines += ["", f"Whole-model runs under other host conditions, in `{HOST_RUNS_FOLDER}/<condition>/` (scored by "
+                  "`latpred validate --hosts`; training never reads them):", ""]
+        for folder in conditions:
+            runs = ShardStore(folder, validate_model_runs).read()
+            ok = runs[runs["status"] == "ok"]
+            batches = sorted(ok["batch"].unique().tolist())
+            lines.append(f"- `{folder.name}`: {len(runs)} rows ({len(ok)} measured), modes "
+                         f"{', '.join(sorted(runs['mode'].unique()))}, batches {batches}, "
+                         f"{runs['timestamp'].min():%Y-%m-%d %H:%M} UTC")
+    return lines
 
 
 def _protocol(runs: pd.DataFrame) -> pd.Series:

@@ -1,5 +1,5 @@
-"""The collectors' commands: ``latpred device`` and ``latpred collect`` (shapes, graphs, ops, models,
-nas, nas-suite, profile, onnx, card).
+"""The collectors' commands: ``latpred device``, ``latpred host probe`` and ``latpred collect``
+(shapes, graphs, ops, models, nas, nas-suite, profile, onnx, card).
 
 Every measuring step is a ``latpred collect`` command, so the GPU machine runs one entry point
 (``python -m latpred`` from the checkout). Each command imports torch and the measuring modules
@@ -133,9 +133,10 @@ def graphs(out: Path | None) -> None:
               help="skip batches whose arithmetic exceeds this")
 @click.option("--random-shapes", type=click.IntRange(min=0), default=120, show_default=True,
               help="random shapes drawn per family beside the catalogue's (0: only real shapes)")
+@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
 def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
         layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float,
-        random_shapes: int) -> None:
+        random_shapes: int, host_note: str | None) -> None:
     """Sweep operator configurations; resumes where an earlier run stopped."""
     from collectors.campaign import collect_ops
     from collectors.sampler import SamplerSettings
@@ -163,7 +164,7 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
                                    precisions=precs, max_bytes=max_bytes, max_flops=max_flops,
                                    variants=wanted_variants, layouts=wanted_layouts,
                                    random_shapes_per_family=random_shapes)
-        report = collect_ops(out, device, settings, budget_s, flush_every)
+        report = collect_ops(out, device, settings, budget_s, flush_every, host_note=host_note, say=click.echo)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:
         _fail(exc)
     click.echo(f"ops: {report.measured} measured ({report.failed} failed), {report.already_done} "
@@ -184,8 +185,9 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="forwards (or replays) of a unit per round")
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
+@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
 def models(out: Path, device: str, models: str, batches: str, precisions: str, modes: str, rounds: int,
-           reps: int, seed: int) -> None:
+           reps: int, seed: int, host_note: str | None) -> None:
     """Time zoo models in interleaved rounds (eager or as CUDA graphs); resumes by run id."""
     from collectors.campaign import collect_models
     from collectors.zoo_models import ZOO
@@ -196,7 +198,7 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
         precs = _items(precisions)
         wanted_modes = _items(modes)
         report = collect_models(out, device, names, batch_sizes, precs, wanted_modes, rounds, reps, seed,
-                                say=click.echo)
+                                host_note=host_note, say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
     click.echo(f"models: {report.measured} rows written, {report.already_done} already on disk")
@@ -218,15 +220,16 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=None,
               help="start no group that would end past this (by the longest group so far); resume later")
+@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
 def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes: str, group: int, rounds: int,
-        reps: int, seed: int, max_seconds: float | None) -> None:
+        reps: int, seed: int, max_seconds: float | None, host_note: str | None) -> None:
     """Time the NAS suite's architectures (nas-<seed>) in groups of interleaved rounds; resumes by run id."""
     from collectors.campaign import collect_nas
     from collectors.nas_space import parse_seeds
 
     try:
         report = collect_nas(out, device, parse_seeds(seeds), _ints(batches), _items(precisions), _items(modes),
-                             group, rounds, reps, seed, max_seconds, say=click.echo)
+                             group, rounds, reps, seed, max_seconds, host_note=host_note, say=click.echo)
     except (ValueError, RuntimeError) as exc:
         _fail(exc)
     click.echo(f"nas: {report.measured} rows written ({report.failed} failed), {report.already_done} already on "
@@ -315,3 +318,69 @@ def card(dataset: Path) -> None:
 
     path = write_card(dataset)
     click.echo(f"wrote {path}")
+
+
+@commands.group()
+def host() -> None:
+    """Probe this host's per-call costs: the host profile eager predictions are made for."""
+
+
+@host.command()
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True,
+              help="the device the probe issues to (auto: the GPU if there is one)")
+@click.option("--cpu-only", is_flag=True,
+              help="no GPU or torch here: estimate a profile from this CPU's single-thread speed, scaling the "
+                   "reference (labelled 'estimated', with wider intervals)")
+@click.option("--reference", default=None, metavar="PROFILE.json|ID",
+              help="with --cpu-only: the measured profile to scale (default: the one the shipped bundle names)")
+@click.option("--note", default=None, help="the conditions the probe runs under, kept in the profile")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="write the profile here (default: print it)")
+@click.option("--save", is_flag=True, help="also store it where 'latpred predict --host ID' finds it")
+def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, out: Path | None,
+          save: bool) -> None:
+    """Measure this host's profile (about two seconds), or estimate it without a GPU."""
+    from predictor.host_lookup import user_store
+
+    try:
+        profile = _estimated_profile(reference, note) if cpu_only else _measured_profile(device, note)
+        if save:
+            user_store().put(profile)
+    except (ValueError, KeyError, RuntimeError) as exc:
+        _fail(exc)
+    text = profile.model_dump_json(indent=1)
+    if out is None:
+        click.echo(text)
+    else:
+        out.write_text(text + "\n")
+        click.echo(f"host profile {profile.id} written to {out}", err=True)
+    if save:
+        click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)
+
+
+def _measured_profile(device: str, note: str | None) -> Any:
+    from collectors.fingerprint import read_fingerprint
+    from collectors.host_probe import probe as run_probe
+
+    kind = read_fingerprint(device).kind
+    return run_probe("cuda" if kind == "cuda" else "cpu", note)
+
+
+def _estimated_profile(reference: str | None, note: str | None) -> Any:
+    from collectors.host_probe import estimate_here
+    from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, bundle_dirs
+    from predictor.host_lookup import resolve_host, user_store
+    from predictor.predict import default_host
+
+    bundles = bundle_dirs(DEFAULT_BUNDLE_DIR)
+    if reference is None:
+        found = [h for h in (default_host(Bundle.load(d)) for d in bundles.values()) if h is not None]
+        if not found:
+            raise ValueError("no shipped bundle names a host profile to scale: give one with --reference")
+        return estimate_here(found[0], note)
+    bundle = Bundle.load(next(iter(bundles.values()))) if bundles else None
+    if bundle is None:
+        from predictor.host_profile import load_profile
+
+        return estimate_here(load_profile(Path(reference)), note)
+    return estimate_here(resolve_host(reference, bundle, [user_store()]), note)

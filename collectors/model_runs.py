@@ -78,9 +78,10 @@ class ModelSource(Protocol):
 
 
 def run_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, samples: list[float],
-            clock_reasons: int | None, kind: str | None = None) -> dict[str, Any]:
+            clock_reasons: int | None, kind: str | None = None, host_profile: str | None = None) -> dict[str, Any]:
     """The row of one unit in one mode from its samples (milliseconds) over all rounds;
-    ``kind`` is the model's (by default, the zoo model's of that name)."""
+    ``kind`` is the model's (by default, the zoo model's of that name), ``host_profile`` the id
+    of the host profile probed before the rounds."""
     precision = get_precision(unit.precision)
     p10, p50, p90 = (float(v) for v in np.percentile(samples, [10, 50, 90]))
     return {
@@ -91,11 +92,13 @@ def run_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, samples:
         "allow_tf32_matmul": precision.allow_tf32_matmul, "latency_ms": p50, "p10_ms": p10,
         "p90_ms": p90, "cv": coefficient_of_variation(samples), "repetitions": len(samples),
         "throttled": bool(clock_reasons and clock_reasons & THROTTLE_MASK),
-        "clock_reasons": clock_reasons, "profile": None, "timestamp": pd.Timestamp.now(tz="UTC"),
+        "clock_reasons": clock_reasons, "profile": None, "host_profile": host_profile,
+        "timestamp": pd.Timestamp.now(tz="UTC"),
     }
 
 
-def failed_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, kind: str, error: str) -> dict[str, Any]:
+def failed_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, kind: str, error: str,
+               host_profile: str | None = None) -> dict[str, Any]:
     """The row of a unit that could not be measured (it failed to build, run or capture): on
     disk, a resumed collection skips it instead of failing on it again."""
     precision = get_precision(unit.precision)
@@ -105,7 +108,8 @@ def failed_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, kind:
         "model": unit.model, "model_kind": kind, "batch": unit.batch, "precision": unit.precision, "mode": mode,
         "allow_tf32_cudnn": precision.allow_tf32_cudnn, "allow_tf32_matmul": precision.allow_tf32_matmul,
         "latency_ms": None, "p10_ms": None, "p90_ms": None, "cv": None, "repetitions": None,
-        "throttled": False, "clock_reasons": None, "profile": None, "timestamp": pd.Timestamp.now(tz="UTC"),
+        "throttled": False, "clock_reasons": None, "profile": None, "host_profile": host_profile,
+        "timestamp": pd.Timestamp.now(tz="UTC"),
     }
 
 
@@ -130,9 +134,11 @@ def _under(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any
 
 def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mapping[str, ModelSource],
                    batches: tuple[int, ...], precisions: tuple[str, ...], mode: str = "eager", rounds: int = 5,
-                   reps: int = 3, seed: int = 0, nvml: Nvml | None = None) -> list[dict[str, Any]]:
+                   reps: int = 3, seed: int = 0, nvml: Nvml | None = None,
+                   host_profile: str | None = None) -> list[dict[str, Any]]:
     """Rows for every (model, batch, precision) in ``mode``, timed in shuffled interleaved
-    rounds; each forward runs (and is captured) under its precision's TF32 switches.
+    rounds; each forward runs (and is captured) under its precision's TF32 switches. Every row
+    names ``host_profile``, the profile probed before these rounds.
 
     ``models`` names zoo models, or maps names to sources (``ModelSource``: the NAS suite's
     architectures), in the order their rows come."""
@@ -172,7 +178,8 @@ def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mappi
             after = nvml.clock_event_reasons() if nvml else None
             if nvml:  # any reason NVML reported in any round: the whole set of rounds saw it
                 reasons = (reasons or 0) | (before or 0) | (after or 0)
-        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons, sources[unit.model].kind) for unit in units]
+        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons, sources[unit.model].kind, host_profile)
+                for unit in units]
         del timers, forwards
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -35,8 +35,11 @@ class OpMeasurer:
     """Callable that measures one ``OpConfig`` on one device and returns its row."""
 
     def __init__(self, fingerprint: DeviceFingerprint, timer: Timer, nvml: Nvml | None = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, host_profile: str | None = None) -> None:
+        """``host_profile`` is the id of the host profile probed before the sweep: every row
+        carries it, so training learns host time relative to the host that measured it."""
         self.fp = fingerprint
+        self.host_profile = host_profile
         self.device = torch.device("cuda" if fingerprint.kind == "cuda" else "cpu")
         self.timer = timer
         self.nvml = nvml
@@ -53,6 +56,7 @@ class OpMeasurer:
             "precision": cfg.precision, "batch": cfg.batch,
             **{name: cfg.param_dict.get(name) if known else None for name in PARAMETERS},
             "flops": 0.0, "bytes": 0.0, "l2_state": "none", "source": cfg.source, "seed": self.seed,
+            "host_profile": self.host_profile,
             "allow_tf32_cudnn": False, "allow_tf32_matmul": False, "throttled": False,
             **{name: None for name in ("kernel_us", "dispatch_us", "p10_us", "p50_us", "p90_us",
                                        "cv", "repetitions", "calls_per_replay", "clock_reasons",
@@ -81,6 +85,7 @@ class OpMeasurer:
             **{name: params.get(name) for name in PARAMETERS},
             "flops": flops(cfg.family, params, cfg.variant, cfg.batch), "bytes": nbytes,
             "l2_state": self._l2_state(nbytes), "source": cfg.source, "seed": self.seed,
+            "host_profile": self.host_profile,
             "kernel_us": None, "dispatch_us": None, "p10_us": None, "p50_us": None,
             "p90_us": None, "cv": None, "repetitions": None, "calls_per_replay": None,
             "clock_reasons": None, "sm_clock_mhz": None, "throttled": False,

@@ -17,6 +17,7 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError, bundle_dir
 from predictor.compose import MODES
 from predictor.devices import DEVICES, resolve_device
 from predictor.graph_sources import load_graph
+from predictor.host_lookup import resolve_host, user_store
 from predictor.precision import PRECISIONS
 from predictor.predict import Predictor
 from predictor.variant import MAX_BATCH
@@ -55,8 +56,11 @@ def load_predictor(device: str, bundle: Path | None) -> Predictor:
               help="set a symbolic dim of an ONNX model, e.g. --dim sequence=256 (repeatable)")
 @click.option("--format", "fmt", type=click.Choice(["json", "table", "csv"]), default="table", show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
+@click.option("--host", "host_spec", default=None, metavar="PROFILE.json|ID",
+              help="the host that issues an eager forward: a profile file ('latpred host probe'), or the id "
+                   "of one the bundle carries or you saved (default: the host that measured the bundle)")
 def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batch: int | None,
-            dim_items: tuple[str, ...], fmt: str, bundle: Path | None) -> None:
+            dim_items: tuple[str, ...], fmt: str, bundle: Path | None, host_spec: str | None) -> None:
     """Predict the latency of each PATH (an .onnx or .json graph, or a zoo name).
 
     An ONNX model's weights are never read, only their dims (a weight-stripped export, or one
@@ -73,14 +77,18 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
         predictor = load_predictor(device, bundle)
     except (ValueError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None
+    try:
+        host = resolve_host(host_spec, predictor.bundle, [user_store()]) if host_spec else None
+    except (ValueError, KeyError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--host") from None
     failed = 0
     writer = csv.writer(sys.stdout) if fmt == "csv" else None
     if writer:
         writer.writerow(["model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms",
-                         "unsupported_ops"])
+                         "unsupported_ops", "host"])
     for path in paths:
         try:
-            result = predictor.predict(load_graph(path, batch, dims), batch, precision, mode)
+            result = predictor.predict(load_graph(path, batch, dims), batch, precision, mode, host=host)
         except ValueError as exc:
             click.echo(f"error: {path}: {exc}", err=True)
             failed += 1
@@ -90,10 +98,12 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
         elif writer:
             writer.writerow([result.model, result.device, result.batch, result.precision, result.mode,
                              f"{result.total_ms:.4f}", f"{result.low_ms:.4f}", f"{result.high_ms:.4f}",
-                             sum(u["count"] for u in result.unsupported)])
+                             sum(u["count"] for u in result.unsupported), result.host or ""])
         else:
             click.echo(f"{result.model:<24} {result.total_ms:9.3f} ms  [{result.low_ms:.3f}, {result.high_ms:.3f}]"
                        f"  {result.device} b{result.batch} {result.precision} {result.mode}")
+            if result.host:
+                click.echo(f"  host: {result.host}")
             for warning in result.warnings:
                 click.echo(f"  warning: {warning}")
     if failed:

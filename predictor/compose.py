@@ -14,6 +14,12 @@ replays timed in interleaved rounds, where the gap is 0.1 us). eager: the host i
 operators one by one while the GPU runs them; kernel i starts once it has been issued *and*
 kernel i-1 has finished. At small batch the host's issue time, not the kernels, sets the
 latency, which summing kernels can never show.
+
+The host's issue time comes from a host profile (predictor.host_profile): what one call of each
+kind costs that host, probed in seconds. A kernel call costs its learned dispatch *relative to
+its kind* times the profile's cost of that kind, so the same layers compose for any host; the
+constants below say how a call inside a model relates to the probe's calls (the Python of the
+module around it, views, launches), in units of the profile's own costs.
 """
 
 from __future__ import annotations
@@ -23,7 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from predictor.host_profile import HOST_KINDS, HostProfile
+
 MODES = ("eager", "cudagraph")
+#: indices of the profile kinds composition uses directly, in HOST_KINDS order
+ELEMENTWISE_KIND, VIEW_KIND, MODULE_CALL_KIND = (HOST_KINDS.index(k) for k in ("elementwise", "view", "module_call"))
 
 
 #: Families whose isolated kernel time is corrected by one shared, learned scale: a layer inside
@@ -55,14 +65,22 @@ class CompositionConstants:
     #: the multiple of its cold weight read (features.cold_weight_us) a layer adds inside a model
     #: (above 1 where HBM delivers less than its nominal bandwidth: 1.40 is 0.71 of it)
     cold_weight_share: float = 0.0
-    host_scale: float = 1.0
-    call_host_us: float = 2.0
-    #: host time of a call that launches no kernel (a view, a reshape, a no-op cast): the Python
-    #: around it, which the dispatch sweep never sees, is what it mostly stands for.
-    view_host_us: float = 2.0
-    #: host time of a kernel another call launches (Node.launched_by): cudaLaunchKernel alone.
-    launch_host_us: float = 2.0
-    fallback_host_us: float = 20.0
+    #: the share of its isolated dispatch (the dispatch model's ratio times the host's cost of the
+    #: call's kind) a kernel call costs inside a model: relative to the probe, so no host is in it
+    dispatch_share: float = 1.0
+    #: the Python a model adds around each kernel call (its module's call, its attribute reads),
+    #: in units of the host's module_call cost
+    call_share: float = 1.0
+    #: host time of a call that launches no kernel (a view, a reshape, a no-op cast), in units of
+    #: the host's view cost: the Python around it, which the dispatch sweep never sees, is what
+    #: it mostly stands for
+    view_share: float = 4.0
+    #: host time of a kernel another call launches (Node.launched_by): cudaLaunchKernel alone, in
+    #: units of the host's elementwise cost (a quarter: about 2 us of the H200 host's 7-9 us)
+    launch_share: float = 0.25
+    #: a call no learned model covers dispatches like the median elementwise call of the
+    #: training runs: this ratio to the host's elementwise cost
+    fallback_ratio: float = 1.3
     sync_us: float = 20.0
     #: the floor of any launch, applied to fallbacks' bandwidth estimate
     min_kernel_us: float = 2.0
@@ -94,8 +112,9 @@ class LayerArrays:
     #: the learned kernel time's interval (fallbacks get theirs from the floored estimate)
     low_us: np.ndarray
     high_us: np.ndarray
-    #: learned host dispatch of a kernel call, 0 elsewhere
-    dispatch_us: np.ndarray
+    #: learned host dispatch of a kernel call relative to the host profile's cost of its kind
+    #: (``host_kind``), 0 elsewhere
+    dispatch_ratio: np.ndarray
     #: reading the layer's weights cold from HBM (features.cold_weight_us), 0 where none
     cold_weight_us: np.ndarray
     #: scale group (index into GROUPS)
@@ -106,6 +125,8 @@ class LayerArrays:
     is_fallback: np.ndarray
     #: kernels another node's call launches (Node.launched_by): the host pays their launch only
     is_launched: np.ndarray
+    #: the host profile kind each node's dispatch is relative to (index into HOST_KINDS)
+    host_kind: np.ndarray
 
     @property
     def is_view(self) -> np.ndarray:
@@ -148,15 +169,27 @@ def _in_model_extra_us(a: LayerArrays, c: CompositionConstants) -> np.ndarray:
     return c.short_kernel_share * a.short_us() + np.where(a.is_kernel, c.cold_weight_share * a.cold_weight_us, 0.0)
 
 
-def _host_terms(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, np.ndarray]:
-    """A node's host time is linear in (host_scale, call_host_us, view_host_us): the three
-    coefficients per node (3, nodes) and the part that is fixed (launches, fallbacks' dispatch)."""
+def host_costs(host: HostProfile | np.ndarray) -> np.ndarray:
+    """A profile's per-call costs in HOST_KINDS order (an array is taken as already that)."""
+    return np.asarray(host.costs() if isinstance(host, HostProfile) else host, dtype=float)
+
+
+def _host_terms(a: LayerArrays, c: CompositionConstants, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A node's host time is linear in (dispatch_share, call_share, view_share): the three
+    coefficients per node (3, nodes), each a host cost, and the part that is fixed (launches,
+    fallbacks' dispatch). Every term is a non-negative multiple of one of the host's costs, so
+    a slower host never makes a forward faster."""
     own_call = a.is_kernel & ~a.is_launched
-    coefficients = np.stack([np.where(own_call, a.dispatch_us, 0.0),
-                             (own_call | a.is_fallback).astype(float), a.is_view.astype(float)])
-    fixed = (np.where(a.is_kernel & a.is_launched, c.launch_host_us, 0.0)
-             + np.where(a.is_fallback, c.fallback_host_us, 0.0))
+    coefficients = np.stack([np.where(own_call, a.dispatch_ratio * costs[a.host_kind], 0.0),
+                             (own_call | a.is_fallback) * costs[MODULE_CALL_KIND],
+                             a.is_view * costs[VIEW_KIND]])
+    fixed = (np.where(a.is_kernel & a.is_launched, c.launch_share, 0.0)
+             + np.where(a.is_fallback, c.fallback_ratio, 0.0)) * costs[ELEMENTWISE_KIND]
     return coefficients, fixed
+
+
+def _host_point(c: CompositionConstants) -> np.ndarray:
+    return np.array([[c.dispatch_share, c.call_share, c.view_share]])
 
 
 def _in_model_us(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -168,14 +201,13 @@ def _in_model_us(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, n
     return kernel * scale + extra, low * scale + extra, high * scale + extra
 
 
-def layer_times(a: LayerArrays, c: CompositionConstants) -> LayerTimes:
-    """Per node, its kernel time inside the model with its interval, and its host issue time:
-    dispatch x host scale + a call's cost for a kernel, its launch for a kernel another call
-    launches, the view cost for a call that launches nothing, the fallback dispatch plus a
-    call's cost for a fallback."""
-    coefficients, fixed = _host_terms(a, c)
-    host = np.array([c.host_scale, c.call_host_us, c.view_host_us]) @ coefficients + fixed
-    return LayerTimes(*_in_model_us(a, c), host)
+def layer_times(a: LayerArrays, c: CompositionConstants, host: HostProfile | np.ndarray) -> LayerTimes:
+    """Per node, its kernel time inside the model with its interval, and its host issue time on
+    ``host``: its share of the dispatch of its kind plus the Python of a call for a kernel, its
+    launch for a kernel another call launches, the view cost for a call that launches nothing,
+    the fallback dispatch plus a call's Python for a fallback."""
+    coefficients, fixed = _host_terms(a, c, host_costs(host))
+    return LayerTimes(*_in_model_us(a, c), (_host_point(c) @ coefficients)[0] + fixed)
 
 
 #: cudagraph_terms' columns after the group sums, in order: the constants that multiply them.
@@ -199,9 +231,11 @@ def cudagraph_weights(c: CompositionConstants) -> np.ndarray:
     return np.append(c.group_scales(), [getattr(c, name) for name in CUDAGRAPH_TERMS])
 
 
-def eager_grid_us(a: LayerArrays, c: CompositionConstants, grid: np.ndarray) -> np.ndarray:
-    """One eager forward, without its final synchronisation, at every (host_scale, call_host_us,
-    view_host_us) row of ``grid`` at once; ``c`` gives every other constant.
+def eager_grid_us(a: LayerArrays, c: CompositionConstants, grid: np.ndarray,
+                  host: HostProfile | np.ndarray) -> np.ndarray:
+    """One eager forward on ``host``, without its final synchronisation, at every
+    (dispatch_share, call_share, view_share) row of ``grid`` at once; ``c`` gives every other
+    constant.
 
     A node's issue time is linear in the three, so the issue times of all grid points are one
     matrix product of running sums; the overlap of host and GPU is then ``_forward_end`` per
@@ -211,7 +245,7 @@ def eager_grid_us(a: LayerArrays, c: CompositionConstants, grid: np.ndarray) -> 
     grid = np.atleast_2d(np.asarray(grid, dtype=float))
     if not len(a.kernel_us):
         return np.zeros(len(grid))
-    coefficients, fixed = _host_terms(a, c)
+    coefficients, fixed = _host_terms(a, c, host_costs(host))
     issued = grid @ np.cumsum(coefficients, axis=1) + np.cumsum(fixed)  # (points, nodes)
     return _forward_end(issued, _in_model_us(a, c)[0])
 
@@ -231,11 +265,13 @@ def _forward_end(issued: np.ndarray, kernel: np.ndarray) -> np.ndarray:
     return np.maximum(issued[:, -1], gpu_end)
 
 
-def compose(a: LayerArrays, c: CompositionConstants, mode: str) -> float:
-    """A whole model's latency in microseconds from its layers alone, in execution ``mode``."""
+def compose(a: LayerArrays, c: CompositionConstants, mode: str, host: HostProfile | np.ndarray | None = None) -> float:
+    """A whole model's latency in microseconds from its layers alone, in execution ``mode``; an
+    eager forward is issued by ``host`` (a captured graph's replay needs no host)."""
     if mode == "cudagraph":
         return float(cudagraph_terms(a, c) @ cudagraph_weights(c))
     if mode == "eager":
-        point = np.array([[c.host_scale, c.call_host_us, c.view_host_us]])
-        return float(eager_grid_us(a, c, point)[0]) + c.sync_us
+        if host is None:
+            raise ValueError("an eager prediction needs a host profile: the host issues every kernel")
+        return float(eager_grid_us(a, c, _host_point(c), host)[0]) + c.sync_us
     raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")

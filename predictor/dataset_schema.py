@@ -17,8 +17,9 @@ from predictor.precision import PRECISIONS
 if TYPE_CHECKING:
     import pandera.pandas as pa
 
-#: Bump when a column is added, removed or changes meaning; readers refuse other versions.
-SCHEMA_VERSION = 1
+#: Bump when a column is added, removed or changes meaning; readers refuse other versions, except
+#: those ``upgrade_v1`` converts.
+SCHEMA_VERSION = 2
 
 STATUSES = ("ok", "failed")
 L2_STATES = ("warm", "exceeds_l2", "none")
@@ -67,6 +68,7 @@ def _schema() -> pa.DataFrameSchema:
         "l2_state": text(pa.Check.isin(L2_STATES)),
         "source": text(),
         "seed": pa.Column(int),
+        "host_profile": text(nullable=True),
         "timestamp": pa.Column("datetime64[us, UTC]"),
     }
     measured = pa.Check(
@@ -86,14 +88,32 @@ COLUMNS: tuple[str, ...] = (
     "schema_version", "config_id", "status", "error", *PROVENANCE_COLUMNS, "family", "variant",
     "layout", "precision", "batch", *PARAMETERS, "allow_tf32_cudnn", "allow_tf32_matmul",
     *TIMING_COLUMNS, "repetitions", "calls_per_replay", "flops", "bytes", "throttled",
-    "clock_reasons", "sm_clock_mhz", "l2_state", "source", "seed", "timestamp",
+    "clock_reasons", "sm_clock_mhz", "l2_state", "source", "seed", "host_profile", "timestamp",
 )
+
+
+def upgrade_v1(frame: pd.DataFrame, version: int) -> pd.DataFrame:
+    """Version-1 rows as version ``version`` (a frame may mix shards of both): they predate the
+    host probe, so their ``host_profile`` (the id of the profile measured beside the row, added
+    in version 2) is unknown. Rows of other versions are left for validation to refuse."""
+    if "schema_version" not in frame or not len(frame):
+        return frame
+    old = (frame["schema_version"] == 1).to_numpy()
+    if not old.any():
+        return frame
+    frame = frame.copy()
+    if "host_profile" not in frame:
+        frame["host_profile"] = None
+    frame["host_profile"] = frame["host_profile"].astype(object).where(~old, None)
+    frame.loc[old, "schema_version"] = version
+    return frame
 
 
 def validate_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Validate (and coerce) rows against the schema; raise ``DatasetSchemaError`` naming columns."""
     import pandera.errors
 
+    frame = upgrade_v1(frame, SCHEMA_VERSION)
     if "schema_version" in frame and len(frame):
         versions = set(pd.unique(frame["schema_version"]))
         if versions != {SCHEMA_VERSION}:

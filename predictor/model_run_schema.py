@@ -11,10 +11,12 @@ from typing import Any
 
 import pandas as pd
 
-from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _describe
+from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _describe, upgrade_v1
 from predictor.precision import PRECISIONS
 
-MODEL_RUN_SCHEMA_VERSION = 1
+#: 2 added ``host_profile``: the id of the host profile probed before the run (version-1 rows are
+#: read as version 2 with none)
+MODEL_RUN_SCHEMA_VERSION = 2
 #: folder of a device's dataset that holds its live whole-model runs: one protocol
 #: (``latpred collect models``: interleaved rounds), one row per unit and mode. Rows that a
 #: re-measurement superseded live under ``archive/``, which training never reads.
@@ -26,6 +28,11 @@ ARCHIVE_FOLDER = "archive"
 #: nas-test's are read by validation only (``latpred validate --suite``); training fits composition
 #: on nas-train's CUDA-graph runs (``training.suites.nas_train_runs``).
 NAS_RUNS_FOLDER = "nas"
+#: folder beside it for whole-model runs measured under other host conditions (another machine, a
+#: contended core), one subfolder per condition with its shards and sweep log: eager predictions
+#: are scored there with each run's own host profile (``latpred validate --hosts``); training
+#: never fits on them.
+HOST_RUNS_FOLDER = "host_runs"
 MODES = ("eager", "cudagraph")
 #: the search spaces of the NAS suite's generator (collectors.nas_space): a NAS run's model_kind
 NAS_SPACES = ("mbconv", "transformer", "resnet", "convnext", "attention", "mixer")
@@ -62,11 +69,12 @@ def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:
         "throttled": pa.Column(bool),
         "clock_reasons": pa.Column("Int64", nullable=True),
         "profile": text(nullable=True),
+        "host_profile": text(nullable=True),
         "timestamp": pa.Column("datetime64[us, UTC]"),
     }, checks=[pa.Check(lambda df: (df["status"] != "ok") | df["latency_ms"].notna(),
                         error="an 'ok' row needs latency_ms", name="ok_rows_have_latency")],
         strict=True, coerce=True)
     try:
-        return schema.validate(frame, lazy=True)
+        return schema.validate(upgrade_v1(frame, MODEL_RUN_SCHEMA_VERSION), lazy=True)
     except pandera.errors.SchemaErrors as exc:
         raise DatasetSchemaError(_describe(exc.failure_cases)) from None

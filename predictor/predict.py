@@ -20,6 +20,7 @@ from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
 from predictor.graph import CAST_OPS, Graph
+from predictor.host_profile import HOST_KINDS, HostProfile, host_kind, parse_profile
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
@@ -37,17 +38,20 @@ PREFETCH_LIMIT = CACHE_LIMIT // 4  # configurations one prefetch evaluates at mo
 FALLBACK_BANDWIDTH_SHARE = 0.5
 
 
-def _node_kinds(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _node_kinds(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per node, what no variant changes: its scale group, whether it is a fallback, whether
-    another call launches it, and a fallback's elements per sample (made once per graph, but a
-    NAS loop's every graph is new: comprehensions, not a loop of appends)."""
+    another call launches it, a fallback's elements per sample, and the host profile kind its
+    dispatch is relative to (made once per graph, but a NAS loop's every graph is new:
+    comprehensions, not a loop of appends)."""
     nodes = graph.nodes
     kinds = [(n.family, n.kind) for n in nodes]
     index = {kind: GROUPS.index(family_group(*kind)) for kind in set(kinds)}
+    host_index = {family: HOST_KINDS.index(host_kind(family)) for family, _ in set(kinds)}
     return (np.array([index[kind] for kind in kinds], dtype=np.intp),
             np.array([kind == "fallback" for _, kind in kinds], dtype=bool),
             np.array([bool(n.launched_by) for n in nodes], dtype=bool),
-            np.array([n.elements_per_sample for n in nodes], dtype=float))
+            np.array([n.elements_per_sample for n in nodes], dtype=float),
+            np.array([host_index[family] for family, _ in kinds], dtype=np.intp))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -56,6 +60,22 @@ def _checked_variant(batch: int, precision: str, mode: str) -> None:
     a NAS loop asks the same few variants for thousands of graphs, and each check builds a
     pydantic model."""
     check_variant(batch, precision, mode)
+
+
+#: The widening of an eager interval on an estimated host profile where a bundle does not say
+#: what its hosts measured (training writes ``estimated_host_extra_log``): log(1.5).
+ESTIMATED_EXTRA_LOG = 0.405
+
+
+def default_host(bundle: Bundle) -> HostProfile | None:
+    """The host profile a bundle names as the one that measured its runs, or None."""
+    data = bundle.metadata.get("host_profile")
+    if data is None:
+        return None
+    try:
+        return parse_profile(data)
+    except ValueError as exc:
+        raise BundleError(f"bundle {bundle.directory}: its host_profile is invalid ({exc}); retrain it") from None
 
 
 #: where the roofline estimate is among the features (each kernel is predicted as a ratio to it)
@@ -90,6 +110,10 @@ class Predictor:
         #: first predictor over a bundle (seconds per model where the cache lacks it)
         self.trees = bundle.compile_trees()
         self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
+        #: the host an eager prediction is for when none is asked: the one that measured the
+        #: bundle's whole-model runs (None for a bundle fitted in memory, which training predicts
+        #: run by run, each with its own host)
+        self.host: HostProfile | None = default_host(bundle)
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch, cold weight read)
         self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
@@ -176,11 +200,13 @@ class Predictor:
         if needed:
             self._evaluate(needed)
 
-    def predict_many(self, graphs: Sequence[Graph], variants: Sequence[Variant] = (Variant(),)) -> list[Prediction]:
+    def predict_many(self, graphs: Sequence[Graph], variants: Sequence[Variant] = (Variant(),),
+                     host: HostProfile | None = None) -> list[Prediction]:
         """Every graph on every variant, graph-major (graph i on variant j is result
         ``i * len(variants) + j``), without per-layer breakdowns: a NAS loop's batch of
-        candidates. Their new kernels are evaluated in one pass per family before any graph is
-        composed. A variant that names another device than this predictor's is refused."""
+        candidates; eager ones issued by ``host`` (default: the bundle's). Their new kernels are
+        evaluated in one pass per family before any graph is composed. A variant that names
+        another device than this predictor's is refused."""
         for j, v in enumerate(variants):
             if v.device is None:
                 continue
@@ -192,7 +218,8 @@ class Predictor:
                 raise ValueError(f"variants[{j}].device: {v.device!r} is not {self.device.device_id}, the device "
                                  "this predictor serves")
         self.prefetch([(g, v.batch, v.precision, v.mode) for g in graphs for v in variants])
-        return [self.predict(g, v.batch, v.precision, v.mode, with_layers=False) for g in graphs for v in variants]
+        return [self.predict(g, v.batch, v.precision, v.mode, with_layers=False, host=host)
+                for g in graphs for v in variants]
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
         """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a
@@ -208,19 +235,22 @@ class Predictor:
         except KeyError:
             evaluated = self._evaluate(key for key in keys if key is not None)
             rows = [none if key is None else evaluated[key] for key in keys]
-        group, is_fallback, is_launched, fallback_elements = graph.derived(("node kinds",), lambda: _node_kinds(graph))
+        group, is_fallback, is_launched, fallback_elements, kinds = graph.derived(("node kinds",),
+                                                                                 lambda: _node_kinds(graph))
         values = np.array(rows).reshape(len(keys), 5).T
         is_kernel = np.array([key is not None for key in keys], dtype=bool)
         bytes_per_us = FALLBACK_BANDWIDTH_SHARE * self.device.memory_bandwidth / 1e6 / prec.element_bytes
         kernel = np.where(is_fallback, fallback_elements * batch / bytes_per_us, values[0])
         return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
-                           is_fallback, is_launched & is_kernel)
+                           is_fallback, is_launched & is_kernel, kinds)
 
     def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
-                mode: str = "cudagraph", with_layers: bool = True) -> Prediction:
+                mode: str = "cudagraph", with_layers: bool = True, host: HostProfile | None = None) -> Prediction:
         """Latency of ``graph`` (at its own batch unless ``batch`` overrides it); without its
         per-layer breakdown when ``with_layers`` is false (a NAS loop wants the totals of
-        thousands of graphs; their layer objects cost a tenth of a new graph's prediction)."""
+        thousands of graphs; their layer objects cost a tenth of a new graph's prediction).
+        An eager forward is issued by ``host`` (default: the host that measured the bundle),
+        which the prediction names; an estimated profile widens its interval."""
         batch = graph.batch if batch is None else batch
         if type(batch) is int and type(precision) is str and type(mode) is str:
             _checked_variant(batch, precision, mode)
@@ -229,14 +259,23 @@ class Predictor:
         graph = graph.at_precision(get_precision(precision).name, batch)
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
-        total = compose(arrays, c, mode)
+        host = host or self.host
+        eager = mode == "eager"
+        if host is None and eager:
+            raise ValueError("this bundle names no host profile: give one (--host, or 'host' in the request)")
+        total = compose(arrays, c, mode, host)
         fallbacks = bool(arrays.is_fallback.any())
-        times = layer_times(arrays, c) if with_layers or fallbacks else None
+        # (a captured graph's layers need a host only for their host column: none without a profile)
+        times = (layer_times(arrays, c, host if host is not None else np.zeros(len(HOST_KINDS)))
+                 if with_layers or fallbacks else None)
         layers = [LayerPrediction(n.name, n.op, n.kind, n.family, k, lo, hi, host, list(n.merged))
                   for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),
                                                  times.high_us.tolist(), times.host_us.tolist())] \
             if with_layers and times is not None else []
         q = self.bundle.composition.get("interval_log", {}).get(mode, 0.25)
+        if eager and host is not None and host.label == "estimated":
+            # what scaling a measured profile by the CPU's speed missed on the measured hosts
+            q += self.bundle.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
         unsupported = []
         warnings = []
         if fallbacks and times is not None:
@@ -253,5 +292,6 @@ class Predictor:
             model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
             high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
+            host=host.summary() if eager and host is not None else None,
             layers=layers, unsupported=unsupported, warnings=warnings,
         )

@@ -48,6 +48,9 @@ class Prediction:
     low_ms: Annotated[float, Field(description="lower end of the ~90% interval")]
     high_ms: Annotated[float, Field(description="upper end of the ~90% interval")]
     model_version: Annotated[str, Field(description="version of the model bundle that predicted it")]
+    host: Annotated[str | None, Field(description="the host profile an eager prediction is for: id, whether "
+                                                  "measured or estimated, CPU (none for a CUDA graph, which "
+                                                  "no host issues kernel by kernel)")] = None
     layers: Annotated[list[LayerPrediction], Field(
         description="per-layer breakdown (absent when the request asked for none)")] = field(default_factory=list)
     unsupported: Annotated[list[UnsupportedOp], Field(

@@ -12,6 +12,7 @@ import time
 from flask import Response, g, request
 from flask_openapi3 import Info
 
+from predictor.host_profile import HostStore
 from service import request_body
 from service.auth import SECURITY_SCHEMES, check_key
 from service.config import ServiceConfig
@@ -46,7 +47,7 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
         registry = ModelRegistry(config.bundle_dir, marker=marker, load_wait_s=config.load_wait_s)
     store = GraphStore(config.graph_store, config.graph_cache_size)
     app.extensions["latpred"] = ServiceState(config, registry, store, GraphResolver(store, config.max_nodes),
-                                             metrics)
+                                             metrics, HostStore(config.host_store))
     metrics.served({}, registry.snapshot.versions())
     registry.listeners.append(lambda old, new: metrics.served(old.versions(), new.versions()))
     register_error_handlers(app)
@@ -59,9 +60,9 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
 
 
 def _register_blueprints(app: LatpredOpenAPI) -> None:
-    from service.api import devices, graphs, health, latency, models, predict
+    from service.api import devices, graphs, health, hosts, latency, models, predict
 
-    for module in (health, predict, latency, graphs, devices, models):
+    for module in (health, predict, latency, graphs, hosts, devices, models):
         app.register_api(module.api)
 
 

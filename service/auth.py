@@ -1,4 +1,4 @@
-"""The API key that guards the writing endpoints (graph upload, model reload).
+"""The API key that guards the writing endpoints (graph and host profile upload, model reload).
 
 Set ``LATPRED_API_KEY`` and those endpoints want it in ``X-API-Key`` or ``Authorization:
 Bearer``; reads stay open, so a spreadsheet needs no secret in its URLs. Keys are compared in

@@ -3,6 +3,8 @@
     from service.client import LatpredClient
     api = LatpredClient("http://127.0.0.1:8000", api_key=None)
     api.predict(model="resnet50", device="h200", batch=8, precision="bf16", mode="eager")
+    api.upload_host(json.load(open("host.json")))  # a profile from 'latpred host probe'
+    api.predict(model="resnet50", batch=1, mode="eager", host="h200-a1b2c3d4e5")
     api.predict_batch([{"model": "resnet50"}, {"graph_id": gid}], [{"batch": 1}, {"batch": 32}])
     api.latency(model="resnet50", batch=[1, 8, 32], format="csv")
 
@@ -85,18 +87,19 @@ class LatpredClient:
     def predict(self, model: str | None = None, *, graph: dict[str, Any] | None = None, graph_id: str | None = None,
                 onnx: bytes | str | Path | None = None, device: str | None = None, batch: int | None = None,
                 precision: str = "fp16", mode: str = "cudagraph", layers: bool = True,
-                dims: dict[str, int] | None = None) -> dict[str, Any]:
+                dims: dict[str, int] | None = None, host: str | None = None) -> dict[str, Any]:
         """One graph (zoo name, JSON IR, stored id, or ONNX bytes/path) on one variant; ``dims``
-        sets an ONNX model's symbolic dims by name (``{"sequence": 256}``)."""
+        sets an ONNX model's symbolic dims by name (``{"sequence": 256}``); ``host`` names the host
+        profile an eager prediction is for (default: the bundle's)."""
         if onnx is not None:
             data = onnx if isinstance(onnx, bytes) else Path(onnx).read_bytes()
             return self._multipart("/v1/predict", {"device": device, "batch": batch, "precision": precision,
-                                                   "mode": mode, "layers": layers,
+                                                   "mode": mode, "layers": layers, "host": host,
                                                    "dims": json.dumps(dims) if dims else None},
                                    "onnx", data, "model.onnx")
         payload: dict[str, Any] = {"precision": precision, "mode": mode, "layers": layers}
         for key, value in (("model", model), ("graph", graph), ("graph_id", graph_id), ("device", device),
-                           ("batch", batch)):
+                           ("batch", batch), ("host", host)):
             if value is not None:
                 payload[key] = value
         return self._json("POST", "/v1/predict", payload)
@@ -111,11 +114,11 @@ class LatpredClient:
     def latency(self, model: str | list[str] | None = None, *, graph: str | list[str] | None = None,
                 device: str | list[str] | None = None, batch: int | list[int] | None = None,
                 precision: str | list[str] | None = None, mode: str | list[str] | None = None,
-                format: str = "json") -> Any:
+                host: str | list[str] | None = None, format: str = "json") -> Any:
         """The spreadsheet endpoint: a list (json), CSV text (csv) or one float (txt)."""
         _, data = self.request("GET", "/v1/latency", query={"model": model, "graph": graph, "device": device,
                                                             "batch": batch, "precision": precision, "mode": mode,
-                                                            "format": format})
+                                                            "host": host, "format": format})
         return float(data) if format == "txt" else data
 
     def upload_graph(self, graph: dict[str, Any] | bytes | str | Path, *, name: str | None = None,
@@ -136,6 +139,20 @@ class LatpredClient:
 
     def graph(self, graph_id: str) -> dict[str, Any]:
         return self.request("GET", f"/v1/graphs/{graph_id}")[1]
+
+    def upload_host(self, profile: dict[str, Any] | str | Path) -> dict[str, Any]:
+        """Store a host profile (a dict, or the path of the JSON ``latpred host probe`` wrote);
+        predictions then name it by ``host``. A different profile under a known id is refused (409)."""
+        if not isinstance(profile, dict):
+            profile = json.loads(Path(profile).read_text())
+        return self._json("POST", "/v1/hosts", profile)
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """The host profiles the bundles carry and the stored ones."""
+        return self.request("GET", "/v1/hosts")[1]["hosts"]
+
+    def host(self, host_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/v1/hosts/{urllib.parse.quote(host_id, safe='')}")[1]
 
     def devices(self) -> list[dict[str, Any]]:
         return self.request("GET", "/v1/devices")[1]["devices"]

@@ -32,11 +32,14 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Where bundles and stored graphs live, the API key, and the per-request limits."""
+    """Where bundles, stored graphs and host profiles live, the API key, and the per-request limits."""
 
     bundle_dir: Path = DEFAULT_BUNDLE_DIR
     graph_store: Path = Path("runs/graph_store")
-    #: guards the writing endpoints (graph upload, model reload) when set; reads stay open.
+    #: host profiles posted to ``/v1/hosts``, one JSON file per id (never overwritten), which
+    #: predictions name by ``host`` besides the profiles the bundles carry.
+    host_store: Path = Path("runs/host_store")
+    #: guards the writing endpoints (graph and host profile upload, model reload) when set; reads stay open.
     api_key: str | None = None
     #: request bodies above this are refused with 413 before they are read.
     max_body_bytes: int = 64 * MIB
@@ -58,6 +61,7 @@ class ServiceConfig:
         return ServiceConfig(
             bundle_dir=Path(env.get("LATPRED_BUNDLES") or DEFAULT_BUNDLE_DIR),
             graph_store=Path(env.get("LATPRED_GRAPH_STORE") or "runs/graph_store"),
+            host_store=Path(env.get("LATPRED_HOST_STORE") or "runs/host_store"),
             api_key=env.get("LATPRED_API_KEY") or None,
             max_body_bytes=_int(env, "LATPRED_MAX_BODY_BYTES", 64 * MIB),
             max_nodes=_int(env, "LATPRED_MAX_NODES", 50_000),

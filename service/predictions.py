@@ -1,19 +1,24 @@
 """Running the predictor for a request: resolve the variant, predict, remember named graphs.
 
 No latency is computed here: ``Predictor.predict`` does it all. This module resolves the names a
-request uses (a device by part of its name, the default device), turns predictor's ValueErrors
-into problems that name the field, and caches the predictions of named graphs.
+request uses (a device by part of its name, the default device, a host profile by id), turns
+predictor's ValueErrors into problems that name the field, and caches the predictions of named
+graphs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from predictor.devices import DEVICES, DeviceSpec, resolve_device
 from predictor.graph import Graph
+from predictor.host_lookup import host_by_id
+from predictor.host_profile import ID_PATTERN, HostProfile, HostStore, UnknownHostError
 from predictor.predict import Predictor
 from predictor.prediction import Prediction
 from predictor.variant import Variant
@@ -31,6 +36,23 @@ class ResolvedVariant:
     batch: int | None
     precision: str
     mode: str
+    #: the host an eager forward is issued by (the bundle's default where the request named none;
+    #: None only where the bundle names none either)
+    host: HostProfile | None = None
+    #: the host's id and a digest of its content: what caches and ETags key eager results by
+    host_key: str | None = None
+    #: where the variant is in the request ('variants[2]'; '' for a top-level one), for problems
+    prefix: str = ""
+
+    def cache_key(self) -> tuple:
+        """What makes two predictions of one graph the same: a CUDA graph has no host in it, so
+        only eager ones are keyed by the host (different hosts never share an eager result)."""
+        return (self.predictor.bundle.version, self.device.device_id, self.batch, self.precision, self.mode,
+                self.host_key if self.mode == "eager" else None)
+
+
+#: how ``Predictor.predict`` starts its refusal when neither the request nor the bundle names a host
+NO_HOST = "this bundle names no host profile"
 
 
 def not_ready(detail: str) -> ProblemError:
@@ -54,9 +76,34 @@ def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = 
         raise ProblemError(422, str(exc), field=field, kind="unknown-device") from None
 
 
-def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "") -> ResolvedVariant:
-    """Resolve a (validated) variant's device once, so a batch of many graphs does not do it per
-    graph. Batch, precision and mode were checked where the request was parsed (predictor.variant)."""
+def host_key(profile: HostProfile | None) -> str | None:
+    """A profile's id and the start of its content's sha256: an id names one profile in a store
+    (never overwritten), but a bundle reload or a cleared store could reuse it for another."""
+    if profile is None:
+        return None
+    return f"{profile.id}:{hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]}"
+
+
+def resolve_host_id(predictor: Predictor, host: str | None, store: HostStore | None,
+                    field: str = "host") -> HostProfile | None:
+    """The profile ``host`` names (an id: one the predictor's bundle carries, else one of
+    ``store``; never a file); without ``host``, the bundle's default."""
+    if host is None:
+        return predictor.host
+    try:
+        return host_by_id(host, predictor.bundle, [store] if store is not None else [])
+    except UnknownHostError as exc:
+        kind = "unknown-host" if re.match(ID_PATTERN, host) else "invalid-host"
+        raise ProblemError(422, f"{exc}; GET /v1/hosts lists them, POST /v1/hosts adds one", field=field,
+                           kind=kind) from None
+
+
+def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "", host: str | None = None,
+                    store: HostStore | None = None) -> ResolvedVariant:
+    """Resolve a (validated) variant's device and host once, so a batch of many graphs does not
+    do it per graph. Batch, precision and mode were checked where the request was parsed
+    (predictor.variant). Without ``host`` the variant's host is the bundle's default, if it names
+    one; where it names none, the predictor says whether the prediction needs one."""
     spec = resolve_device_id(registry, variant.device, join_path(prefix, "device"))
     try:
         predictor = registry.predictor(spec.device_id)
@@ -66,7 +113,9 @@ def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "")
         raise ProblemError(422, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
                                 "GET /v1/devices lists the devices that have one",
                            field=join_path(prefix, "device"), kind="no-bundle")
-    return ResolvedVariant(predictor, spec, variant.batch, variant.precision, variant.mode)
+    profile = resolve_host_id(predictor, host, store, join_path(prefix, "host"))
+    return ResolvedVariant(predictor, spec, variant.batch, variant.precision, variant.mode, profile,
+                           host_key(profile), prefix)
 
 
 class PredictionCache:
@@ -75,7 +124,8 @@ class PredictionCache:
 
     Keyed by the graph object's identity: the resolver hands out one object per name or id,
     and each entry holds its graph, so an id cannot be reused by another graph while cached.
-    The bundle version is part of the key, so a reload never serves stale results.
+    The bundle version is part of the key, so a reload never serves stale results; so is an eager
+    variant's host profile, so two hosts never share a result.
     """
 
     def __init__(self, size: int = 4096) -> None:
@@ -84,8 +134,7 @@ class PredictionCache:
         self._lock = threading.Lock()
 
     def get(self, graph: Graph, variant: ResolvedVariant) -> tuple[tuple, Prediction | None]:
-        key = (id(graph), variant.predictor.bundle.version, variant.device.device_id, variant.batch,
-               variant.precision, variant.mode)
+        key = (id(graph), *variant.cache_key())
         entry = self._entries.get(key)
         return key, (entry[1] if entry is not None and entry[0] is graph else None)
 
@@ -112,10 +161,14 @@ def predict(graph: Graph, variant: ResolvedVariant, field: str = "", cache: Pred
         cache.put(key, graph, result)
         return result
     try:
-        result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode, with_layers=layers)
+        result = variant.predictor.predict(graph, variant.batch, variant.precision, variant.mode, with_layers=layers,
+                                           host=variant.host)
     except (ValueError, ArithmeticError) as exc:
-        # The one refusal that names a request field: the graph's own batch out of range.
+        # The refusals that name a request field: the graph's own batch out of range, and no host
+        # profile where the bundle names no default (the request's variant names none either).
         where = join_path(field, "batch") if str(exc).startswith("batch") else (field or None)
+        if variant.host is None and str(exc).startswith(NO_HOST):
+            where = join_path(variant.prefix, "host")
         raise ProblemError(422, str(exc) or type(exc).__name__, field=where, kind="cannot-predict") from None
     if not (math.isfinite(result.total_ms) and math.isfinite(result.low_ms) and math.isfinite(result.high_ms)):
         raise ProblemError(422, "the graph's sizes are outside the range the models can predict (the result "

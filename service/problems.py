@@ -23,7 +23,7 @@ TYPE_PREFIX = "urn:latpred:problem:"
 log = logging.getLogger("latpred.service")
 
 TITLES = {
-    400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed",
+    400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
     413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
     500: "Internal Server Error", 503: "Service Unavailable",
 }

@@ -1,4 +1,4 @@
-"""What one app holds (settings, bundles, stored graphs, metrics), reachable from any handler."""
+"""What one app holds (settings, bundles, stored graphs and host profiles, metrics), reachable from any handler."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from flask import current_app
 
+from predictor.host_profile import HostStore
 from service.config import ServiceConfig
 from service.graph_store import GraphStore
 from service.metrics import Metrics
@@ -21,6 +22,8 @@ class ServiceState:
     store: GraphStore
     resolver: GraphResolver
     metrics: Metrics
+    #: host profiles posted to /v1/hosts (the bundles' own are read from the bundles)
+    host_store: HostStore
     predictions: PredictionCache = field(default_factory=PredictionCache)
 
 

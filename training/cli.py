@@ -75,12 +75,22 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("datasets/suites"), show_default=True, help="the suites' graphs and exports")
 @click.option("--models", default="", help="comma-separated: score only these models of the suite")
+@click.option("--hosts", is_flag=True,
+              help="score eager runs under every host condition measured (another machine, a contended core), "
+                   "each from its own probe, beside one fixed host and a CPU-only estimate")
 def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict: bool, suite: str | None,
-             suites_dir: Path, models: str) -> None:
+             suites_dir: Path, models: str, hosts: bool) -> None:
     """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines; or,
     with --suite, score the zoo or a NAS suite through every importer."""
     from predictor.devices import resolve_device
     from training.validate import scatter_plot, strict_validate, validate as run_validate
+
+    if hosts:
+        if strict or suite is not None:
+            raise click.UsageError("--hosts scores the host conditions alone: it does not combine with --strict "
+                                   "or --suite")
+        _validate_hosts(device, dataset, bundle, out / "hosts", suites_dir)
+        return
 
     if suite is not None:
         if strict:
@@ -105,6 +115,30 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
     click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png')}; tables in {out}")
 
 
+def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, suites_dir: Path) -> None:
+    """``latpred validate --hosts``: score, print, and write the tables to ``out``."""
+    from predictor.devices import resolve_device
+    from training.host_validation import validate_hosts
+
+    try:
+        spec = resolve_device(device)
+        report = validate_hosts(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset, suites_dir)
+    except (ValueError, BundleError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    out.mkdir(parents=True, exist_ok=True)
+    report.predictions.to_csv(out / "predictions.csv", index=False)
+    report.table.to_csv(out / "by_condition_method_batch.csv", index=False)
+    pct = lambda v: f"{v:.0%}"  # noqa: E731
+    formats = {"within10": pct, "MAPE": pct, "median ratio": "{:.2f}".format}
+    click.echo(report.table.to_string(index=False, formatters=formats))
+    click.echo("")
+    click.echo(report.overall.to_string(index=False, formatters=formats))
+    click.echo("")
+    report.profiles.to_csv(out / "probes.csv", index=False)
+    click.echo(report.profiles.to_string(index=False, float_format="{:.2f}".format))
+    click.echo(f"\ntables in {out}")
+
+
 def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, suite: str, suites_dir: Path,
                     models: list[str] | None) -> None:
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
@@ -116,7 +150,7 @@ def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, 
     try:
         spec = resolve_device(device)
         loaded = load_suite(suite, dataset, suites_dir, models)
-        report = validate_suite(loaded, bundle or DEFAULT_BUNDLE_DIR / spec.device_id)
+        report = validate_suite(loaded, bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
     except (ValueError, BundleError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)

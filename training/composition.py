@@ -5,10 +5,12 @@ predict each node of the model's shipped graph once. cudagraph: one kernel-time 
 family group, a gap per kernel, the share short kernels run longer, the cost of a replay and the
 share of its weights' cold read a layer adds are fitted by non-negative least squares on relative
 error (a layer inside a model is not the same layer measured alone: no bias, another layout,
-another cache state). eager: host-time scale, per-call and per-view host costs and the
-synchronisation are chosen on a grid. Validation fits the constants on all models but one and
-predicts that one, for each model in turn; two baselines are computed in the same run: the pure
-roofline sum, and latency proportional to FLOPs.
+another cache state). eager: the shares of the host profile's costs a call, a module's Python
+and a view take inside a model, and the synchronisation, are chosen on a grid, each run composed
+with the host profile probed beside it (training.hosts): no host's speed is fitted into them.
+Validation fits the constants on all models but one and predicts that one, for each model in
+turn; two baselines are computed in the same run: the pure roofline sum, and latency
+proportional to FLOPs.
 """
 
 from __future__ import annotations
@@ -34,18 +36,18 @@ from predictor.compose import (
 )
 from predictor.features import roofline_us
 from predictor.graph import Graph
+from predictor.host_profile import HostProfile
 from predictor.precision import get_precision
 from predictor.predict import Predictor
 
-#: The eager grid: the dispatch sweep's host time scaled, a cost per kernel call on top, the host
-#: time of a call that launches no kernel, and the synchronisation that ends a forward. The host
-#: scale is the measuring host's speed against the dispatch sweep's: on the first H200 lease's
-#: zoo runs the fit chose 1.0, on a later lease's (a host 9% slower at batch 1) 1.1, which the
-#: coarser 0.75/1.0/1.25 grid could not express (78% of eager runs within +-10% instead of 86%).
-#: The Python around views is what a CNN's or an encoder's forward adds to the sweep's dispatch.
-HOST_SCALES = (0.75, 0.9, 1.0, 1.1, 1.25)
-CALL_HOST_US = (0.0, 2.5, 5.0)
-VIEW_HOST_US = (2.5, 5.0, 7.5, 8.75, 10.0)
+#: The eager grid, in units of each run's own host profile: the share of a call's isolated
+#: dispatch it costs inside a model, the module Python around each kernel call (module_call
+#: costs), the host time of a call that launches no kernel (view costs), and the
+#: synchronisation that ends a forward. Before profiles, one fitted host scale stood for the
+#: measuring host's speed (1.0 on one lease, 1.1 on the next); the profile carries that now.
+DISPATCH_SHARES = (0.8, 0.9, 1.0, 1.1, 1.25)
+CALL_SHARES = (0.0, 1.0, 2.0, 3.0, 5.0)
+VIEW_SHARES = (2.0, 4.0, 8.0, 12.0, 16.0)
 SYNC_US = (0.0, 25.0, 50.0, 75.0, 100.0, 150.0, 200.0)
 #: The grid point chosen has the least mean relative error, each run's capped at this: a run off
 #: by more counts as off, however far. Maximising the share within +-10% instead jumped between
@@ -67,10 +69,15 @@ class RunArrays:
     layers: LayerArrays
     roofline_us: float
     flops: float
+    #: the host profile measured beside the run (None: none was, e.g. a run before the probe)
+    host: HostProfile | None = None
 
 
-def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFrame) -> list[RunArrays]:
-    """Predict every node of every run's graph once (layers alone: no constant applied)."""
+def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFrame,
+               hosts: dict[str, HostProfile] | None = None, default_host: HostProfile | None = None) -> list[RunArrays]:
+    """Predict every node of every run's graph once (layers alone: no constant applied). Each
+    run gets its reference host profile from ``hosts`` (probe-before id -> profile,
+    training.hosts.reference_profiles), or ``default_host`` where it names none."""
     cache: dict[tuple[str, int, str, str], tuple[LayerArrays, float, float]] = {}
     out = []
     r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
@@ -91,8 +98,10 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
                         for n in kernel_nodes)
             cache[key] = (layers, roof, flops)
         layers, roof, flops = cache[key]
+        named = getattr(r, "host_profile", None)
+        host = (hosts or {}).get(named, default_host) if isinstance(named, str) else default_host
         out.append(RunArrays(r.model, int(r.batch), r.precision, r.mode, float(r.latency_ms) * 1e3,
-                             layers, roof, flops))
+                             layers, roof, flops, host))
     return out
 
 
@@ -132,19 +141,21 @@ def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
                     fitted["cold_weight_share"])
 
 
-def predict_run(r: RunArrays, c: CompositionConstants) -> float:
-    """The run's latency in microseconds as the predictor composes it."""
-    return compose(r.layers, c, r.mode)
+def predict_run(r: RunArrays, c: CompositionConstants, host: HostProfile | None = None) -> float:
+    """The run's latency in microseconds as the predictor composes it, on ``host`` (default: the
+    run's own)."""
+    return compose(r.layers, c, r.mode, host or r.host)
 
 
-def elementwise_dispatch_us(runs: list[RunArrays]) -> float:
-    """The median predicted dispatch of the elementwise calls in ``runs``: how an operator without
-    a learned model (a gather, a fill, a scan: tensor functions like them) is assumed to issue."""
+def elementwise_dispatch_ratio(runs: list[RunArrays]) -> float:
+    """The median predicted dispatch ratio of the elementwise calls in ``runs``: how an operator
+    without a learned model (a gather, a fill, a scan: tensor functions like them) is assumed
+    to issue, relative to the host's elementwise cost."""
     elementwise = GROUPS.index("elementwise")
-    parts = [a.dispatch_us[(a.group == elementwise) & a.is_kernel & ~a.is_launched & (a.dispatch_us > 0)]
+    parts = [a.dispatch_ratio[(a.group == elementwise) & a.is_kernel & ~a.is_launched & (a.dispatch_ratio > 0)]
              for a in (r.layers for r in runs)]
     values = np.concatenate(parts) if parts else np.array([])
-    return float(np.median(values)) if values.size else CompositionConstants().fallback_host_us
+    return float(np.median(values)) if values.size else CompositionConstants().fallback_ratio
 
 
 def fit_constants(runs: list[RunArrays]) -> CompositionConstants:
@@ -154,19 +165,20 @@ def fit_constants(runs: list[RunArrays]) -> CompositionConstants:
          else GraphFit(dict.fromkeys(GROUPS, 1.0), 1.0, 0.0, 0.0, 0.0))
     c = CompositionConstants(group_scale=g.group_scale, gap_us=g.gap_us, short_kernel_share=g.short_kernel_share,
                              replay_us=g.replay_us, cold_weight_share=g.cold_weight_share,
-                             fallback_host_us=elementwise_dispatch_us(runs))
-    eager_runs = [r for r in runs if r.mode == "eager"]
+                             fallback_ratio=elementwise_dispatch_ratio(runs))
+    eager_runs = [r for r in runs if r.mode == "eager" and r.host is not None]
     if not eager_runs:
         return c
     measured = np.array([r.measured_us for r in eager_runs])
-    grid = np.array(list(itertools.product(HOST_SCALES, CALL_HOST_US, VIEW_HOST_US)))
-    sims = np.stack([eager_grid_us(r.layers, c, grid) for r in eager_runs], axis=1)  # (points, runs)
+    grid = np.array(list(itertools.product(DISPATCH_SHARES, CALL_SHARES, VIEW_SHARES)))
+    sims = np.stack([eager_grid_us(r.layers, c, grid, cast(HostProfile, r.host)) for r in eager_runs],
+                    axis=1)  # (points, runs)
     syncs = np.array(SYNC_US)
     errors = np.abs(sims[:, None, :] + syncs[None, :, None] - measured) / measured  # (points, syncs, runs)
     loss = np.minimum(errors, EAGER_ERROR_CAP).mean(axis=2)
     point, sync = np.unravel_index(int(np.argmin(loss)), loss.shape)  # the first of equal losses
-    hs, call, view = (float(x) for x in grid[point])
-    return replace(c, host_scale=hs, call_host_us=call, view_host_us=view, sync_us=float(syncs[sync]))
+    share, call, view = (float(x) for x in grid[point])
+    return replace(c, dispatch_share=share, call_share=call, view_share=view, sync_us=float(syncs[sync]))
 
 
 @dataclass
@@ -196,7 +208,7 @@ def leave_one_model_out(runs: list[RunArrays], extra: Sequence[RunArrays] = ()) 
             ratios = [r.measured_us / r.flops for r in train_runs if (r.mode, r.precision) == key and r.flops > 0]
             per_flop[key] = float(np.median(ratios)) if ratios else math.nan
         for r in runs:
-            if r.model == held:
+            if r.model == held and (r.mode != "eager" or r.host is not None):
                 rows.append({"model": r.model, "batch": r.batch, "precision": r.precision, "mode": r.mode,
                              "measured_ms": r.measured_us / 1e3, "predicted_ms": predict_run(r, c) / 1e3,
                              "roofline_ms": r.roofline_us / 1e3,

@@ -14,6 +14,7 @@ from predictor.catalogue import PARAMETERS
 from predictor.dataset_schema import validate_rows
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import feature_frame
+from predictor.host_profile import host_kind
 from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, validate_model_runs
 
 
@@ -54,6 +55,10 @@ class OpData:
     features: pd.DataFrame
     groups: pd.Series
     device: DeviceSpec
+    #: per row, the cost of its family's kind in the host profile measured beside it
+    #: (training.hosts): what its dispatch is learned relative to; NaN for rows measured before
+    #: the probe existed, which the dispatch model leaves out
+    host_cost_us: np.ndarray
 
     @property
     def roofline_us(self) -> np.ndarray:
@@ -73,7 +78,17 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
     if limit is not None and len(rows) > limit:
         rows = rows.sample(n=limit, random_state=seed)
     rows = rows.reset_index(drop=True)
-    return OpData(rows, feature_frame(rows, device), shape_group(rows), device)
+    return OpData(rows, feature_frame(rows, device), shape_group(rows), device, host_costs(rows, dataset_dir))
+
+
+def host_costs(rows: pd.DataFrame, dataset_dir: Path) -> np.ndarray:
+    """Per row, its kind's cost in its reference host profile (NaN where it has none)."""
+    from training.hosts import reference_profiles
+
+    references = reference_profiles(dataset_dir)
+    kinds = rows["family"].map(host_kind)
+    return np.array([references[h].cost(k) if isinstance(h, str) and h in references else np.nan
+                     for h, k in zip(rows["host_profile"], kinds)], dtype=float)
 
 
 def load_model_runs(dataset_dir: Path, folder: str = MODEL_RUNS_FOLDER) -> pd.DataFrame:

@@ -3,7 +3,10 @@ then fit it again on every row for the bundle.
 
 Targets are learned in log space: kernel time as its ratio to the roofline time (so the model
 learns how far from the hardware's floor a kernel runs, which transfers across sizes), host
-dispatch time directly. The held-out fold's residuals give each family's conformal interval.
+dispatch time as its ratio to the cost of its kind in the host profile probed beside the row (so
+the model learns how an operator's dispatch relates to its host's, and another host's profile
+scales it back; rows without a profile are left out of that target). The held-out fold's
+residuals give each family's conformal interval.
 """
 
 from __future__ import annotations
@@ -92,9 +95,10 @@ def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: 
     operator family ('per_family'); ``train`` fits both and keeps whichever validates better.
     """
     measured, offset, y = _target(data, target)
-    test = test_mask(data.groups)
+    usable = np.isfinite(y)
+    test = test_mask(data.groups) & usable
     x = data.features[list(FEATURE_COLUMNS)]
-    booster = _fit_structure(data, target, library, structure, ~test, threads, seed, scale)
+    booster = _fit_structure(data, target, library, structure, ~test & usable, threads, seed, scale)
     model = TargetModel(library, booster, {}, list(FEATURE_COLUMNS))
     log_pred = model.predict_log(x[test]) + offset[test]
     errors = ape(np.exp(log_pred), measured[test])
@@ -108,9 +112,9 @@ def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: 
 
 def _target(data: OpData, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(measured us, log offset, learned value): kernel time as log ratio to the roofline,
-    dispatch time as its log."""
+    dispatch time as log ratio to its kind's host cost (NaN where the row has no profile)."""
     measured = data.rows["kernel_us" if target == "kernel" else "dispatch_us"].to_numpy(dtype=float)
-    offset = np.log(data.roofline_us) if target == "kernel" else np.zeros(len(measured))
+    offset = np.log(data.roofline_us) if target == "kernel" else np.log(data.host_cost_us)
     return measured, offset, np.log(measured) - offset
 
 
@@ -118,6 +122,11 @@ def _fit_structure(data: OpData, target: str, library: str, structure: str, rows
                    threads: int, seed: int, scale: float) -> Any:
     """One booster ('single') or one per family ('per_family') fitted on the ``rows`` mask."""
     _, _, y = _target(data, target)
+    rows = rows & np.isfinite(y)
+    if not rows.any():
+        raise ValueError(f"no operator row can teach '{target}': dispatch is learned relative to the host profile "
+                         "probed beside a row, and none of these rows names one (sweep with this latpred: "
+                         "`latpred collect ops` probes the host before and after)")
     x = data.features[list(FEATURE_COLUMNS)]
     trees = scale * TARGET_SCALE[target]
     if structure == "single":

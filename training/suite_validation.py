@@ -21,6 +21,7 @@ from predictor.compose import CompositionConstants
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import held_out_constants, run_arrays
+from training.hosts import reference_profiles
 from training.metrics import ape
 from training.suites import Suite
 
@@ -38,20 +39,23 @@ class SuiteReport:
     missing: dict[str, list[str]]  # importer -> models it could not import
 
 
-def _held_out_constants(predictor: Predictor, suite: Suite) -> dict[str, CompositionConstants]:
+def _held_out_constants(predictor: Predictor, suite: Suite, hosts: dict[str, Any]) -> dict[str, CompositionConstants]:
     """Per model, the composition constants fitted as training fits them, without that model:
     on the other models' torch-trace runs and the suite's ``fit_extra`` runs."""
     extra = run_arrays(predictor, *suite.fit_extra) if suite.fit_extra else []
-    return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs), extra)
+    return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs, hosts), extra)
 
 
-def predict_suite(suite: Suite, bundle_dir: Path) -> pd.DataFrame:
+def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None) -> pd.DataFrame:
     """A prediction per importer and measured run, with its interval; runs of a model an importer
-    has no graph for are left out of that importer's rows (and listed in ``suite.missing``)."""
+    has no graph for are left out of that importer's rows (and listed in ``suite.missing``). An
+    eager run is predicted for the host profile probed beside it (``dataset``'s), or for the
+    bundle's host where it names none (the NAS suites' runs predate the probe)."""
     bundle = Bundle.load(bundle_dir)
     device = resolve_device(bundle.device_id)
     shipped = Predictor(bundle, device)
-    held = _held_out_constants(shipped, suite) if suite.leave_one_out else {}
+    hosts = reference_profiles(dataset) if dataset is not None else {}
+    held = _held_out_constants(shipped, suite, hosts) if suite.leave_one_out else {}
     rows = []
     r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
     for name, runs in suite.runs.groupby("model"):
@@ -63,7 +67,8 @@ def predict_suite(suite: Suite, bundle_dir: Path) -> pd.DataFrame:
             if graph is None:
                 continue
             for r in runs.itertuples(index=False):
-                p = predictor.predict(graph, int(r.batch), str(r.precision), str(r.mode), with_layers=False)
+                p = predictor.predict(graph, int(r.batch), str(r.precision), str(r.mode), with_layers=False,
+                                      host=hosts.get(r.host_profile) if isinstance(r.host_profile, str) else None)
                 rows.append({"importer": importer, "model": model, "batch": int(r.batch), "precision": r.precision,
                              "mode": r.mode, "measured_ms": float(r.latency_ms), "predicted_ms": p.total_ms,
                              "low_ms": p.low_ms, "high_ms": p.high_ms})
@@ -92,6 +97,6 @@ def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
     return SuiteReport(suite.name, predictions, table, overall, {k: v for k, v in suite.missing.items() if v})
 
 
-def validate_suite(suite: Suite, bundle_dir: Path) -> SuiteReport:
+def validate_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None) -> SuiteReport:
     """Predict and score ``suite`` through every importer it has graphs for."""
-    return score_suite(suite, predict_suite(suite, bundle_dir))
+    return score_suite(suite, predict_suite(suite, bundle_dir, dataset))

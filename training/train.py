@@ -22,6 +22,7 @@ from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
+from training.hosts import bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
@@ -90,8 +91,10 @@ def train(settings: TrainSettings) -> TrainReport:
     runs = load_model_runs(settings.dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))
     predictor = Predictor(in_memory_bundle(device_id, chosen), data.device)
-    composition = leave_one_model_out(run_arrays(predictor, graphs, runs),
+    references = reference_profiles(settings.dataset)
+    composition = leave_one_model_out(run_arrays(predictor, graphs, runs, references),
                                       nas_train_arrays(predictor, settings.dataset, settings.suites))
+    hosts = bundle_hosts(runs, references)
     lomo = composition.predictions
     metrics: dict[str, float] = {}
     for target, fit in chosen.items():
@@ -109,7 +112,10 @@ def train(settings: TrainSettings) -> TrainReport:
         "version": version, "dataset_hash": dataset_hash(settings.dataset), "fingerprint": fingerprint,
         "rows": len(data.rows), "metrics": metrics,
         "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log,
-                        "fitted_on": composition.fitted_on},
+                        "fitted_on": composition.fitted_on,
+                        "estimated_host_extra_log": hosts.estimated_extra_log},
+        "host_profile": hosts.default.model_dump(mode="json"),
+        "host_profiles": {p.id: p.model_dump(mode="json") for p in hosts.known},
     }
     served = Path(settings.bundle_root) / device_id
     installed = settings.force or metrics["lomo_within_10pct"] >= served_score(served)

@@ -19,6 +19,7 @@ from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.data import load_model_runs
+from training.hosts import reference_profiles
 from training.metrics import ape
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays, nas_train_runs
 
@@ -59,7 +60,8 @@ def validate(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_
     bundle = Bundle.load(bundle_dir)
     predictor = Predictor(bundle, resolve_device(bundle.device_id))
     runs = load_model_runs(dataset)
-    fit = leave_one_model_out(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs),
+    fit = leave_one_model_out(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
+                                         reference_profiles(dataset)),
                               nas_train_arrays(predictor, dataset, suites_dir))
     table, overall = score(fit.predictions)
     return ValidationReport(fit.predictions, table, overall)
@@ -113,21 +115,25 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
     runs = load_model_runs(dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))
     extra_graphs, extra_runs = nas_train_runs(dataset, suites_dir)  # re-predicted by each fold's models
+    references = reference_profiles(dataset)
     families = data.rows["family"].to_numpy()
     measured_kernel = np.log(data.rows["kernel_us"].to_numpy()) - np.log(data.roofline_us)
-    measured_dispatch = np.log(data.rows["dispatch_us"].to_numpy())
+    # dispatch relative to the host profile beside each row, as training learns it (rows without one: none)
+    measured_dispatch = np.log(data.rows["dispatch_us"].to_numpy()) - np.log(data.host_cost_us)
+    probed = np.isfinite(measured_dispatch)
     x = data.features
     rows = []
     for held in sorted(graphs):
         keep = ~data.rows["source"].isin([f"model:{held}", f"perturbed:{held}"]).to_numpy()
         kernel = {f: fit_booster("lightgbm", x[keep & (families == f)], measured_kernel[keep & (families == f)],
                                  threads, 0, scale * 0.5) for f in sorted(set(families[keep]))}
-        dispatch = fit_booster("lightgbm", x[keep], measured_dispatch[keep], threads, 0, scale * 0.15)
+        dispatch = fit_booster("lightgbm", x[keep & probed], measured_dispatch[keep & probed], threads, 0,
+                               scale * 0.15)
         fits = {"kernel": FitResult("kernel", "lightgbm", kernel, {}, pd.DataFrame(),
                                     served.targets["kernel"].interval_log),
                 "dispatch": FitResult("dispatch", "lightgbm", dispatch, {}, pd.DataFrame(), {})}
         predictor = Predictor(in_memory_bundle(served.device_id, fits), device)
-        arrays = run_arrays(predictor, graphs, runs)
+        arrays = run_arrays(predictor, graphs, runs, references)
         constants = fit_constants([r for r in arrays if r.model != held]
                                   + run_arrays(predictor, extra_graphs, extra_runs))
         for r in arrays:

@@ -3,8 +3,8 @@
 Excel's ``WEBSERVICE`` only GETs (URLs up to 2,048 characters) and wants one value:
 ``format=txt`` answers one plain number. Google Sheets' ``IMPORTDATA`` reads CSV:
 ``format=csv`` answers a header and one row per combination of the comma-separated values.
-Answers carry an ETag (from the normalised query and the model versions) and Cache-Control, and
-a matching If-None-Match gets a 304 without predicting anything.
+Answers carry an ETag (from the normalised query, the model versions and the host profiles'
+contents) and Cache-Control, and a matching If-None-Match gets a 304 without predicting anything.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import io
 import itertools
 import json
+from dataclasses import replace
 from typing import Any
 
 from flask import Response, jsonify, request
@@ -76,9 +77,11 @@ def latency(query: LatencyQuery) -> Response:
     """Latency for spreadsheets: every combination of the comma-separated parameter values.
 
     `model` (zoo names) and/or `graph` (stored ids); `device`, `batch` (default: the graph's own),
-    `precision` (default fp16), `mode` (default cudagraph). `format=csv` answers the columns
-    model, device, batch, precision, mode, total_ms, low_ms, high_ms, model_version;
-    `format=txt` one number (total_ms; 400 if the parameters make more than one combination).
+    `precision` (default fp16), `mode` (default cudagraph), `host` (host profile ids for eager
+    rows; default: the bundle's). `format=csv` answers the columns model, device, batch,
+    precision, mode, total_ms, low_ms, high_ms, model_version, host (the profile of an eager row,
+    empty for a CUDA graph); `format=txt` one number (total_ms; 400 if the parameters make more
+    than one combination).
     """
     try:
         return _latency(query)
@@ -101,7 +104,8 @@ def _latency(query: LatencyQuery) -> Response:
     batches = _values(query.batch, "batch", None)
     precisions = _values(query.precision, "precision", DEFAULT_PRECISION)
     modes = _values(query.mode, "mode", DEFAULT_MODE)
-    count = len(graphs) * len(devices) * len(batches) * len(precisions) * len(modes)
+    hosts: list[str | None] = list(_split(query.host, "host")) or [None]
+    count = len(graphs) * len(devices) * len(batches) * len(precisions) * len(modes) * len(hosts)
     if query.format == "txt" and count != 1:
         raise ProblemError(400, f"format=txt answers one number, but these parameters make {count} combinations; "
                                 "use format=csv or json for a grid", field="format")
@@ -109,22 +113,25 @@ def _latency(query: LatencyQuery) -> Response:
         raise ProblemError(400, f"these parameters make {count} combinations; at most {st.config.max_results} "
                                 "per request (LATPRED_MAX_RESULTS)", field="batch")
     variants = {}
-    for spec in devices:
+    for spec, h in itertools.product(devices, hosts):
+        # the device and host once per pair (a stored profile is a file read), then each combination
+        base = predictions.resolve_variant(st.registry, Variant(device=spec.device_id), host=h, store=st.host_store)
         for b, p, m in itertools.product(batches, precisions, modes):
-            variants[(spec.device_id, b, p, m)] = predictions.resolve_variant(
-                st.registry, Variant(device=spec.device_id, batch=b, precision=p, mode=m))
+            variants[(spec.device_id, b, p, m, h)] = replace(base, batch=b, precision=p, mode=m)
     versions = sorted({v.predictor.bundle.version for v in variants.values()})
+    # the profiles' contents, not only their ids: an eager answer changes with the host's costs
+    host_keys = sorted({str(v.host_key) for v in variants.values() if v.mode == "eager"})
     contents = [st.resolver.zoo_digest(name) if kind == "model" else name for kind, name, _ in graphs]
     canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [contents, [d.device_id for d in devices],
-                           batches, precisions, modes, query.format, versions])
+                           batches, precisions, modes, hosts, query.format, versions, host_keys])
     etag = '"' + hashlib.sha256(canonical.encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if _matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
     rows = []
     for (_, _, graph), spec in itertools.product(graphs, devices):
-        for b, p, m in itertools.product(batches, precisions, modes):
-            result = predictions.predict(graph, variants[(spec.device_id, b, p, m)], cache=st.predictions,
+        for b, p, m, h in itertools.product(batches, precisions, modes, hosts):
+            result = predictions.predict(graph, variants[(spec.device_id, b, p, m, h)], cache=st.predictions,
                                          layers=False)
             predictions.record(st.metrics, result)
             rows.append(result.to_json(with_layers=False))

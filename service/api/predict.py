@@ -37,11 +37,12 @@ def predict() -> dict[str, Any]:
     """Predict one graph's latency on one device, batch, precision and mode.
 
     JSON body: exactly one of `graph` (JSON IR), `model` (zoo name) or `graph_id` (stored), plus
-    the variant. Or multipart/form-data with the ONNX file in field `onnx`, the variant as form
-    fields, and the model's symbolic dims in `dims` (`{"sequence": 256}` or `sequence=256`;
-    a JSON body has no `dims`: its graph's shapes are numbers already). Answers the total with its
-    interval, the per-layer breakdown (unless `layers` is false), the operators no model covers,
-    warnings, and the inputs that produced it.
+    the variant and, for eager mode, optionally the `host` profile's id (default: the bundle's;
+    the answer's `host` names the one used). Or multipart/form-data with the ONNX file in field
+    `onnx`, the variant (and `host`) as form fields, and the model's symbolic dims in `dims`
+    (`{"sequence": 256}` or `sequence=256`; a JSON body has no `dims`: its graph's shapes are
+    numbers already). Answers the total with its interval, the per-layer breakdown (unless
+    `layers` is false), the operators no model covers, warnings, and the inputs that produced it.
     """
     st = state()
     named = False
@@ -56,7 +57,7 @@ def predict() -> dict[str, Any]:
         form = PredictForm.model_validate({**fields, "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), form.name, form.batch, form.dims)
         body = form
-    variant = predictions.resolve_variant(st.registry, body)
+    variant = predictions.resolve_variant(st.registry, body, host=body.host, store=st.host_store)
     result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)
     predictions.record(st.metrics, result)
     return result.to_json(body.layers)
@@ -68,8 +69,9 @@ def predict_batch() -> dict[str, Any]:
     """Predict many graphs, each on every variant, in one request (for NAS loops).
 
     One result per (graph, variant), graph-major: `results[i * len(variants) + j]` is graph i on
-    variant j. A graph or variant that cannot be predicted gives `problem` objects in its results
-    instead of failing the request; a malformed request is still a 4xx.
+    variant j; each variant may name its `host` profile. A graph or variant that cannot be
+    predicted gives `problem` objects in its results instead of failing the request; a
+    malformed request is still a 4xx.
     """
     st = state()
     body, refused = _batch_body()
@@ -84,7 +86,8 @@ def predict_batch() -> dict[str, Any]:
     variants: list[ResolvedVariant | ProblemError] = []
     for j, v in enumerate(body.variants):
         try:
-            variants.append(predictions.resolve_variant(st.registry, v, prefix=f"variants[{j}]"))
+            variants.append(predictions.resolve_variant(st.registry, v, prefix=f"variants[{j}]", host=v.host,
+                                                        store=st.host_store))
         except ProblemError as exc:
             if exc.status == 503:
                 raise

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, model_validator
 
 from predictor.graph import Graph
+from predictor.host_profile import HostId
 from predictor.prediction import Prediction
 from predictor.variant import Batch, Variant
 from service.schemas.common import GraphId, OnnxDims, Problem, RequestModel, ResponseModel, ZooName
@@ -34,13 +35,24 @@ class GraphSource(RequestModel):
         return self
 
 
-class PredictRequest(GraphSource, Variant):
+class HostVariant(Variant):
+    """A variant and the host profile its eager forward is issued by: eager latency is a
+    function of the GPU *and* the host, so a request may name the host (by id only, never a
+    file) instead of taking the one that measured the bundle."""
+
+    # default= by keyword: mypy's pydantic plugin does not see a positional default beside HostId's Field
+    host: HostId | None = Field(default=None, description="id of a host profile (GET /v1/hosts lists them; "
+                                                          "POST /v1/hosts adds one); default: the one the bundle "
+                                                          "names. Only eager predictions depend on it")
+
+
+class PredictRequest(GraphSource, HostVariant):
     """One graph on one variant (JSON body)."""
 
     layers: bool = Field(True, description="include the per-layer breakdown")
 
 
-class PredictForm(RequestModel, Variant):
+class PredictForm(RequestModel, HostVariant):
     """One ONNX model uploaded as multipart/form-data (file field 'onnx'), on one variant.
 
     Only the weights' dims are read, never their data: a weight-stripped export or one with
@@ -64,8 +76,8 @@ class BatchRequest(RequestModel):
     """Many graphs, each on every variant: one result per (graph, variant), graph-major."""
 
     graphs: list[GraphSource] = Field(min_length=1)
-    variants: list[Variant] = Field(default_factory=lambda: [Variant()], min_length=1,
-                                    description="default: one variant with every default")
+    variants: list[HostVariant] = Field(default_factory=lambda: [HostVariant()], min_length=1,
+                                        description="default: one variant with every default")
     layers: bool = Field(False, description="include each prediction's per-layer breakdown")
 
 

@@ -117,8 +117,8 @@ def example_row(mode: str = "eager", **values: Any) -> dict[str, Any]:
         "batch": unit.batch, "precision": unit.precision, "mode": mode,
         "allow_tf32_cudnn": True, "allow_tf32_matmul": False, "latency_ms": 3.2, "p10_ms": 3.0,
         "p90_ms": 3.5, "cv": 0.04, "repetitions": 10, "throttled": False, "clock_reasons": None,
-        "profile": json.dumps([{"name": "aten::conv2d"}]), "timestamp": pd.Timestamp.now(tz="UTC"),
-        **values,
+        "profile": json.dumps([{"name": "aten::conv2d"}]), "host_profile": "nvidia-h200-0123456789",
+        "timestamp": pd.Timestamp.now(tz="UTC"), **values,
     }
 
 
@@ -126,6 +126,13 @@ def test_model_run_row_is_valid() -> None:
     graph = example_row("cudagraph", profile=None, latency_ms=0.9, p10_ms=0.85, p90_ms=0.95)
     frame = validate_model_runs(pd.DataFrame([example_row(), graph]))
     assert list(frame["mode"]) == ["eager", "cudagraph"]
+
+
+def test_version_1_rows_are_read_without_a_host_profile() -> None:
+    old = {k: v for k, v in example_row().items() if k != "host_profile"} | {"schema_version": 1}
+    frame = validate_model_runs(pd.DataFrame([old, example_row("cudagraph")]))
+    assert list(frame["schema_version"]) == [MODEL_RUN_SCHEMA_VERSION] * 2
+    assert pd.isna(frame.loc[0, "host_profile"]) and frame.loc[1, "host_profile"] == "nvidia-h200-0123456789"
 
 
 def test_model_run_refuses_an_unknown_mode() -> None:

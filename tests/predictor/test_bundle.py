@@ -26,10 +26,16 @@ DEVICE = "nvidia-h200"
 #: Composition constants as a trained bundle carries them (values chosen away from the defaults).
 METADATA = {
     "version": "test-1",
-    "composition": {"constants": {"gap_us": 1.25, "host_scale": 1.5, "call_host_us": 10.0, "sync_us": 12.0,
+    "composition": {"constants": {"gap_us": 1.25, "dispatch_share": 1.5, "call_share": 10.0, "view_share": 3.0,
+                                  "launch_share": 0.5, "fallback_ratio": 2.0, "sync_us": 12.0,
                                   "group_scale": {"conv": 0.8, "gemm": 1.1, "attention": 2.0, "norm": 0.7,
                                                   "elementwise": 1.6, "fallback": 2.0}},
                     "interval_log": {"cudagraph": 0.3, "eager": 0.4}},
+    # the host that measured the bundle's runs: what an eager prediction is for when none is asked
+    "host_profile": {"schema_version": 1, "id": "test-host", "label": "measured", "cpu_model": "test CPU",
+                     "cpu_cores": 8, "measured_at": "2026-01-01T00:00:00+00:00",
+                     "costs_us": {"elementwise": 7.0, "gemm": 11.5, "conv": 13.0, "norm": 10.25, "attention": 16.5,
+                                  "view": 0.6, "copy": 9.0, "module_call": 0.9}},
 }
 
 
@@ -121,6 +127,8 @@ def test_round_trip_predicts_identically(exported: Path, fits: dict[str, FitResu
             assert np.allclose([a.total_ms, a.low_ms, a.high_ms], [b.total_ms, b.low_ms, b.high_ms], rtol=1e-6)
             # the composition constants in the metadata were used, not the defaults
             assert Predictor(loaded, device).constants.gap_us == 1.25
+            # an eager prediction is for the host the metadata names, and says so
+            assert a.host == b.host == ("test-host (measured; test CPU, 8 cores)" if mode == "eager" else None)
 
 
 def test_export_replaces_an_existing_bundle(exported: Path, fits: dict[str, FitResult], tmp_path: Path) -> None:

@@ -10,9 +10,17 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.compose import SHORT_KERNEL_CAP_US
 from predictor.devices import resolve_device
 from predictor.graph import CAST_OPS, Graph, Node
+from predictor.host_profile import HostProfile
 from predictor.predict import FALLBACK_BANDWIDTH_SHARE, Predictor
 from predictor.variant import MAX_BATCH
 from predictor.zoo import load_zoo_graph
+
+#: a host whose kinds all cost differently, so a node costed at the wrong kind shows
+TEST_HOST = HostProfile.model_validate({
+    "schema_version": 1, "id": "test-host", "label": "measured", "cpu_model": "test CPU", "cpu_cores": 8,
+    "measured_at": "2026-01-01T00:00:00+00:00",
+    "costs_us": {"elementwise": 7.0, "gemm": 11.5, "conv": 13.0, "norm": 10.25, "attention": 16.5, "view": 0.6,
+                 "copy": 9.0, "module_call": 0.9}})
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +158,13 @@ def test_predictor_refuses_a_bundle_of_another_device() -> None:
 
 
 def test_layers_apply_the_in_model_terms_and_the_host_of_each_kind(predictor: Predictor) -> None:
-    """Kernel time inside a model is scale x alone + the short-kernel share; a kernel another call
-    launches costs the host its launch, a view the view cost, a fallback the fallback cost."""
+    """Kernel time inside a model is scale x alone + the short-kernel share; on the host asked for,
+    a kernel another call launches costs its launch, a view the view cost, a fallback the
+    fallback dispatch and a call's Python, each in units of that host's costs."""
     from dataclasses import replace
 
-    c = replace(predictor.constants, short_kernel_share=0.25, launch_host_us=3.0, view_host_us=6.0,
-                fallback_host_us=9.0, call_host_us=1.0)
+    c = replace(predictor.constants, short_kernel_share=0.25, launch_share=0.5, view_share=6.0,
+                fallback_ratio=1.5, call_share=2.0)
     custom = Predictor(predictor.bundle, predictor.device, constants=c)
     plain = Predictor(predictor.bundle, predictor.device,
                       constants=replace(c, short_kernel_share=0.0, group_scale=dict.fromkeys(c.group_scale, 1.0)))
@@ -164,14 +173,22 @@ def test_layers_apply_the_in_model_terms_and_the_host_of_each_kind(predictor: Pr
                         Node(name="1:mul", op="mul", **node),
                         Node(name="2:view", op="view", kind="free"),
                         Node(name="3:cumsum", op="cumsum", kind="fallback", elements_per_sample=64)])
-    copy, own, view, fallback = custom.predict(graph, 4, "fp16", "eager").layers
-    alone = plain.predict(graph, 4, "fp16", "eager").layers[1].kernel_us
+    result = custom.predict(graph, 4, "fp16", "eager", host=TEST_HOST)
+    assert result.host == TEST_HOST.summary()
+    copy, own, view, fallback = result.layers
+    alone = plain.predict(graph, 4, "fp16", "eager", host=TEST_HOST).layers[1].kernel_us
     assert own.kernel_us == pytest.approx(alone * c.scale("activation", "kernel")
                                           + 0.25 * min(alone, SHORT_KERNEL_CAP_US))
     assert copy.kernel_us == pytest.approx(own.kernel_us)
-    assert copy.host_us == 3.0 and own.host_us > 3.0
-    assert (view.host_us, view.kernel_us) == (6.0, 0.0)
-    assert fallback.host_us == 9.0 + 1.0
+    costs = TEST_HOST.costs_us
+    assert copy.host_us == pytest.approx(0.5 * costs["elementwise"]) and own.host_us > copy.host_us
+    assert view.host_us == pytest.approx(6.0 * costs["view"]) and view.kernel_us == 0.0
+    assert fallback.host_us == pytest.approx(1.5 * costs["elementwise"] + 2.0 * costs["module_call"])
+    # a host twice as slow issues every call in twice the time
+    slow = TEST_HOST.model_copy(update={"id": "test-host-slow",
+                                        "costs_us": {k: 2 * v for k, v in costs.items()}})
+    doubled = custom.predict(graph, 4, "fp16", "eager", host=slow).layers
+    assert [x.host_us for x in doubled] == pytest.approx([2 * x.host_us for x in result.layers])
 
 
 def test_a_layer_with_weights_adds_their_cold_read_inside_a_model(predictor: Predictor) -> None:

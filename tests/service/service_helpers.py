@@ -2,16 +2,47 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR
+from predictor.bundle import DEFAULT_BUNDLE_DIR, bundle_dirs
 from service.problems import PROBLEM_JSON
 
 DEVICE = "nvidia-h200"
+
+#: a valid host profile (the H200 collection host's order of magnitude), for bundles that carry none
+TEST_HOST: dict[str, Any] = {
+    "schema_version": 1, "id": "test-host-1", "label": "measured",
+    "costs_us": {"elementwise": 7.0, "gemm": 11.5, "conv": 12.8, "norm": 10.7, "attention": 16.8, "view": 0.6,
+                 "copy": 8.6, "module_call": 0.9},
+    "cpu_model": "Intel Xeon", "cpu_cores": 16, "measured_at": "2026-12-01T04:04:00+00:00",
+}
+
+
+def host_profile(**changes: Any) -> dict[str, Any]:
+    """A copy of ``TEST_HOST`` with ``changes`` (top-level fields) applied."""
+    return {**copy.deepcopy(TEST_HOST), **changes}
+
+
+def bundles_with_host(root: Path, profile: dict[str, Any] | None = None) -> Path:
+    """A copy of the shipped bundles under ``root`` in which each carries a default host profile:
+    its own where it has one (a bundle trained with host profiles), else ``profile`` (default
+    ``TEST_HOST``). Eager predictions need one, and the service's tests must pass on the shipped
+    bundle, and on a bundle trained before host profiles existed, which names none."""
+    for device, source in bundle_dirs(DEFAULT_BUNDLE_DIR).items():
+        target = root / device
+        shutil.copytree(source, target)
+        meta_path = target / "metadata.json"
+        meta = json.loads(meta_path.read_text())
+        meta.setdefault("host_profile", copy.deepcopy(profile or TEST_HOST))
+        meta_path.write_text(json.dumps(meta, indent=1))
+    return root
 
 
 def assert_problem(response: Any, status: int, field: str | None = None) -> dict[str, Any]:

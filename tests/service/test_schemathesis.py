@@ -27,6 +27,7 @@ from schemathesis.checks import (  # noqa: E402
     status_code_conformance,
 )
 
+from predictor.host_profile import HostStore  # noqa: E402
 from service.app import create_app  # noqa: E402
 from service.config import ServiceConfig  # noqa: E402
 from service.graph_store import GraphStore  # noqa: E402
@@ -44,6 +45,7 @@ def _served(registry: Any, tmp_path_factory: Any) -> Iterator[None]:
     st.registry = registry
     st.store = GraphStore(store_dir)
     st.resolver = GraphResolver(st.store, st.config.max_nodes)
+    st.host_store = HostStore(store_dir / "hosts")
     yield
     shutil.rmtree(store_dir, ignore_errors=True)
 

@@ -21,9 +21,13 @@ def small_dataset(root: Path) -> Path:
     (target / "ops").mkdir(parents=True)
     (target / "models").mkdir()
     shutil.copy(DATASET / "fingerprint.json", target)
+    shutil.copy(DATASET / "sweep_log.jsonl", target)  # which probes pair up
+    shutil.copytree(DATASET / "hosts", target / "hosts")
     ops = pd.concat([pd.read_parquet(p) for p in sorted((DATASET / "ops").glob("part-*.parquet"))])
     held = ops["source"].isin([f"model:{m}" for m in MODELS])
-    sample = pd.concat([ops[held].sample(n=1500, random_state=0), ops[~held].sample(n=2500, random_state=0)])
+    probed = ops["host_profile"].notna()  # the dispatch model learns from these
+    sample = pd.concat([ops[held & ~probed].sample(n=1500, random_state=0),
+                        ops[~held & ~probed].sample(n=2000, random_state=0), ops[probed].sample(n=500, random_state=0)])
     sample.to_parquet(target / "ops" / "part-00000.parquet", index=False)
     runs = pd.concat([pd.read_parquet(p) for p in sorted((DATASET / "models").glob("part-*.parquet"))])
     runs[runs["model"].isin(MODELS)].to_parquet(target / "models" / "part-00000.parquet", index=False)

@@ -15,6 +15,7 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
+from training.hosts import reference_profiles
 from training.suite_validation import score_suite, validate_suite
 from training.suites import DEFAULT_SUITES_DIR, load_suite, nas_train_arrays
 
@@ -28,7 +29,7 @@ SLICE = ["distilbert-base", "mobilenet_v3_small", "resnet34"]
 @pytest.fixture(scope="module")
 def zoo_report():  # type: ignore[no-untyped-def]
     suite = load_suite("zoo", DATASET, SUITES, SLICE)
-    return suite, validate_suite(suite, BUNDLE)
+    return suite, validate_suite(suite, BUNDLE, DATASET)
 
 
 def test_the_zoo_slice_is_scored_through_the_torch_trace_and_each_onnx_exporter(zoo_report) -> None:  # type: ignore[no-untyped-def]
@@ -65,7 +66,7 @@ def test_the_torch_path_is_latpred_validates_leave_one_model_out(zoo_report) -> 
     suite, report = zoo_report
     bundle = Bundle.load(BUNDLE)
     predictor = Predictor(bundle, resolve_device(bundle.device_id))
-    arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs)
+    arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs, reference_profiles(DATASET))
     extra = nas_train_arrays(predictor, DATASET, SUITES)
     assert extra and all(r.mode == "cudagraph" for r in extra)  # the NAS training runs join every fit
     reference = leave_one_model_out(arrays, extra).predictions

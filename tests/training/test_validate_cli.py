@@ -63,7 +63,7 @@ def test_predict_csv_prints_a_header_and_a_row() -> None:
     rows = list(csv.reader(io.StringIO(result.stdout)))
     rows = [r for r in rows if r]
     assert rows[0] == ["model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms",
-                       "unsupported_ops"]
+                       "unsupported_ops", "host"]
     assert len(rows) == 2
     row = dict(zip(rows[0], rows[1]))
     assert (row["model"], row["device"], row["batch"], row["precision"]) == ("resnet50", "nvidia-h200", "8", "bf16")

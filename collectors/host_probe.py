@@ -1,0 +1,140 @@
+"""The host probe: a host profile measured in seconds, on the target machine, with its GPU and torch.
+
+Each kind of call in ``predictor.host_profile.HOST_KINDS`` is issued back to back on tiny tensors
+(so the GPU keeps up and the host's issue time is what the loop measures), in shuffled
+interleaved rounds (so drift in the host's speed during the probe hits every kind alike, as in
+the whole-model protocol), and its cost is the median over the rounds of the host time per call.
+
+Every timed loop lasts about ``LOOP_US`` whatever the kind costs. On the H200 host with the
+issuing process sharing its core with a busy loop, loops of a fixed 256 calls saw the
+elementwise kind (1.8 ms a loop) run at full speed and the GEMM kind (3 ms) at 2.25x, because
+the scheduler lets a task that has just waited run a slice before it preempts it; zoo forwards
+of 2 ms and more ran 2.3x slower there. Loops of equal and longer duration than a time slice
+see what a forward of a few milliseconds sees, for every kind alike.
+This is the same measurement the operator sweep makes of ``dispatch_us`` (eager back-to-back
+calls on the host clock, collectors.timing), on fixed small calls: the dispatch model learns an
+operator's cost relative to its kind's probe cost, and the probe of another host scales it back.
+
+The probe runs at the start and end of every operator sweep and whole-model run
+(collectors.campaign), and on a user's machine as ``latpred host probe``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+
+from collectors.cpu_score import cpu_score_ns
+from collectors.fingerprint import cpu_model
+from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, HostProfile, make_id, parse_profile
+
+#: how long one timed loop of a kind lasts, and rounds: 8 kinds x 12 rounds x 10 ms is a second
+#: (two to three on a contended host); with warm-up and the CPU score, one and a half seconds.
+LOOP_US = 10_000.0
+ROUNDS = 12
+WARMUP_CALLS = 64
+MAX_CALLS = 20_000
+
+
+def _calls(torch: Any, device: Any) -> dict[str, Callable[[], object]]:
+    """One zero-argument call per kind, on tensors small enough that the GPU never waits on
+    anything but the host. Attention runs in half precision where the GPU's fused kernels need it."""
+    import torch.nn.functional as F
+
+    f32 = {"device": device, "dtype": torch.float32}
+    half = torch.float16 if device.type == "cuda" else torch.float32
+    a, b = torch.randn(1024, **f32), torch.randn(1024, **f32)
+    x, w, bias = torch.randn(8, 64, **f32), torch.randn(64, 64, **f32), torch.randn(64, **f32)
+    image, filters = torch.randn(1, 16, 14, 14, **f32), torch.randn(16, 16, 3, 3, **f32)
+    gamma, beta = torch.ones(64, **f32), torch.zeros(64, **f32)
+    q = torch.randn(1, 2, 16, 32, device=device, dtype=half)
+    t = torch.randn(32, 64, **f32)
+    identity = torch.nn.Identity()
+    calls: dict[str, Callable[[], object]] = {
+        "elementwise": lambda: torch.add(a, b),
+        "gemm": lambda: F.linear(x, w, bias),
+        "conv": lambda: F.conv2d(image, filters, None, 1, 1),
+        "norm": lambda: F.layer_norm(x, (64,), gamma, beta),
+        "attention": lambda: F.scaled_dot_product_attention(q, q, q),
+        "view": lambda: t.view(64, 32),
+        "copy": lambda: t.t().contiguous(),
+        "module_call": lambda: identity(x),
+    }
+    assert tuple(calls) == HOST_KINDS
+    return calls
+
+
+def measure_costs(device: str = "cuda", loop_us: float = LOOP_US, rounds: int = ROUNDS,
+                  seed: int = 0) -> dict[str, float]:
+    """Host microseconds per call of each kind: the median over ``rounds`` shuffled rounds of a
+    loop of back-to-back calls lasting about ``loop_us``, the GPU synchronised before each loop
+    (an empty queue: the loop never waits for a slot)."""
+    import torch
+
+    target = torch.device(device)
+    sync = torch.cuda.synchronize if target.type == "cuda" else (lambda: None)
+    samples: dict[str, list[float]] = {k: [] for k in HOST_KINDS}
+    with torch.inference_mode():
+        fns = _calls(torch, target)
+        calls: dict[str, int] = {}
+        for kind, fn in fns.items():  # cuDNN/cuBLAS handles, heuristics, the allocator's first blocks
+            for _ in range(WARMUP_CALLS):
+                fn()
+            sync()
+            t0 = time.perf_counter_ns()
+            for _ in range(WARMUP_CALLS):
+                fn()
+            per_call_us = max((time.perf_counter_ns() - t0) / 1e3 / WARMUP_CALLS, 0.01)
+            calls[kind] = int(min(MAX_CALLS, max(WARMUP_CALLS, loop_us / per_call_us)))
+        sync()
+        order = list(HOST_KINDS)
+        rng = random.Random(seed)
+        for _ in range(rounds):
+            rng.shuffle(order)
+            for kind in order:
+                fn = fns[kind]
+                sync()
+                t0 = time.perf_counter_ns()
+                for _ in range(calls[kind]):
+                    fn()
+                samples[kind].append((time.perf_counter_ns() - t0) / 1e3 / calls[kind])
+        sync()
+    return {k: float(statistics.median(v)) for k, v in samples.items()}
+
+
+def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_US,
+          rounds: int = ROUNDS) -> HostProfile:
+    """A measured profile of this host issuing to ``device`` ('cuda', or 'cpu' to exercise the
+    probe where there is no GPU: CPU kernels run inside the call, so its costs include them)."""
+    import torch
+
+    started = time.perf_counter()
+    costs = measure_costs(device, loop_us, rounds)
+    score = cpu_score_ns()
+    gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
+    fields: dict[str, Any] = {
+        "schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "measured", "costs_us": costs,
+        "cpu_score_ns": score, "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
+        "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "gpu": gpu,
+        "hostname": platform.node() or None, "measured_at": pd.Timestamp.now(tz="UTC").isoformat(),
+        "note": note,
+    }
+    fields["probe_seconds"] = round(time.perf_counter() - started, 3)
+    fields["id"] = make_id(fields, gpu or "cpu")
+    return parse_profile(fields)
+
+
+def estimate_here(reference: HostProfile, note: str | None = None) -> HostProfile:
+    """A CPU-only estimate for this host from ``reference`` (no torch, no GPU needed)."""
+    from predictor.host_profile import estimate_profile
+
+    return estimate_profile(reference, cpu_score_ns(), cpu_model=cpu_model(), cpu_cores=os.cpu_count() or 1,
+                            hostname=platform.node() or None, measured_at=pd.Timestamp.now(tz="UTC").isoformat(),
+                            note=note)

@@ -1,0 +1,268 @@
+"""The host profile: what eager composition needs to know about the CPU that issues kernels.
+
+Eager PyTorch at small batch runs at the speed of the host: the same models on two H200 machines
+of one kind came out 0.38x to 1.14x apart in eager mode, while CUDA-graph replays agreed within
+5%. So a host is described by what one call of each kind of node costs it (``HOST_KINDS``),
+measured by a probe in seconds (``latpred host probe``, collectors.host_probe), and stored beside
+every sweep and whole-model run. The dispatch model learns a call's cost *relative* to its
+kind's cost in the profile measured beside it, and a prediction multiplies back by the profile
+of the host asked for: a host's speed is an input, not something one machine baked into the
+model.
+
+A profile is identified by a short ``id``; a store (``HostStore``) keeps one JSON file per id
+and refuses to overwrite a stored profile with a different one. The JSON Schema beside this
+module (``host_profile.schema.json``) is generated from ``HostProfile``:
+``python -m predictor.host_profile`` rewrites it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from predictor.validation import validation_message
+
+HOST_PROFILE_SCHEMA_VERSION = 1
+#: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
+HOSTS_FOLDER = "hosts"
+
+#: What a host's issue time is made of, per call. elementwise: a tensor function's dispatch and
+#: launch (an add); gemm: a linear through cuBLAS; conv: a convolution through cuDNN; norm: a
+#: layer norm; attention: scaled_dot_product_attention; view: a call that launches nothing
+#: (a reshape); copy: a strided view made contiguous (a copy kernel); module_call: the Python of
+#: calling an ``nn.Module`` (its ``__call__`` and hooks' checks), with no kernel.
+HOST_KINDS = ("elementwise", "gemm", "conv", "norm", "attention", "view", "copy", "module_call")
+
+#: Which kind's cost a family's calls are learned relative to (the rest are elementwise-like:
+#: tensor functions that dispatch and launch one kernel).
+FAMILY_HOST_KIND: dict[str, str] = {
+    "conv2d": "conv", "linear": "gemm", "matmul": "gemm", "sdpa": "attention",
+    "batch_norm": "norm", "layer_norm": "norm", "group_norm": "norm",
+    "transpose": "copy", "concat": "copy",
+}
+
+#: Bounds of a plausible per-call cost, in microseconds: no call costs nothing, and a host that
+#: takes over a millisecond for one is not one eager PyTorch can be predicted on (a profile with
+#: such a number is a unit mistake: seconds or nanoseconds for microseconds).
+MIN_COST_US = 0.05
+MAX_COST_US = 1000.0
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+HostId = Annotated[str, Field(pattern=ID_PATTERN, description="short id of a stored host profile",
+                              examples=["h200-a1b2c3d4e5"])]
+
+
+def host_kind(family: str | None) -> str:
+    """The profile kind a node of ``family`` is costed relative to."""
+    return FAMILY_HOST_KIND.get(family or "", "elementwise")
+
+
+class HostProfile(BaseModel):
+    """One host's per-call costs, and what identifies the host and its software."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[1] = Field(description="version of this schema; readers refuse others")
+    id: HostId
+    label: Literal["measured", "estimated"] = Field(
+        description="'measured': by the GPU probe on this host; 'estimated': scaled from a measured "
+                    "profile by the CPU's single-thread speed (no GPU on the target), with wider intervals")
+    costs_us: dict[str, float] = Field(
+        description=f"host time of one call of each kind, in microseconds: {', '.join(HOST_KINDS)}",
+        json_schema_extra={"required": list(HOST_KINDS), "propertyNames": {"enum": list(HOST_KINDS)},
+                           "additionalProperties": {"type": "number", "minimum": MIN_COST_US,
+                                                    "maximum": MAX_COST_US}})
+    cpu_score_ns: float | None = Field(
+        None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
+                                "what an estimated profile is scaled by")
+    cpu_model: str = Field(max_length=200)
+    cpu_cores: int = Field(ge=1, le=100_000)
+    torch_version: str | None = Field(None, max_length=100)
+    cuda_version: str | None = Field(None, max_length=100)
+    gpu: str | None = Field(None, max_length=200, description="the GPU the probe issued to (None: CPU-only)")
+    hostname: str | None = Field(None, max_length=200)
+    measured_at: str = Field(max_length=64, description="when the probe ran (ISO 8601, UTC)")
+    probe_seconds: float | None = Field(None, ge=0)
+    estimated_from: str | None = Field(None, pattern=ID_PATTERN,
+                                       description="the measured profile an estimated one was scaled from")
+    note: str | None = Field(None, max_length=500, description="the conditions the probe ran under")
+
+    @field_validator("costs_us")
+    @classmethod
+    def _costs(cls, costs: dict[str, float]) -> dict[str, float]:
+        missing = [k for k in HOST_KINDS if k not in costs]
+        unknown = sorted(set(costs) - set(HOST_KINDS))
+        if missing:
+            raise ValueError(f"missing kind(s) {', '.join(missing)}: a profile gives all of {', '.join(HOST_KINDS)}")
+        if unknown:
+            raise ValueError(f"unknown kind(s) {', '.join(unknown)}: the kinds are {', '.join(HOST_KINDS)}")
+        bad = {k: v for k, v in costs.items() if not (isinstance(v, (int, float)) and math.isfinite(v)
+                                                      and MIN_COST_US <= v <= MAX_COST_US)}
+        if bad:
+            k, v = next(iter(bad.items()))
+            raise ValueError(f"{k}: {v!r} us per call is not a plausible cost (between {MIN_COST_US} and "
+                             f"{MAX_COST_US:.0f} us; are the units microseconds?)")
+        return {k: float(costs[k]) for k in HOST_KINDS}
+
+    def cost(self, kind: str) -> float:
+        return self.costs_us[kind]
+
+    def costs(self) -> list[float]:
+        """The costs in ``HOST_KINDS`` order."""
+        return [self.costs_us[k] for k in HOST_KINDS]
+
+    def summary(self) -> str:
+        """One line naming the profile: what every eager prediction says it used."""
+        return f"{self.id} ({self.label}; {self.cpu_model}, {self.cpu_cores} cores)"
+
+
+class HostProfileError(ValueError):
+    """A profile breaks the contract; the message names the field."""
+
+
+def parse_profile(data: Any) -> HostProfile:
+    """A profile from JSON data; a ``HostProfileError`` naming the field where it is invalid
+    (an unknown schema version is named as such, before any other field)."""
+    if isinstance(data, dict) and data.get("schema_version") not in (None, HOST_PROFILE_SCHEMA_VERSION):
+        raise HostProfileError(f"schema_version: {data.get('schema_version')!r} is not a host profile version "
+                               f"this latpred reads ({HOST_PROFILE_SCHEMA_VERSION}); probe again with this latpred")
+    try:
+        return HostProfile.model_validate(data)
+    except ValidationError as exc:
+        raise HostProfileError(validation_message(exc)) from None
+
+
+def load_profile(path: Path) -> HostProfile:
+    """A profile from a JSON file; errors name the file and the field."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HostProfileError(f"{path}: not a readable JSON host profile ({exc})") from None
+    try:
+        return parse_profile(data)
+    except HostProfileError as exc:
+        raise HostProfileError(f"{path}: {exc}") from None
+
+
+def make_id(fields: dict[str, Any], prefix: str = "h") -> str:
+    """A short id for a new profile: a prefix (the GPU's slug, or 'cpu') and ten hex digits of
+    the hash of its fields (costs and timestamp included, so two probes never share one)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", prefix.lower()).strip("-")[:40] or "h"
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{slug}-{digest}"
+
+
+def estimate_profile(reference: HostProfile, cpu_score_ns: float, **fields: Any) -> HostProfile:
+    """A profile for a host without a GPU probe: ``reference``'s costs scaled by this CPU's
+    single-thread time against the reference's (``cpu_score_ns``, lower is faster).
+
+    Dispatch is single-threaded CPU work (Python, the dispatcher, the driver's launch path), so
+    it follows single-thread speed; what the ratio cannot see (the driver, the PCIe link, the
+    GPU's launch queue) is why an estimated profile carries wider intervals."""
+    if reference.cpu_score_ns is None:
+        raise HostProfileError(f"profile {reference.id} has no cpu_score_ns: it cannot be scaled to another CPU")
+    ratio = cpu_score_ns / reference.cpu_score_ns
+    body = {"schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "estimated",
+            "costs_us": {k: v * ratio for k, v in reference.costs_us.items()}, "cpu_score_ns": cpu_score_ns,
+            "estimated_from": reference.id, "gpu": None, **fields}
+    body["id"] = make_id(body, "cpu")
+    return parse_profile(body)
+
+
+def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
+    """The profile of a run probed before and after: the geometric mean of the two, cost by
+    cost. A host drifts while it works: on the second H200 machine the probe after 157 s of eager
+    rounds cost 1.44x the one before, and the runs between were 1.25x the first machine's, whose
+    probes agreed within 5%; the mean of the pair was 1.30x."""
+    costs = {k: math.sqrt(before.costs_us[k] * after.costs_us[k]) for k in HOST_KINDS}
+    score = (math.sqrt(before.cpu_score_ns * after.cpu_score_ns)
+             if before.cpu_score_ns and after.cpu_score_ns else before.cpu_score_ns)
+    return before.model_copy(update={
+        "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64], "costs_us": costs, "cpu_score_ns": score,
+        "note": (f"{before.note + ': ' if before.note else ''}geometric mean of probes {before.id} "
+                 f"and {after.id}")[:500]})
+
+
+class HostConflictError(ValueError):
+    """A profile with this id is stored and differs: stored profiles are never overwritten."""
+
+
+class UnknownHostError(KeyError):
+    """No profile with this id is stored."""
+
+    def __str__(self) -> str:  # KeyError quotes its message
+        return str(self.args[0]) if self.args else "unknown host profile"
+
+
+class HostStore:
+    """Profiles on disk, one ``<id>.json`` each. ``put`` stores a new id, accepts the same
+    profile again, and refuses a different profile under a stored id (``HostConflictError``):
+    a dataset's rows and the predictions made for a host name profiles by id, so an id must keep
+    meaning one profile."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+
+    def path(self, host_id: str) -> Path:
+        if not re.match(ID_PATTERN, host_id):
+            raise UnknownHostError(f"{host_id!r} is not a host profile id (letters, digits, '.', '_', '-'; "
+                                   "at most 64)")
+        return self.directory / f"{host_id}.json"
+
+    def get(self, host_id: str) -> HostProfile:
+        path = self.path(host_id)
+        if not path.exists():
+            raise UnknownHostError(f"no host profile {host_id!r} is stored (known: "
+                                   f"{', '.join(self.ids()[:10]) or 'none'})")
+        return load_profile(path)
+
+    def ids(self) -> list[str]:
+        if not self.directory.exists():
+            return []
+        return sorted(p.stem for p in self.directory.glob("*.json"))
+
+    def all(self) -> list[HostProfile]:
+        return [self.get(i) for i in self.ids()]
+
+    def put(self, profile: HostProfile) -> bool:
+        """Store ``profile``; True if it was new, False if the same profile was already stored."""
+        path = self.path(profile.id)
+        text = json.dumps(profile.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+        if path.exists():
+            if load_profile(path) == profile:
+                return False
+            raise HostConflictError(f"a different host profile is already stored as {profile.id!r}: stored "
+                                    "profiles are never overwritten; give this one another id")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        try:
+            os.link(temporary, path)  # fails if another writer stored this id first: no overwrite
+        except FileExistsError:
+            if load_profile(path) != profile:
+                raise HostConflictError(f"a different host profile was stored as {profile.id!r} meanwhile") from None
+            return False
+        finally:
+            temporary.unlink(missing_ok=True)
+        return True
+
+
+def json_schema() -> dict[str, Any]:
+    """The published JSON Schema of a host profile, from the model that validates one."""
+    schema = HostProfile.model_json_schema()
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "latpred host profile",
+            **{k: v for k, v in schema.items() if k != "title"}}
+
+
+SCHEMA_FILE = Path(__file__).parent / "host_profile.schema.json"
+
+if __name__ == "__main__":
+    SCHEMA_FILE.write_text(json.dumps(json_schema(), indent=1) + "\n")
+    print(f"wrote {SCHEMA_FILE}")

@@ -1,0 +1,49 @@
+"""The host probe: a profile that parses, measured on the device the probe is given."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from collectors.cpu_score import cpu_score_ns
+from collectors.host_probe import estimate_here, probe
+from predictor.host_profile import HOST_KINDS, HostProfile, parse_profile
+
+
+def _round_trips(profile: HostProfile) -> None:
+    assert parse_profile(json.loads(profile.model_dump_json())) == profile
+    assert list(profile.costs_us) == list(HOST_KINDS)
+
+
+def test_cpu_probe_parses_and_orders_costs() -> None:
+    profile = probe("cpu", note="test", loop_us=1000, rounds=4)
+    _round_trips(profile)
+    assert profile.label == "measured" and profile.gpu is None and profile.note == "test"
+    # a call that launches nothing costs less than a convolution that computes on the CPU
+    assert profile.costs_us["view"] < profile.costs_us["conv"]
+    assert profile.cpu_score_ns and profile.cpu_score_ns > 0
+
+
+def test_estimate_scales_the_reference_by_the_cpu_score() -> None:
+    reference = probe("cpu", loop_us=1000, rounds=4)
+    estimate = estimate_here(reference)
+    ratio = estimate.cpu_score_ns / reference.cpu_score_ns
+    assert estimate.label == "estimated" and estimate.estimated_from == reference.id
+    assert estimate.costs_us["gemm"] == pytest.approx(reference.costs_us["gemm"] * ratio)
+    assert estimate.id != reference.id
+
+
+def test_cpu_score_is_repeatable_within_a_factor() -> None:
+    scores = [cpu_score_ns(iterations=5_000, repeats=5) for _ in range(3)]
+    assert max(scores) / min(scores) < 2.0
+
+
+@pytest.mark.gpu
+def test_gpu_probe_parses_within_its_time() -> None:
+    profile = probe("cuda")
+    _round_trips(profile)
+    assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None
+    assert profile.probe_seconds < 15
+    # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel
+    assert profile.costs_us["view"] < min(profile.costs_us[k] for k in ("elementwise", "gemm", "conv", "norm"))

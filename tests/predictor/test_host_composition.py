@@ -1,0 +1,293 @@
+"""Eager composition on a host profile: a slower host never makes a forward faster and every kind
+of call a graph makes shows in its total; an eager prediction needs a host and names it; and
+predictor.host_profile's contract (parsing, the store, means and estimates, the published JSON
+Schema)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose, family_group, host_costs
+from predictor.devices import resolve_device
+from predictor.graph import Graph
+from predictor.host_profile import (
+    HOST_KINDS,
+    SCHEMA_FILE,
+    HostConflictError,
+    HostProfileError,
+    HostStore,
+    UnknownHostError,
+    estimate_profile,
+    host_kind,
+    json_schema,
+    mean_profile,
+    parse_profile,
+)
+from predictor.predict import ESTIMATED_EXTRA_LOG, Predictor
+from predictor.zoo import load_zoo_graph
+
+#: a measured profile as the probe writes it (an H200 host's costs, rounded)
+PROFILE: dict = {
+    "schema_version": 1, "id": "test-h200-0123456789", "label": "measured", "cpu_model": "Test Xeon",
+    "cpu_cores": 16, "cpu_score_ns": 450.0, "torch_version": "2.11.0+cu130", "cuda_version": "13.0",
+    "gpu": "NVIDIA H200", "hostname": "vm", "measured_at": "2026-01-01T00:00:00+00:00", "probe_seconds": 0.8,
+    "costs_us": {"elementwise": 7.0, "gemm": 11.8, "conv": 12.7, "norm": 10.8, "attention": 16.4, "view": 0.57,
+                 "copy": 8.9, "module_call": 0.92},
+}
+HOST = parse_profile(PROFILE)
+
+
+def changed(replace_costs: bool = False, **fields: object) -> dict:
+    """PROFILE with ``fields`` replaced (a ``costs_us`` given is merged into PROFILE's, unless
+    ``replace_costs``)."""
+    data = json.loads(json.dumps(PROFILE))
+    costs = fields.pop("costs_us", None)
+    data.update(fields)
+    if isinstance(costs, dict):
+        data["costs_us"] = costs if replace_costs else {**data["costs_us"], **costs}
+    return data
+
+
+# --- composition grows with every host cost -------------------------------------------------------
+
+#: between them the two graphs make calls of every kind: swin_t convolutions, norms, launched
+#: copies and fallbacks; llama-300m attention and copies of its own
+GRAPHS = ("swin_t", "llama-300m")
+
+
+def structure_arrays(graph: Graph, seed: int) -> LayerArrays:
+    """The graph's nodes as compose sees them (kernel calls of each family's host kind, kernels
+    another call launches, views, fallbacks), with short kernels and dispatch ratios near 1: a
+    batch-1 forward that the host sets the pace of."""
+    rng = np.random.default_rng(seed)
+    g = graph.at_precision("fp16", 1)
+    is_kernel = np.array([n.kind == "kernel" and g.runs_kernel(n, "fp16") for n in g.nodes])
+    is_fallback = np.array([n.kind == "fallback" for n in g.nodes])
+    is_launched = np.array([bool(n.launched_by) for n in g.nodes]) & is_kernel
+    n = len(g.nodes)
+    kernel = np.where(is_kernel | is_fallback, rng.uniform(0.5, 3.0, n), 0.0)
+    return LayerArrays(kernel, kernel * 0.8, kernel * 1.25, np.where(is_kernel, rng.uniform(0.8, 1.6, n), 0.0),
+                       np.zeros(n), np.array([GROUPS.index(family_group(x.family, x.kind)) for x in g.nodes]),
+                       is_kernel, is_fallback, is_launched,
+                       np.array([HOST_KINDS.index(host_kind(x.family)) for x in g.nodes], dtype=np.intp))
+
+
+def shipped_bundle_has_a_host() -> bool:
+    metadata = json.loads((DEFAULT_BUNDLE_DIR / "nvidia-h200" / "metadata.json").read_text())
+    return metadata.get("host_profile") is not None
+
+
+def layers_and_host(source: str, name: str) -> tuple[LayerArrays, CompositionConstants, np.ndarray]:
+    """A graph's layers, the constants and a host's costs at a host-bound setting: from its
+    structure (HOST), or as the shipped bundle predicts them (its own host, four times slower)."""
+    graph = load_zoo_graph(name)
+    if source == "structure":
+        return structure_arrays(graph, seed=len(name)), CompositionConstants(), host_costs(HOST)
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    assert predictor.host is not None
+    layers = predictor.layers(graph.at_precision("fp16", 1), 1, "fp16", "eager")
+    return layers, predictor.constants, 4.0 * host_costs(predictor.host)
+
+
+def kinds_present(a: LayerArrays, c: CompositionConstants) -> set[str]:
+    """The profile kinds whose cost some node of ``a`` pays a positive multiple of."""
+    own = a.is_kernel & ~a.is_launched
+    present = {HOST_KINDS[k] for k in a.host_kind[own & (a.dispatch_ratio > 0)]} if c.dispatch_share > 0 else set()
+    if c.call_share > 0 and (own | a.is_fallback).any():
+        present.add("module_call")
+    if c.view_share > 0 and a.is_view.any():
+        present.add("view")
+    if (c.launch_share > 0 and a.is_launched.any()) or (c.fallback_ratio > 0 and a.is_fallback.any()):
+        present.add("elementwise")
+    return present
+
+
+SOURCES = ["structure", pytest.param("shipped bundle", marks=pytest.mark.skipif(
+    not shipped_bundle_has_a_host(), reason="the shipped bundle names no host profile (trained before profiles)"))]
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("name", GRAPHS)
+def test_eager_grows_with_each_host_cost_and_a_captured_graph_not(source: str, name: str) -> None:
+    a, c, costs = layers_and_host(source, name)
+    present = kinds_present(a, c)
+    eager, captured = compose(a, c, "eager", costs), compose(a, c, "cudagraph", costs)
+    for i, kind in enumerate(HOST_KINDS):
+        raised = costs.copy()
+        raised[i] *= 1.5
+        slower = compose(a, c, "eager", raised)
+        if kind in present:
+            assert slower > eager, f"{kind} x1.5 did not slow {name}'s eager forward"
+        else:
+            assert slower == eager, f"{name} has no {kind} call, yet its cost changed the forward"
+        assert compose(a, c, "cudagraph", raised) == captured  # no host issues a captured graph
+    # every cost raised at once: as much slower as the host, since the forward is host-bound
+    assert compose(a, c, "eager", 1.5 * costs) - c.sync_us == pytest.approx(1.5 * (eager - c.sync_us), rel=0.05)
+
+
+def test_the_graphs_make_calls_of_every_kind() -> None:
+    """The monotonicity above is strict for every kind in one graph or the other."""
+    c = CompositionConstants()
+    present = set().union(*(kinds_present(structure_arrays(load_zoo_graph(n), 0), c) for n in GRAPHS))
+    assert present == set(HOST_KINDS)
+
+
+# --- an eager prediction needs a host and names it ------------------------------------------------
+
+def test_eager_compose_without_a_host_is_refused() -> None:
+    a = structure_arrays(load_zoo_graph("swin_t"), 0)
+    with pytest.raises(ValueError, match="host profile"):
+        compose(a, CompositionConstants(), "eager")
+    assert compose(a, CompositionConstants(), "cudagraph") > 0  # a captured graph needs none
+
+
+@pytest.fixture(scope="module")
+def hostless() -> Predictor:
+    """The shipped bundle's models, as a bundle that names no host profile."""
+    bundle = Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200")
+    bundle.metadata = {k: v for k, v in bundle.metadata.items() if k != "host_profile"}
+    return Predictor(bundle, resolve_device("h200"), constants=CompositionConstants())
+
+
+def test_an_eager_prediction_needs_a_host_and_names_it(hostless: Predictor) -> None:
+    graph = load_zoo_graph("resnet18")
+    assert hostless.host is None
+    with pytest.raises(ValueError, match="host profile"):
+        hostless.predict(graph, 1, "fp16", "eager")
+    eager = hostless.predict(graph, 1, "fp16", "eager", host=HOST)
+    assert eager.host == HOST.summary() and HOST.id in eager.host
+    assert hostless.predict(graph, 1, "fp16", "cudagraph", host=HOST).host is None
+    slow = parse_profile(changed(id="test-slow", costs_us={k: 2 * v for k, v in PROFILE["costs_us"].items()}))
+    assert hostless.predict(graph, 1, "fp16", "eager", host=slow).total_ms > eager.total_ms
+
+
+def test_an_estimated_host_widens_the_eager_interval(hostless: Predictor) -> None:
+    graph = load_zoo_graph("resnet18")
+    estimated = HOST.model_copy(update={"label": "estimated", "id": "cpu-estimated"})
+    measured_p = hostless.predict(graph, 1, "fp16", "eager", host=HOST)
+    estimated_p = hostless.predict(graph, 1, "fp16", "eager", host=estimated)
+    assert estimated_p.total_ms == measured_p.total_ms  # the same costs: only the interval differs
+    widening = math.log(estimated_p.high_ms / estimated_p.total_ms) - math.log(measured_p.high_ms / measured_p.total_ms)
+    assert widening == pytest.approx(hostless.bundle.composition.get("estimated_host_extra_log",
+                                                                     ESTIMATED_EXTRA_LOG))
+    assert "estimated" in (estimated_p.host or "")
+    # a bundle says how much its estimates missed
+    bundle = hostless.bundle
+    told = Bundle(bundle.directory, {**bundle.metadata, "composition": {
+        **bundle.composition, "estimated_host_extra_log": 0.7}}, bundle.targets)
+    wider = Predictor(told, hostless.device, constants=hostless.constants).predict(graph, 1, "fp16", "eager",
+                                                                                    host=estimated)
+    assert math.log(wider.high_ms / wider.total_ms) - math.log(measured_p.high_ms / measured_p.total_ms) == \
+        pytest.approx(0.7)
+    # a captured graph's interval does not depend on a host
+    assert hostless.predict(graph, 1, "fp16", "cudagraph", host=estimated).high_ms == \
+        hostless.predict(graph, 1, "fp16", "cudagraph", host=HOST).high_ms
+
+
+# --- predictor.host_profile -----------------------------------------------------------------------
+
+def test_a_probed_profile_parses_with_its_costs_in_kind_order() -> None:
+    assert HOST.costs() == [PROFILE["costs_us"][k] for k in HOST_KINDS]
+    assert HOST.summary() == "test-h200-0123456789 (measured; Test Xeon, 16 cores)"
+
+
+@pytest.mark.parametrize("data,field", [
+    (changed(costs_us={k: v for k, v in PROFILE["costs_us"].items() if k != "conv"}, replace_costs=True),
+     r"costs_us: missing kind\(s\) conv"),
+    (changed(costs_us={"gpu_launch": 3.0}), r"costs_us: unknown kind\(s\) gpu_launch"),
+    (changed(costs_us={"gemm": -1.0}), "costs_us: gemm: -1.0"),
+    (changed(costs_us={"gemm": 1e9}), "costs_us: gemm: 1000000000.0"),
+    (changed(costs_us={"norm": math.nan}), "costs_us: norm: nan"),
+    (changed(schema_version=2), "schema_version: 2"),
+    (changed(id="../etc/passwd"), "id: "),
+    (changed(id=""), "id: "),
+    (changed(label="guessed"), "label: "),
+])
+def test_an_invalid_profile_is_refused_naming_the_field(data: dict, field: str) -> None:
+    with pytest.raises(HostProfileError, match=f"^{field}"):
+        parse_profile(data)
+
+
+def test_an_unknown_schema_version_is_named_before_any_other_field() -> None:
+    with pytest.raises(HostProfileError, match="^schema_version: 7 .*probe again"):
+        parse_profile(changed(schema_version=7, id="", costs_us={"gemm": -1.0}))
+
+
+def test_the_store_adds_a_new_profile_accepts_it_again_and_never_overwrites(tmp_path: Path) -> None:
+    store = HostStore(tmp_path / "hosts")
+    assert store.ids() == []
+    assert store.put(HOST) is True
+    assert store.ids() == [HOST.id] and store.get(HOST.id) == HOST
+    stored = store.path(HOST.id).read_bytes()
+    assert store.put(parse_profile(PROFILE)) is False  # the same profile again
+    other = parse_profile(changed(costs_us={"gemm": 12.5}))
+    with pytest.raises(HostConflictError, match=HOST.id):
+        store.put(other)
+    assert store.path(HOST.id).read_bytes() == stored
+    assert store.get(HOST.id) == HOST
+    assert [p.name for p in (tmp_path / "hosts").iterdir()] == [f"{HOST.id}.json"]  # no temporary left
+
+
+def test_an_unknown_host_is_named(tmp_path: Path) -> None:
+    store = HostStore(tmp_path)
+    store.put(HOST)
+    with pytest.raises(UnknownHostError) as info:
+        store.get("nvidia-h200-ffffffffff")
+    assert "nvidia-h200-ffffffffff" in str(info.value) and HOST.id in str(info.value)  # the known ones listed
+    with pytest.raises(UnknownHostError, match="not a host profile id"):
+        store.get("../secrets")
+
+
+def test_the_mean_of_two_probes_is_geometric_per_kind() -> None:
+    after = parse_profile(changed(id="test-h200-9876543210", cpu_score_ns=800.0,
+                                  costs_us={k: v * (1.0 + i / 4) for i, (k, v) in
+                                            enumerate(PROFILE["costs_us"].items())}))
+    mean = mean_profile(HOST, after)
+    for kind in HOST_KINDS:
+        assert mean.costs_us[kind] == pytest.approx(math.sqrt(HOST.costs_us[kind] * after.costs_us[kind]))
+    assert mean.costs_us["elementwise"] == pytest.approx(7.0)  # factor 1: the same cost
+    assert mean.cpu_score_ns == pytest.approx(math.sqrt(450.0 * 800.0))
+    assert mean.id != HOST.id and mean.id != after.id and HOST.id in (mean.note or "")
+    assert parse_profile(mean.model_dump(mode="json")) == mean  # a valid profile
+
+
+def test_an_estimate_scales_by_the_cpus_single_thread_time() -> None:
+    estimate = estimate_profile(HOST, 675.0, cpu_model="Other CPU", cpu_cores=4,
+                                measured_at="2026-01-02T00:00:00+00:00")
+    assert estimate.label == "estimated" and estimate.estimated_from == HOST.id and estimate.gpu is None
+    assert estimate.cpu_score_ns == 675.0
+    assert estimate.costs() == pytest.approx([1.5 * c for c in HOST.costs()])
+    assert estimate.id != HOST.id and "estimated" in estimate.summary()
+    with pytest.raises(HostProfileError, match="cpu_score_ns"):
+        estimate_profile(parse_profile(changed(cpu_score_ns=None)), 675.0, cpu_model="x", cpu_cores=1,
+                         measured_at="2026-01-02T00:00:00+00:00")
+
+
+# --- the published JSON Schema ---------------------------------------------------------------------
+
+def test_published_schema_is_current() -> None:
+    assert json.loads(SCHEMA_FILE.read_text()) == json_schema(), (
+        "predictor/host_profile.schema.json is stale: regenerate it with python -m predictor.host_profile"
+    )
+
+
+def test_a_profile_validates_against_the_published_schema() -> None:
+    import jsonschema as js
+
+    schema = json.loads(SCHEMA_FILE.read_text())
+    js.validate(PROFILE, schema)
+    js.validate(HOST.model_dump(mode="json"), schema)
+    missing = changed()
+    del missing["costs_us"]["conv"]
+    with pytest.raises(js.ValidationError, match="conv"):
+        js.validate(missing, schema)
+    with pytest.raises(js.ValidationError, match="gpu_launch"):
+        js.validate(changed(costs_us={"gpu_launch": 3.0}), schema)
+    with pytest.raises(js.ValidationError):
+        js.validate(changed(costs_us={"gemm": 1e9}), schema)

@@ -1,0 +1,75 @@
+"""Host profiles beside the committed data: which profile each row is measured against, and
+eager predictions that follow the host."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.devices import resolve_device
+from predictor.host_profile import HOST_KINDS, load_profile
+from predictor.predict import Predictor
+from predictor.zoo import load_zoo_graph
+from training.data import load_model_runs
+from training.host_validation import LIVE_CONDITION, host_conditions
+from training.hosts import probe_pairs, reference_profiles
+
+DATASET = Path("datasets/nvidia-h200")
+
+
+def test_every_probed_row_has_its_reference_profile() -> None:
+    references = reference_profiles(DATASET)
+    for name, runs in host_conditions(DATASET).items():
+        named = set(runs["host_profile"].dropna())
+        assert named, f"{name}: no eager run names a host profile"
+        assert named <= set(references), f"{name}: runs name profiles that are not stored"
+
+
+def test_a_logged_pair_is_averaged_geometrically() -> None:
+    pairs = probe_pairs(DATASET)
+    references = reference_profiles(DATASET)
+    before, after = next(iter(pairs.items()))
+    mean = references[before]
+    first = load_profile(DATASET / "hosts" / f"{before}.json")
+    last = load_profile(DATASET / "hosts" / f"{after}.json")
+    for kind in HOST_KINDS:
+        assert mean.costs_us[kind] == pytest.approx(math.sqrt(first.costs_us[kind] * last.costs_us[kind]))
+    assert mean.id.startswith(before)
+
+
+def test_the_conditions_are_the_live_runs_and_each_host_runs_folder() -> None:
+    conditions = host_conditions(DATASET)
+    assert LIVE_CONDITION in conditions and len(conditions) >= 3
+    assert all(set(runs["mode"]) == {"eager"} for runs in conditions.values())
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Predictor:
+    bundle = Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200")
+    if bundle.metadata.get("host_profile") is None:
+        pytest.skip("the shipped bundle names no host profile")
+    return Predictor(bundle, resolve_device(bundle.device_id))
+
+
+def test_eager_predictions_at_two_profiles_bracket_the_second_machines_runs(shipped: Predictor) -> None:
+    """The second machine ran the zoo about 1.25x slower at batch 1 than the one the bundle was
+    fitted on, and the same machine with its core shared about 2x slower again: predicted for
+    the first host and for the contended one, every run of a host-bound slice lies between."""
+    references = reference_profiles(DATASET)
+    conditions = host_conditions(DATASET)
+    fast = references[conditions[LIVE_CONDITION]["host_profile"].mode()[0]]
+    slow = references[conditions["machine-2-contended"]["host_profile"].mode()[0]]
+    assert all(slow.costs_us[k] > fast.costs_us[k] for k in HOST_KINDS)
+    runs = load_model_runs(DATASET, "host_runs/machine-2")
+    slice_ = runs[(runs["batch"] == 1) & (runs["precision"] == "fp16")
+                  & runs["model"].isin(["resnet34", "mobilenet_v3_small", "densenet169", "distilbert-base",
+                                        "efficientnet_b2", "swin_s"])]
+    assert len(slice_) == 6
+    for r in slice_.itertuples():
+        graph = load_zoo_graph(r.model)
+        low = shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=fast).total_ms
+        high = shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=slow).total_ms
+        assert low < r.latency_ms < high, f"{r.model}: {r.latency_ms:.2f} ms measured, predicted {low:.2f}-{high:.2f}"
