@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from collectors.fingerprint import DeviceFingerprint, open_nvml, read_fingerprint
+from collectors.host_probe import RoundSampler, run_profile
 from collectors.layer_shapes import load_shapes
 from collectors.model_runs import (
     MODEL_BATCHES,
@@ -68,6 +69,20 @@ class Campaign:
         self.hosts.put(profile)
         costs = ", ".join(f"{k} {v:.2f}" for k, v in profile.costs_us.items())
         say(f"host {profile.id} ({profile.probe_seconds:.1f} s): {costs} us")
+        return profile
+
+    def round_sampler(self) -> RoundSampler:
+        """What samples the host between a whole-model run's rounds (collectors.host_probe)."""
+        return RoundSampler("cuda" if self.fp.kind == "cuda" else "cpu")
+
+    def run_host(self, before: HostProfile, after: HostProfile, sampler: RoundSampler, rows: list[dict[str, Any]],
+                 note: str | None = None) -> HostProfile:
+        """Store the run's profile (its probes and the samples between its rounds) and name it in
+        every one of ``rows``: what the rounds saw of the host, which a pair of probes alone can miss."""
+        profile = run_profile(before, after, sampler.samples, note)
+        self.hosts.put(profile)
+        for row in rows:
+            row["host_profile"] = profile.id
         return profile
 
     def record_fingerprint(self) -> None:
@@ -165,18 +180,20 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
             continue
         mode_started = time.perf_counter()
         before = campaign.probe_host(host_note, say)
+        sampler = campaign.round_sampler()
         rows = [r for r in measure_models(fp, wanted, batches, precisions, mode, rounds, reps, seed, nvml,
-                                          host_profile=before.id)
+                                          between_rounds=sampler)
                 if r["run_id"] not in done]
-        campaign.models.write(rows)
         after = campaign.probe_host(host_note, say)
+        run = campaign.run_host(before, after, sampler, rows, host_note)
+        campaign.models.write(rows)
         written += len(rows)
         seconds = time.perf_counter() - mode_started
         campaign.log("models", SweepReport(len(missing), len(units) - len(missing), len(rows), 0, seconds,
                                            "complete"),
                      {"protocol": PROTOCOL, "mode": mode, "models": wanted, "batches": batches,
                       "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed,
-                      "host_profiles": [before.id, after.id]})
+                      "host_profiles": [before.id, after.id, run.id]})
         say(f"{mode}: {len(rows)} rows in {seconds:.0f} s")
     return SweepReport(planned, planned - written, written, 0, time.perf_counter() - started, "complete")
 
@@ -199,12 +216,13 @@ NAS_GROUP = 24
 
 def _measure_group(fp: DeviceFingerprint, sources: dict[str, ModelSource], batches: tuple[int, ...],
                    precisions: tuple[str, ...], mode: str, rounds: int, reps: int, seed: int, nvml: Any,
-                   say: Callable[[str], None], host_profile: str | None = None) -> list[dict[str, Any]]:
+                   say: Callable[[str], None], between_rounds: Callable[[], object] | None = None
+                   ) -> list[dict[str, Any]]:
     """Rows of ``sources`` in ``mode``, interleaved; where the group fails as a whole (an
     architecture that does not build, run or capture, or memory), each architecture is measured
     on its own, and one that still fails gets 'failed' rows, so that a resumed run moves on."""
     try:
-        return measure_models(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml, host_profile)
+        return measure_models(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml, between_rounds)
     except (RuntimeError, ValueError) as exc:
         say(f"{mode}: the group failed ({type(exc).__name__}: {str(exc)[:200]}); measuring its architectures "
             "one by one")
@@ -213,11 +231,11 @@ def _measure_group(fp: DeviceFingerprint, sources: dict[str, ModelSource], batch
     for name, source in sources.items():
         try:
             rows += measure_models(fp, {name: source}, batches, precisions, mode, rounds, reps, seed, nvml,
-                                   host_profile)
+                                   between_rounds)
         except (RuntimeError, ValueError) as exc:
             error = f"{type(exc).__name__}: {exc}"
             say(f"{name} [{mode}] failed: {error[:200]}")
-            rows += [failed_row(ModelUnit(name, b, p), mode, fp, source.kind, error, host_profile)
+            rows += [failed_row(ModelUnit(name, b, p), mode, fp, source.kind, error)
                      for p in precisions for b in batches]
         _release()
     return rows
@@ -276,16 +294,18 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
             break
         group_started = time.perf_counter()
         before = campaign.probe_host(host_note, say)
+        sampler = campaign.round_sampler()
         rows: list[dict[str, Any]] = []
         for mode in modes:
             wanted = list(dict.fromkeys(u.model for u in missing[mode]))
             if wanted:
                 sources: dict[str, ModelSource] = {name: NasModel(seed_of(name)) for name in wanted}
                 rows += [r for r in _measure_group(fp, sources, batches, precisions, mode, rounds, reps, seed, nvml,
-                                                   say, before.id) if r["run_id"] not in done]
+                                                   say, sampler) if r["run_id"] not in done]
                 _release()
-        campaign.nas.write(rows)
         after = campaign.probe_host(host_note, say)
+        run = campaign.run_host(before, after, sampler, rows, host_note)
+        campaign.nas.write(rows)
         seconds = time.perf_counter() - group_started
         longest = max(longest, seconds)
         bad = sum(1 for r in rows if r["status"] != "ok")
@@ -295,7 +315,7 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
                                         seconds, "complete"),
                      {"protocol": PROTOCOL, "seeds": chunk, "modes": modes, "batches": batches,
                       "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group,
-                      "host_profiles": [before.id, after.id]})
+                      "host_profiles": [before.id, after.id, run.id]})
         say(f"seeds {chunk[0]}-{chunk[-1]}: {len(rows)} rows ({bad} failed) in {seconds:.0f} s")
     return SweepReport(planned, planned - written, written - failed, failed, time.perf_counter() - started, stopped)
 

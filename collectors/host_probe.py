@@ -21,6 +21,7 @@ The probe runs at the start and end of every operator sweep and whole-model run
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import random
@@ -128,6 +129,41 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     }
     fields["probe_seconds"] = round(time.perf_counter() - started, 3)
     fields["id"] = make_id(fields, gpu or "cpu")
+    return parse_profile(fields)
+
+
+#: a sample of the host between two rounds of a whole-model run: two rounds of 5 ms loops per kind,
+#: about a tenth of a second
+SAMPLE_LOOP_US = 5_000.0
+SAMPLE_ROUNDS = 2
+
+
+class RoundSampler:
+    """Host costs sampled between the rounds of a whole-model run (``collectors.model_runs``
+    calls it after each round). The same host probed 6.5 and 10.5 us per elementwise call
+    minutes apart on the H200 machines, and a pair of probes before and after a run of minutes
+    missed its host by up to a fifth; samples through the rounds follow what the rounds saw."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.samples: list[dict[str, float]] = []
+
+    def __call__(self) -> None:
+        self.samples.append(measure_costs(self.device, SAMPLE_LOOP_US, SAMPLE_ROUNDS))
+
+
+def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str, float]],
+                note: str | None = None) -> HostProfile:
+    """The profile of a run: per kind, the geometric mean of the probe before it, the samples
+    between its rounds and the probe after it (the CPU score: of the two probes)."""
+    costs = [before.costs_us, *samples, after.costs_us]
+    mean = {k: math.exp(statistics.fmean(math.log(c[k]) for c in costs)) for k in HOST_KINDS}
+    score = math.sqrt(before.cpu_score_ns * after.cpu_score_ns) if before.cpu_score_ns and after.cpu_score_ns \
+        else before.cpu_score_ns
+    fields = {**before.model_dump(mode="json"), "costs_us": mean, "cpu_score_ns": score,
+              "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "
+                       f"and {len(samples)} samples between its rounds")[:500]}
+    fields["id"] = make_id(fields, before.gpu or "cpu")
     return parse_profile(fields)
 
 

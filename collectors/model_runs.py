@@ -135,10 +135,11 @@ def _under(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any
 def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mapping[str, ModelSource],
                    batches: tuple[int, ...], precisions: tuple[str, ...], mode: str = "eager", rounds: int = 5,
                    reps: int = 3, seed: int = 0, nvml: Nvml | None = None,
-                   host_profile: str | None = None) -> list[dict[str, Any]]:
+                   between_rounds: Callable[[], object] | None = None) -> list[dict[str, Any]]:
     """Rows for every (model, batch, precision) in ``mode``, timed in shuffled interleaved
-    rounds; each forward runs (and is captured) under its precision's TF32 switches. Every row
-    names ``host_profile``, the profile probed before these rounds.
+    rounds; each forward runs (and is captured) under its precision's TF32 switches.
+    ``between_rounds`` runs after each round (the host's sample, collectors.host_probe); the
+    caller names the host profile in the rows.
 
     ``models`` names zoo models, or maps names to sources (``ModelSource``: the NAS suite's
     architectures), in the order their rows come."""
@@ -178,8 +179,9 @@ def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mappi
             after = nvml.clock_event_reasons() if nvml else None
             if nvml:  # any reason NVML reported in any round: the whole set of rounds saw it
                 reasons = (reasons or 0) | (before or 0) | (after or 0)
-        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons, sources[unit.model].kind, host_profile)
-                for unit in units]
+            if between_rounds is not None:
+                between_rounds()
+        rows = [run_row(unit, mode, fingerprint, samples[unit], reasons, sources[unit.model].kind) for unit in units]
         del timers, forwards
     if device.type == "cuda":
         torch.cuda.empty_cache()

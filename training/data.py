@@ -82,13 +82,16 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
 
 
 def host_costs(rows: pd.DataFrame, dataset_dir: Path) -> np.ndarray:
-    """Per row, its kind's cost in its reference host profile (NaN where it has none)."""
-    from training.hosts import reference_profiles
+    """Per row, its kind's cost in its reference host profile: the one probed beside it, or for
+    rows measured before the probe existed, the one ``training.hosts.unprobed_costs`` infers
+    from their own small elementwise calls (NaN where neither can be had)."""
+    from training.hosts import reference_profiles, unprobed_costs
 
     references = reference_profiles(dataset_dir)
     kinds = rows["family"].map(host_kind)
-    return np.array([references[h].cost(k) if isinstance(h, str) and h in references else np.nan
-                     for h, k in zip(rows["host_profile"], kinds)], dtype=float)
+    probed = np.array([references[h].cost(k) if isinstance(h, str) and h in references else np.nan
+                       for h, k in zip(rows["host_profile"], kinds)], dtype=float)
+    return unprobed_costs(rows, kinds.to_numpy(), probed)
 
 
 def load_model_runs(dataset_dir: Path, folder: str = MODEL_RUNS_FOLDER) -> pd.DataFrame:

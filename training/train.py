@@ -94,7 +94,7 @@ def train(settings: TrainSettings) -> TrainReport:
     references = reference_profiles(settings.dataset)
     composition = leave_one_model_out(run_arrays(predictor, graphs, runs, references),
                                       nas_train_arrays(predictor, settings.dataset, settings.suites))
-    hosts = bundle_hosts(runs, references)
+    hosts = bundle_hosts(runs, references, settings.dataset)
     lomo = composition.predictions
     metrics: dict[str, float] = {}
     for target, fit in chosen.items():

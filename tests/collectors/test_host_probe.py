@@ -47,3 +47,19 @@ def test_gpu_probe_parses_within_its_time() -> None:
     assert profile.probe_seconds < 15
     # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel
     assert profile.costs_us["view"] < min(profile.costs_us[k] for k in ("elementwise", "gemm", "conv", "norm"))
+
+
+def test_a_runs_profile_is_the_geometric_mean_of_its_probes_and_samples() -> None:
+    from collectors.host_probe import RoundSampler, run_profile
+
+    before = probe("cpu", loop_us=1000, rounds=2)
+    after = before.model_copy(update={"id": "cpu-after", "costs_us": {k: 4 * v for k, v in before.costs_us.items()}})
+    sampler = RoundSampler("cpu")
+    sampler()
+    assert len(sampler.samples) == 1 and set(sampler.samples[0]) == set(HOST_KINDS)
+    sampler.samples[0] = {k: 2 * v for k, v in before.costs_us.items()}  # a known sample: the middle
+    run = run_profile(before, after, sampler.samples, note="as is")
+    for kind in HOST_KINDS:  # (1 x 2 x 4) ** (1/3) = 2
+        assert run.costs_us[kind] == pytest.approx(2 * before.costs_us[kind])
+    note = run.note or ""
+    assert run.id not in (before.id, after.id) and before.id in note and note.startswith("as is")

@@ -75,8 +75,10 @@ def test_run_row_is_valid_and_reports_the_median() -> None:
 
 
 def test_measure_models_times_every_unit_in_the_rounds(tiny_zoo: str) -> None:
+    between: list[int] = []
     rows = measure_models(read_fingerprint("cpu"), [tiny_zoo], (1, 4), ("fp32", "bf16"), "eager",
-                          rounds=2, reps=3, seed=0)
+                          rounds=2, reps=3, seed=0, between_rounds=lambda: between.append(1))
+    assert len(between) == 2  # the host is sampled after every round
     assert [(r["precision"], r["batch"]) for r in rows] == [("fp32", 1), ("fp32", 4), ("bf16", 1), ("bf16", 4)]
     frame = validate_model_runs(pd.DataFrame(rows))
     assert (frame["repetitions"] == 2 * 3).all() and (frame["latency_ms"] > 0).all()

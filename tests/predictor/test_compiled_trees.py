@@ -119,7 +119,10 @@ def test_the_shipped_bundle_compiled_predicts_as_its_boosters() -> None:
             a = compiled.layers(graph.at_precision(precision), batch, precision, mode)
             b = booster.layers(graph.at_precision(precision), batch, precision, mode)
             np.testing.assert_allclose(a.kernel_us, b.kernel_us, rtol=1e-12, atol=0)
-            assert np.array_equal(a.dispatch_ratio, b.dispatch_ratio)  # XGBoost's, bit for bit
+            if boosters.targets["dispatch"].library == "xgboost":  # rewritten as LightGBM text: bit for bit
+                assert np.array_equal(a.dispatch_ratio, b.dispatch_ratio)
+            else:
+                np.testing.assert_allclose(a.dispatch_ratio, b.dispatch_ratio, rtol=1e-12, atol=0)
 
 
 def test_without_lleaves_a_bundle_keeps_its_boosters_and_says_why(monkeypatch: pytest.MonkeyPatch,

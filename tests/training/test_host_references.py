@@ -73,3 +73,22 @@ def test_eager_predictions_at_two_profiles_bracket_the_second_machines_runs(ship
         low = shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=fast).total_ms
         high = shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=slow).total_ms
         assert low < r.latency_ms < high, f"{r.model}: {r.latency_ms:.2f} ms measured, predicted {low:.2f}-{high:.2f}"
+
+
+def test_unprobed_rows_get_a_host_inferred_from_their_small_elementwise_calls() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from training.hosts import unprobed_costs
+
+    # two probed elementwise calls at 8 us on a host whose elementwise cost is 4 us and GEMM 6 us;
+    # two unprobed ones at 12 us: a host 1.5x slower, whose GEMM calls cost 9 us
+    rows = pd.DataFrame({"family": ["binary", "activation", "linear", "binary", "activation", "linear", "conv2d"],
+                         "kernel_us": [1.0, 2.0, 30.0, 1.0, 2.0, 30.0, 40.0],
+                         "dispatch_us": [8.0, 8.0, 12.0, 12.0, 12.0, 20.0, 20.0]})
+    kinds = np.array(["elementwise", "elementwise", "gemm", "elementwise", "elementwise", "gemm", "conv"])
+    probed = np.array([4.0, 4.0, 6.0, np.nan, np.nan, np.nan, np.nan])
+    costs = unprobed_costs(rows, kinds, probed)
+    np.testing.assert_allclose(costs[:5], [4.0, 4.0, 6.0, 6.0, 6.0])
+    assert costs[5] == 9.0 and np.isnan(costs[6])  # no probed conv row: nothing to scale
+    assert np.isnan(unprobed_costs(rows.iloc[3:], kinds[3:], probed[3:])).all()  # no probed rows at all
