@@ -160,7 +160,7 @@ def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str,
     mean = {k: math.exp(statistics.fmean(math.log(c[k]) for c in costs)) for k in HOST_KINDS}
     score = math.sqrt(before.cpu_score_ns * after.cpu_score_ns) if before.cpu_score_ns and after.cpu_score_ns \
         else before.cpu_score_ns
-    fields = {**before.model_dump(mode="json"), "costs_us": mean, "cpu_score_ns": score,
+    fields = {**before.model_dump(mode="json"), "costs_us": mean, "cpu_score_ns": score, "probe_seconds": None,
               "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "
                        f"and {len(samples)} samples between its rounds")[:500]}
     fields["id"] = make_id(fields, before.gpu or "cpu")

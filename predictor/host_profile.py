@@ -186,6 +186,7 @@ def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
              if before.cpu_score_ns and after.cpu_score_ns else before.cpu_score_ns)
     return before.model_copy(update={
         "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64], "costs_us": costs, "cpu_score_ns": score,
+        "probe_seconds": None,
         "note": (f"{before.note + ': ' if before.note else ''}geometric mean of probes {before.id} "
                  f"and {after.id}")[:500]})
 

@@ -1,9 +1,9 @@
 """Predict a whole model's latency from its graph: per-layer times, composed per mode.
 
 Kernel nodes are predicted by the bundle's models (kernel time as a ratio to the roofline,
-host dispatch time directly), with conformal intervals. Fallback nodes, which no model covers,
-are estimated from their bytes at the device's bandwidth and listed in ``unsupported``: nothing
-is dropped silently.
+host dispatch time as a ratio to its kind's cost in a host profile), with conformal intervals.
+Fallback nodes, which no model covers, are estimated from their bytes at the device's bandwidth
+and listed in ``unsupported``: nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class Predictor:
         #: bundle's whole-model runs (None for a bundle fitted in memory, which training predicts
         #: run by run, each with its own host)
         self.host: HostProfile | None = default_host(bundle)
-        #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch, cold weight read)
+        #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch ratio, cold weight read)
         self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
         widths = bundle.targets["kernel"].interval_log

@@ -40,11 +40,10 @@ def test_cpu_score_is_repeatable_within_a_factor() -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_probe_parses_within_its_time() -> None:
+def test_gpu_probe_parses() -> None:
     profile = probe("cuda")
     _round_trips(profile)
-    assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None
-    assert profile.probe_seconds < 15
+    assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None  # (its time: benchmarks/)
     # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel
     assert profile.costs_us["view"] < min(profile.costs_us[k] for k in ("elementwise", "gemm", "conv", "norm"))
 
