@@ -133,8 +133,11 @@ def collect_ops(root: Path, device: str, settings: SamplerSettings, budget_s: fl
                           seed=settings.seed, host_profile=before.id)
     report = run_sweep(configs, campaign.ops, measurer, flush_every=flush_every,
                        budget_s=budget_s, progress=progress, description=f"ops on {fp.device_id}")
-    after = campaign.probe_host(host_note, say)
-    campaign.log("ops", report, {**asdict(settings), "host_profiles": [before.id, after.id]})
+    try:
+        probes = [before.id, campaign.probe_host(host_note, say).id]
+    except KeyboardInterrupt:  # a second Ctrl-C: the rows are on disk, and the log still says what was done
+        probes = [before.id]
+    campaign.log("ops", report, {**asdict(settings), "host_profiles": probes})
     return report
 
 

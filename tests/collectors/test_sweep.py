@@ -185,8 +185,8 @@ def test_sigint_flushes_and_exits_cleanly(
     proc = subprocess.Popen(cli(dataset_root, target, 100_000), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
     popen.append(proc)
-    fingerprint = ops_dir.parent / "fingerprint.json"
-    wait_for(fingerprint.exists, proc)  # written just before sampling and measuring start
+    hosts = ops_dir.parent / "hosts"
+    wait_for(lambda: any(hosts.glob("*.json")), proc)  # the probe before the sweep: measuring starts next
     time.sleep(4.0)
     assert proc.poll() is None and not list(ops_dir.glob("part-*.parquet"))  # nothing flushed yet
     proc.send_signal(signal.SIGINT)
