@@ -6,7 +6,6 @@ packages' groups; predictor knows nothing of the packages above it.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from predictor.graph_sources import load_graph
 from predictor.host_lookup import resolve_host, user_store
 from predictor.precision import PRECISIONS
 from predictor.predict import Predictor
+from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import MAX_BATCH
 
 
@@ -82,7 +82,8 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
     except (ValueError, KeyError) as exc:
         raise click.BadParameter(str(exc), param_hint="--host") from None
     failed = 0
-    writer = csv.writer(sys.stdout) if fmt == "csv" else None
+    # escaped and quoted cells (spreadsheet_cells): a graph file names itself, and sheets open this CSV
+    writer = SpreadsheetWriter(sys.stdout) if fmt == "csv" else None
     if writer:
         writer.writerow(["model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms",
                          "unsupported_ops", "host"])
@@ -97,7 +98,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
             click.echo(json.dumps(result.to_json()))
         elif writer:
             writer.writerow([result.model, result.device, result.batch, result.precision, result.mode,
-                             f"{result.total_ms:.4f}", f"{result.low_ms:.4f}", f"{result.high_ms:.4f}",
+                             fixed(result.total_ms), fixed(result.low_ms), fixed(result.high_ms),
                              sum(u["count"] for u in result.unsupported), result.host or ""])
         else:
             click.echo(f"{result.model:<24} {result.total_ms:9.3f} ms  [{result.low_ms:.3f}, {result.high_ms:.3f}]"

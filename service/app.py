@@ -27,7 +27,8 @@ from service.state import ServiceState
 API_VERSION = "1.0.0"
 DESCRIPTION = """Predict how long a neural network takes on a GPU, from per-layer models learned on
 real measurements. Errors are RFC 9457 `application/problem+json` naming the offending `field`.
-Writing endpoints want the API key (`X-API-Key` or `Authorization: Bearer`) when the server has one."""
+Writing endpoints want the API key (`X-API-Key` or `Authorization: Bearer`); a server with no key
+refuses them unless its operator opened writes to all (`LATPRED_OPEN_WRITES=1`)."""
 
 
 def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | None = None,
@@ -45,7 +46,8 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
     marker = config.graph_store / ".reload"
     if registry is None:
         registry = ModelRegistry(config.bundle_dir, marker=marker, load_wait_s=config.load_wait_s)
-    store = GraphStore(config.graph_store, config.graph_cache_size)
+    store = GraphStore(config.graph_store, config.graph_cache_size, max_bytes=config.graph_store_max_bytes,
+                       max_graph_bytes=config.graph_max_bytes)
     app.extensions["latpred"] = ServiceState(config, registry, store, GraphResolver(store, config.max_nodes),
                                              metrics, HostStore(config.host_store))
     metrics.served({}, registry.snapshot.versions())

@@ -3,18 +3,55 @@
 Each limit exists to keep one request from hurting the others: a body cap bounds memory, a node
 cap bounds the work of one graph, a result cap bounds the work of one batch or spreadsheet grid.
 A bad value is refused at start-up with the variable named, rather than found at the first request.
+
+What the service writes (stored graphs, host profiles) lives under one data directory,
+``LATPRED_DATA_DIR``, by default the user's XDG data folder (``~/.local/share/latpred``), never
+the working directory: a server started from another folder must find the same graphs, and a
+checkout must not fill up with what clients sent. The graph store is capped in total and per
+graph, since anyone who may write could otherwise fill the disk.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
 
 MIB = 1 << 20
+GIB = 1 << 30
+#: booleans a ``LATPRED_*`` switch may be set to (case-insensitive); "" counts as unset.
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/latpred``, else ``~/.local/share/latpred`` (the XDG default): a per-user
+    place that does not depend on the folder the server was started from. A relative
+    ``XDG_DATA_HOME`` is ignored, as the XDG specification asks."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_DATA_HOME") or ""
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "latpred"
+    home = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    return home / ".local" / "share" / "latpred"
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE or raw == "":
+        return False
+    raise ValueError(f"environment variable {name}={env.get(name)!r} is not a boolean "
+                     "(1/0, true/false, yes/no, on/off)")
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name)
+    return Path(raw).expanduser() if raw else None
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
@@ -32,15 +69,25 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    """Where bundles, stored graphs and host profiles live, the API key, and the per-request limits."""
+    """Where bundles, stored graphs and host profiles live, who may write, and the per-request limits."""
 
     bundle_dir: Path = DEFAULT_BUNDLE_DIR
-    graph_store: Path = Path("runs/graph_store")
+    #: the folder the service writes to; the stores below default to folders in it.
+    data_dir: Path = field(default_factory=default_data_dir)
+    #: stored graphs (``POST /v1/graphs``); default ``data_dir / "graphs"``.
+    graph_store: Path = None  # type: ignore[assignment]  # filled from data_dir in __post_init__
     #: host profiles posted to ``/v1/hosts``, one JSON file per id (never overwritten), which
-    #: predictions name by ``host`` besides the profiles the bundles carry.
-    host_store: Path = Path("runs/host_store")
-    #: guards the writing endpoints (graph and host profile upload, model reload) when set; reads stay open.
+    #: predictions name by ``host`` besides the profiles the bundles carry; default ``data_dir / "hosts"``.
+    host_store: Path = None  # type: ignore[assignment]  # filled from data_dir in __post_init__
+    #: the key the writing endpoints (graph and host profile upload, model reload) want; reads stay open.
     api_key: str | None = None
+    #: with no key, allow writes from anyone (an explicit choice: without it and without a key,
+    #: writes are refused, so a server reachable by others is never writable by accident).
+    open_writes: bool = False
+    #: bytes of stored graph JSON kept in all; past it the least recently used graphs are evicted.
+    graph_store_max_bytes: int = GIB
+    #: bytes of canonical JSON one stored graph may have (a graph at the node cap is about 10 MB).
+    graph_max_bytes: int = 16 * MIB
     #: request bodies above this are refused with 413 before they are read.
     max_body_bytes: int = 64 * MIB
     #: a graph with more nodes is refused (the largest zoo graph has about 1,400).
@@ -54,15 +101,34 @@ class ServiceConfig:
     #: seconds a prediction waits for a worker's first bundle load before answering 503.
     load_wait_s: int = 30
 
+    def __post_init__(self) -> None:
+        if self.graph_store is None:
+            object.__setattr__(self, "graph_store", Path(self.data_dir) / "graphs")
+        if self.host_store is None:
+            object.__setattr__(self, "host_store", Path(self.data_dir) / "hosts")
+        if self.graph_max_bytes > self.graph_store_max_bytes:
+            raise ValueError(f"LATPRED_GRAPH_MAX_BYTES={self.graph_max_bytes} is more than the whole store may hold "
+                             f"(LATPRED_GRAPH_STORE_MAX_BYTES={self.graph_store_max_bytes})")
+
+    @property
+    def writes_need_key(self) -> bool:
+        """Whether a writing endpoint wants a key: always, unless no key is set and writes are open."""
+        return bool(self.api_key) or not self.open_writes
+
     @staticmethod
     def from_env(env: Mapping[str, str] | None = None) -> ServiceConfig:
         """Settings from ``LATPRED_*`` variables, defaults otherwise."""
         env = os.environ if env is None else env
+        data_dir = _path(env, "LATPRED_DATA_DIR") or default_data_dir(env)
         return ServiceConfig(
             bundle_dir=Path(env.get("LATPRED_BUNDLES") or DEFAULT_BUNDLE_DIR),
-            graph_store=Path(env.get("LATPRED_GRAPH_STORE") or "runs/graph_store"),
-            host_store=Path(env.get("LATPRED_HOST_STORE") or "runs/host_store"),
+            data_dir=data_dir,
+            graph_store=_path(env, "LATPRED_GRAPH_STORE") or data_dir / "graphs",
+            host_store=_path(env, "LATPRED_HOST_STORE") or data_dir / "hosts",
             api_key=env.get("LATPRED_API_KEY") or None,
+            open_writes=_bool(env, "LATPRED_OPEN_WRITES"),
+            graph_store_max_bytes=_int(env, "LATPRED_GRAPH_STORE_MAX_BYTES", GIB),
+            graph_max_bytes=_int(env, "LATPRED_GRAPH_MAX_BYTES", 16 * MIB),
             max_body_bytes=_int(env, "LATPRED_MAX_BODY_BYTES", 64 * MIB),
             max_nodes=_int(env, "LATPRED_MAX_NODES", 50_000),
             max_results=_int(env, "LATPRED_MAX_RESULTS", 10_000),

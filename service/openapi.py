@@ -4,7 +4,9 @@ flask-openapi3 documents one body media type per operation and its own validatio
 this app also takes multipart uploads on the JSON endpoints and answers every error as RFC 9457
 problem+json. So after flask-openapi3 has built the document, ``LatpredOpenAPI`` adds the extra
 request bodies views declare with :func:`request_bodies`, replaces the validation-error responses
-by the Problem schema, and marks the key-guarded operations with their security requirement.
+by the Problem schema, and marks the key-guarded operations with their security requirement and
+the refusals (401, 403) the running configuration can give: none of either where writes are open
+to all and no key is set, since a document that asks for a key nobody checks misleads clients.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from flask_openapi3 import OpenAPI
 from flask_openapi3.types import ResponseDict
 from pydantic import BaseModel, TypeAdapter
 
-from service.auth import SECURITY
+from service.auth import SECURITY, refusals
 from service.problems import PROBLEM_JSON, TITLES
 from service.request_body import accepts
 from service.schemas.common import Problem
@@ -100,6 +102,7 @@ class LatpredOpenAPI(OpenAPI):
         schemas.pop("ValidationErrorModel", None)
         add_model(schemas, Problem)
         ops = spec.get("paths", {})
+        config = self.extensions["latpred"].config
         for op in (o for item in ops.values() for o in item.values() if isinstance(o, dict)):
             for status, response in list(op.get("responses", {}).items()):
                 content = response.get("content", {})
@@ -123,4 +126,8 @@ class LatpredOpenAPI(OpenAPI):
                         mimetype: {"schema": {"$ref": REF.format(model=add_model(schemas, model))}}
                         for mimetype, model in bodies.items()}}
                 if getattr(view, "__latpred_guarded__", False):
-                    op["security"] = SECURITY
+                    if config.writes_need_key:
+                        op["security"] = SECURITY
+                    for status in (401, 403):
+                        op["responses"].pop(str(status), None)
+                    op["responses"].update({str(k): v for k, v in problems(*refusals(config)).items()})

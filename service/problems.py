@@ -23,8 +23,8 @@ TYPE_PREFIX = "urn:latpred:problem:"
 log = logging.getLogger("latpred.service")
 
 TITLES = {
-    400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-    413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
+    400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
+    409: "Conflict", 413: "Content Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Content",
     500: "Internal Server Error", 503: "Service Unavailable",
 }
 
@@ -59,7 +59,7 @@ class ProblemError(Exception):
 
 
 def _default_kind(status: int) -> str:
-    return {400: "bad-request", 401: "unauthorized", 404: "not-found", 405: "method-not-allowed",
+    return {400: "bad-request", 401: "unauthorized", 403: "forbidden", 404: "not-found", 405: "method-not-allowed",
             413: "too-large", 415: "unsupported-media-type", 422: "invalid-input",
             500: "internal-error", 503: "not-ready"}.get(status, f"http-{status}")
 

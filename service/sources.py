@@ -15,6 +15,7 @@ from typing import Any
 
 from predictor.graph import Graph
 from predictor.zoo import load_zoo_graph, zoo_names
+from service.graph_names import check_graph_name
 from service.graph_store import ID_PATTERN, GraphStore, graph_id
 from service.problems import ProblemError
 
@@ -39,7 +40,9 @@ class GraphResolver:
                                     "(LATPRED_MAX_NODES)", field=field, kind="graph-too-large")
 
     def from_ir(self, graph: Graph, field: str = "graph") -> Graph:
-        """A graph parsed and checked with its request body, within the node cap."""
+        """A graph parsed and checked with its request body, within the node cap, its name one
+        this service takes (``graph_names``)."""
+        check_graph_name(graph.name, f"{field}.name")
         self.check_size(len(graph.nodes), f"{field}.nodes")
         return graph
 
@@ -71,14 +74,19 @@ class GraphResolver:
         try:
             return self.store.get(gid)
         except KeyError:
-            raise ProblemError(422, f"no stored graph with id {gid}: store it first with POST /v1/graphs",
+            raise ProblemError(422, f"no stored graph with id {gid} (never stored, or evicted as the least recently "
+                                    "used when the store was full): store it with POST /v1/graphs",
                                field=field, kind="unknown-graph") from None
 
     def from_onnx(self, data: bytes, name: str | None, batch: int | None, dims: Mapping[str, int] | None = None,
                   field: str = "onnx") -> Graph:
         """Import ONNX bytes: only the weights' dims are read, and no file the model names is ever
         opened (predictor's loader). The node count is checked before the costly shape inference;
-        a problem with ``dims`` (unknown, unset or absurd) names the ``dims`` field."""
+        a problem with ``dims`` (unknown, unset or absurd) names the ``dims`` field. The graph's
+        name (``name``, or the file's own graph name) must be one this service takes, and a
+        problem with either names the ``name`` field, where a request can give a better one."""
+        if name:  # (an empty one is no name: the file's own is taken)
+            check_graph_name(name, "name")
         if not data:
             raise ProblemError(422, "the uploaded ONNX file is empty", field=field, kind="invalid-onnx")
         try:
@@ -91,11 +99,14 @@ class GraphResolver:
             raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
         self.check_size(node_count(data), field)
         try:
-            return graph_from_onnx(data, name=name, batch=batch, dims=dims)
+            graph = graph_from_onnx(data, name=name, batch=batch, dims=dims)
         except DimsError as exc:
             raise ProblemError(422, str(exc), field="dims", kind="invalid-dims") from None
         except (ValueError, TypeError) as exc:
             raise ProblemError(422, str(exc), field=field, kind="invalid-onnx") from None
+        if not name:
+            check_graph_name(graph.name, "name", origin="the ONNX file names its graph ")
+        return graph
 
     def resolve(self, source: Any, prefix: str = "") -> Graph:
         """A GraphSource-like object (graph, model or graph_id set) to its graph."""

@@ -65,7 +65,7 @@ def _answer(profile: HostProfile, source: str, devices: list[str], created: bool
 
 
 @api.post("/hosts", responses={200: HostAnswer, 201: HostAnswer, **CONFLICT,
-                               **problems(400, 401, 413, 415, 422, 503)})
+                               **problems(400, 413, 415, 422, 503)})
 @request_bodies(json=HostProfile)
 @guarded
 def upload_host() -> tuple[dict[str, Any], int, dict[str, str]]:
@@ -74,8 +74,8 @@ def upload_host() -> tuple[dict[str, Any], int, dict[str, str]]:
     201 for a new id, 200 when the same profile is already known (stored, or carried by a
     bundle). A different profile under a known id is a 409: profiles are never overwritten,
     since predictions and datasets name them by id; give it another id. An invalid profile is a
-    422 naming the field (an unknown `schema_version` first). Needs the API key when the server
-    has one.
+    422 naming the field (an unknown `schema_version` first). Needs the API key, unless the
+    server's writes are open (`LATPRED_OPEN_WRITES=1`, no key).
     """
     st = state()
     try:

@@ -9,7 +9,6 @@ contents) and Cache-Control, and a matching If-None-Match gets a 304 without pre
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import itertools
@@ -22,6 +21,7 @@ from flask_openapi3 import APIBlueprint, Tag
 from pydantic import ValidationError
 
 from predictor.prediction import Prediction
+from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions
@@ -32,6 +32,10 @@ from service.state import state
 
 api = APIBlueprint("latency", __name__, url_prefix="/v1",
                    abp_tags=[Tag(name="spreadsheets", description="GET URLs for Excel and Google Sheets")])
+
+#: How answers are written, in the ETag: a cache that kept an answer written before CSV cells were
+#: escaped (``spreadsheet_cells``) must not be told with a 304 that it is still good.
+RENDERING = "escaped-cells-1"
 
 OK_RESPONSE = {
     "description": "json: a list of predictions (without layers); csv: a header and one row per combination; "
@@ -123,7 +127,7 @@ def _latency(query: LatencyQuery) -> Response:
     host_keys = sorted({str(v.host_key) for v in variants.values() if v.mode == "eager"})
     contents = [st.resolver.zoo_digest(name) if kind == "model" else name for kind, name, _ in graphs]
     canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [contents, [d.device_id for d in devices],
-                           batches, precisions, modes, hosts, query.format, versions, host_keys])
+                           batches, precisions, modes, hosts, query.format, versions, host_keys, RENDERING])
     etag = '"' + hashlib.sha256(canonical.encode()).hexdigest()[:32] + '"'
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if _matches(request.headers.get("If-None-Match"), etag):
@@ -148,13 +152,16 @@ def _matches(header: str | None, etag: str) -> bool:
 
 
 def _render(rows: list[dict[str, Any]], fmt: str) -> Response:
+    """The predictions as ``fmt``: CSV cells escaped and quoted so that no spreadsheet runs one as a
+    formula (``spreadsheet_cells``: a graph's name is whatever stored it chose); txt's one
+    number likewise, though it is only ever a number."""
     if fmt == "txt":
-        return Response(f"{rows[0]['total_ms']:.4f}", mimetype="text/plain")
+        return Response(safe_cell(f"{rows[0]['total_ms']:.4f}"), mimetype="text/plain")
     if fmt == "csv":
         out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\r\n")
+        writer = SpreadsheetWriter(out, lineterminator="\r\n")
         writer.writerow(CSV_COLUMNS)
         for row in rows:
-            writer.writerow([f"{row[c]:.4f}" if isinstance(row[c], float) else row[c] for c in CSV_COLUMNS])
+            writer.writerow([fixed(row[c]) if isinstance(row[c], float) else row[c] for c in CSV_COLUMNS])
         return Response(out.getvalue(), mimetype="text/csv")
     return jsonify(rows)

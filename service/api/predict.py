@@ -30,7 +30,7 @@ api = APIBlueprint("predict", __name__, url_prefix="/v1",
                    abp_tags=[Tag(name="predict", description="latency of graphs on devices")])
 
 
-@api.post("/predict", responses={200: json_response(Prediction), **problems(400, 401, 413, 415, 422, 503)})
+@api.post("/predict", responses={200: json_response(Prediction), **problems(400, 413, 415, 422, 503)})
 @request_bodies(json=PredictRequest, form=PredictForm)
 @documents(Prediction)
 def predict() -> dict[str, Any]:
@@ -63,7 +63,7 @@ def predict() -> dict[str, Any]:
     return result.to_json(body.layers)
 
 
-@api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 401, 413, 415, 422, 503)})
+@api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 413, 415, 422, 503)})
 @request_bodies(json=BatchRequest)
 def predict_batch() -> dict[str, Any]:
     """Predict many graphs, each on every variant, in one request (for NAS loops).

@@ -10,6 +10,7 @@ from predictor.graph import Graph
 from predictor.host_profile import HostId
 from predictor.prediction import Prediction
 from predictor.variant import Batch, Variant
+from service.graph_names import RULE
 from service.schemas.common import GraphId, OnnxDims, Problem, RequestModel, ResponseModel, ZooName
 
 SOURCE_FIELDS = ("graph", "model", "graph_id")
@@ -64,8 +65,8 @@ class PredictForm(RequestModel, HostVariant):
 
     onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
                                description="the .onnx file")]
-    name: Annotated[str, Field(max_length=200)] | None = Field(None, description="the graph's name (default: the "
-                                                                                 "ONNX graph's)")
+    name: Annotated[str, Field(max_length=200)] | None = Field(None, description=(
+        f"the graph's name (default: the ONNX graph's); {RULE}"))
     batch: Batch | None = Field(None, description="batch size (default: the graph's own); a form field is text, "
                                                   "read as a number")
     dims: OnnxDims = Field(None, description="symbolic dims by name, e.g. {\"sequence\": 256}")

@@ -23,7 +23,7 @@ KEY = "client-test-key"
 
 @pytest.fixture(scope="module")
 def base_url(registry: Any, tmp_path_factory: Any) -> Iterator[str]:
-    app = create_app(ServiceConfig(graph_store=tmp_path_factory.mktemp("graphs"), api_key=KEY), registry=registry)
+    app = create_app(ServiceConfig(data_dir=tmp_path_factory.mktemp("data"), api_key=KEY), registry=registry)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

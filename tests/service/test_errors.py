@@ -23,8 +23,9 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def capped(registry: Any, tmp_path: Path) -> Any:
-    """An app with small caps: 4 KB bodies, 10-node graphs."""
-    return create_app(ServiceConfig(graph_store=tmp_path, max_body_bytes=4096, max_nodes=10),
+    """An app with small caps: 4 KB bodies, 10-node graphs (writes open, so uploads reach the caps)."""
+    return create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path, max_body_bytes=4096, max_nodes=10,
+                                    open_writes=True),
                       registry=registry).test_client()
 
 
@@ -53,7 +54,8 @@ def test_a_graph_over_the_node_cap_is_422(capped: Any) -> None:
 
 
 def test_an_onnx_model_over_the_node_cap_is_refused_before_import(registry: Any, tmp_path: Path) -> None:
-    client = create_app(ServiceConfig(graph_store=tmp_path, max_nodes=3), registry=registry).test_client()
+    client = create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path, max_nodes=3),
+                        registry=registry).test_client()
     assert_problem(onnx_post(client, small_onnx()), 422, "onnx")
 
 

@@ -38,7 +38,7 @@ def free_port() -> int:
 def server(tmp_path_factory: Any) -> Iterator[tuple[LatpredClient, subprocess.Popen]]:
     port = free_port()
     env = {**os.environ, "LATPRED_BIND": f"127.0.0.1:{port}", "LATPRED_WORKERS": "2", "LATPRED_THREADS": "2",
-           "LATPRED_GRAPH_STORE": str(tmp_path_factory.mktemp("graphs")), "LATPRED_API_KEY": "gk",
+           "LATPRED_DATA_DIR": str(tmp_path_factory.mktemp("data")), "LATPRED_API_KEY": "gk",
            "LATPRED_ACCESS_LOG": ""}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"

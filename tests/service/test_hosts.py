@@ -82,8 +82,8 @@ def test_a_body_that_is_not_json_is_a_400(client: Any) -> None:
 
 
 def test_posting_needs_the_key_when_one_is_configured(registry: Any, tmp_path: Path) -> None:
-    keyed = create_app(ServiceConfig(graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts", api_key=KEY),
-                       registry=registry).test_client()
+    keyed = create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts",
+                                     api_key=KEY), registry=registry).test_client()
     profile = host_profile(id="keyed-host")
     assert_problem(keyed.post("/v1/hosts", json=profile), 401)
     assert_problem(keyed.post("/v1/hosts", json=profile, headers={"X-API-Key": "wrong"}), 401)
@@ -203,8 +203,9 @@ def test_the_spreadsheet_takes_hosts_and_names_them_in_a_column(client: Any, slo
     assert_problem(client.get("/v1/latency?model=resnet50&host=..%2Fx"), 400, "host")
 
 
-def test_the_document_has_the_hosts_endpoints_and_the_predictions_host(client: Any) -> None:
-    spec = client.get("/openapi.json").get_json()
+def test_the_document_has_the_hosts_endpoints_and_the_predictions_host(registry: Any, tmp_path: Path) -> None:
+    keyed = create_app(ServiceConfig(data_dir=tmp_path, api_key=KEY), registry=registry).test_client()
+    spec = keyed.get("/openapi.json").get_json()
     assert spec["paths"]["/v1/hosts"]["post"]["security"] == [{"ApiKey": []}, {"Bearer": []}]
     assert "409" in spec["paths"]["/v1/hosts"]["post"]["responses"]
     assert "404" in spec["paths"]["/v1/hosts/{host_id}"]["get"]["responses"]
@@ -218,8 +219,8 @@ def test_the_python_client_posts_lists_and_predicts_with_a_host(registry: Any, t
 
     from service.client import LatpredClient, LatpredError
 
-    app = create_app(ServiceConfig(graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts", api_key=KEY),
-                     registry=registry)
+    app = create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts",
+                                   api_key=KEY), registry=registry)
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -253,8 +254,8 @@ def test_a_bundle_without_a_default_host_needs_one_named_for_eager(tmp_path: Pat
     meta_path.write_text(json.dumps(meta))
     registry = ModelRegistry(root)
     registry.load()
-    client = create_app(ServiceConfig(graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts"),
-                        registry=registry).test_client()
+    client = create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path / "graphs", host_store=tmp_path / "hosts",
+                                      open_writes=True), registry=registry).test_client()
     assert [h for h in client.get("/v1/hosts").get_json()["hosts"] if h["source"] == "bundle"] == []
     body = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "mode": "eager"}), 422, "host")
     assert "names no host profile" in body["detail"]

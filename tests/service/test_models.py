@@ -40,7 +40,7 @@ def _copy_bundles(tmp_path: Path) -> Path:
 
 def test_reload_swaps_in_a_new_version_atomically(tmp_path: Path) -> None:
     root = _copy_bundles(tmp_path)
-    config = ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs")
+    config = ServiceConfig(bundle_dir=root, data_dir=tmp_path, open_writes=True)
     app = create_app(config, load=False)
     reg = app.extensions["latpred"].registry
     reg.load()
@@ -60,7 +60,7 @@ def test_reload_swaps_in_a_new_version_atomically(tmp_path: Path) -> None:
 
 def test_a_failed_reload_keeps_the_old_bundle_and_says_why(tmp_path: Path) -> None:
     root = _copy_bundles(tmp_path)
-    app = create_app(ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs"), load=False)
+    app = create_app(ServiceConfig(bundle_dir=root, data_dir=tmp_path, open_writes=True), load=False)
     app.extensions["latpred"].registry.load()
     client = app.test_client()
     victim = next((root / DEVICE).glob("kernel-*.txt.gz"))
@@ -75,7 +75,7 @@ def test_other_workers_follow_a_reload(tmp_path: Path, monkeypatch: Any) -> None
     """Two apps on one store stand for two gunicorn workers: a reload on one reaches the other."""
     monkeypatch.setattr(registry_module, "MARKER_CHECK_S", 0.0)
     root = _copy_bundles(tmp_path)
-    config = ServiceConfig(bundle_dir=root, graph_store=tmp_path / "graphs")
+    config = ServiceConfig(bundle_dir=root, data_dir=tmp_path, open_writes=True)
     first, second = create_app(config, load=False), create_app(config, load=False)
     for app in (first, second):
         app.extensions["latpred"].registry.load()

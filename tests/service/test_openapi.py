@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from openapi_spec_validator import validate
 
 from predictor.catalogue import FAMILIES
+from service.app import create_app
+from service.config import ServiceConfig
 from service.problems import PROBLEM_JSON
 
 
@@ -60,11 +63,27 @@ def test_the_graph_ir_schema_names_the_catalogue_families(spec: dict[str, Any]) 
     assert set(node["required"]) == {"name", "op", "kind"}
 
 
-def test_writing_endpoints_declare_the_api_key(spec: dict[str, Any]) -> None:
+WRITES = [("/v1/graphs", "post"), ("/v1/hosts", "post"), ("/v1/models/reload", "post")]
+
+
+@pytest.mark.parametrize(("settings", "security", "refusals"), [
+    ({"api_key": "k"}, True, {"401"}),            # the key is checked: 401 without it
+    ({}, True, {"403"}),                          # no key, writes closed: every write is a 403
+    ({"open_writes": True}, False, set()),        # no key, writes open: nothing is asked for
+    ({"api_key": "k", "open_writes": True}, True, {"401"}),  # a key wins over open writes
+])
+def test_writing_endpoints_declare_what_this_configuration_enforces(
+        registry: Any, tmp_path: Path, settings: dict[str, Any], security: bool, refusals: set[str]) -> None:
+    app = create_app(ServiceConfig(data_dir=tmp_path, **settings), registry=registry)
+    spec = app.test_client().get("/openapi.json").get_json()
+    validate(spec)
     assert set(spec["components"]["securitySchemes"]) == {"ApiKey", "Bearer"}
-    assert spec["paths"]["/v1/graphs"]["post"]["security"] == [{"ApiKey": []}, {"Bearer": []}]
-    assert spec["paths"]["/v1/models/reload"]["post"]["security"]
+    for path, method in WRITES:
+        op = spec["paths"][path][method]
+        assert (op.get("security") == [{"ApiKey": []}, {"Bearer": []}]) is security, (path, op.get("security"))
+        assert {s for s in op["responses"] if s in ("401", "403")} == refusals, path
     assert "security" not in spec["paths"]["/v1/predict"]["post"]
+    assert not {"401", "403"} & set(spec["paths"]["/v1/predict"]["post"]["responses"])
 
 
 def test_latency_documents_its_three_formats(spec: dict[str, Any]) -> None:
