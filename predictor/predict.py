@@ -134,15 +134,20 @@ class Predictor:
 
     @staticmethod
     def _make_node_keys(graph: Graph, batch: int, precision: str, mode: str) -> list[KernelKey | None]:
-        # The configurations depend on the mode only: other batches and precisions reuse them.
-        configs = graph.derived(("kernel configs", mode), lambda: [
-            kernel_config(n, n.variant_in(mode)) if n.kind == "kernel" else None for n in graph.nodes])
+        configs = Predictor._kernel_configs(graph, mode)
         upcast, noop_casts = graph.precision_plan(precision)
         if not (upcast or noop_casts):  # most graphs: every kernel at the precision asked
             return [None if c is None else (c, batch, precision) for c in configs]
         return [None if c is None or (noop_casts and n.op in CAST_OPS)
                 else (c, batch, "fp32" if upcast and n.dtype == "float32" else precision)
                 for n, c in zip(graph.nodes, configs)]
+
+    @staticmethod
+    def _kernel_configs(graph: Graph, mode: str) -> list[KernelConfig | None]:
+        """Each node's kernel configuration in ``mode`` (None where no kernel runs): they depend
+        on the mode only, so other batches and precisions reuse them."""
+        return graph.derived(("kernel configs", mode), lambda: [
+            kernel_config(n, n.variant_in(mode)) if n.kind == "kernel" else None for n in graph.nodes])
 
     def _evaluate(self, needed: Iterable[KernelKey]) -> dict[KernelKey, tuple[float, float, float, float, float]]:
         """(kernel, low, high, dispatch, cold weight read) per configuration, from the cache or
@@ -154,10 +159,12 @@ class Predictor:
         """
         cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
         needed = set(needed)
-        if len(cache) + len(needed) > CACHE_LIMIT:
-            cache = self._cache = {}
         found = {key: cache[key] for key in needed if key in cache}
         wanted = [key for key in needed if key not in found]
+        if wanted and len(cache) + len(wanted) > CACHE_LIMIT:
+            # start again, keeping what this call uses: a request whose kernels were all evaluated
+            # must not evaluate them anew (the service's work budget counts them as done)
+            cache = self._cache = dict(found)
         if wanted:
             rows, cold = [], []
             for c, batch, precision in wanted:
@@ -199,6 +206,54 @@ class Predictor:
                 break
         if needed:
             self._evaluate(needed)
+
+    def new_kernels(self, requests: Iterable[tuple[Graph, int | None, str, str]]) -> tuple[int, int]:
+        """(distinct kernel configurations, those not evaluated yet) that predicting every
+        (graph, batch, precision, mode) request would need: what a request will cost, known
+        before any tree runs (a service refuses what is over its budget on this).
+
+        Cheaper than the node keys ``prefetch`` builds: a cache key is (configuration, batch,
+        precision), so each graph's distinct configurations are collected once per precision and
+        mode, whatever the batches, and only each (batch, precision)'s union of them is looked up.
+        Invalid requests count nothing: ``predict`` refuses them by name."""
+        by_key: dict[tuple[int, str], dict[int, frozenset[KernelConfig]]] = {}
+        for graph, batch, precision, mode in requests:
+            batch = graph.batch if batch is None else batch
+            try:
+                if type(batch) is int and type(precision) is str and type(mode) is str:
+                    _checked_variant(batch, precision, mode)
+                else:
+                    check_variant(batch, precision, mode)
+                name = get_precision(precision).name
+                graph = graph.at_precision(name, batch)
+            except ValueError:
+                continue
+            for node_precision, configs in self._kernel_sets(graph, name, mode).items():
+                by_key.setdefault((batch, node_precision), {})[id(configs)] = configs
+        distinct = new = 0
+        cache = self._cache
+        for (batch, precision), sets in by_key.items():
+            union = next(iter(sets.values())) if len(sets) == 1 else frozenset().union(*sets.values())
+            distinct += len(union)
+            new += len(union) if not cache else sum((c, batch, precision) not in cache for c in union)
+        return distinct, new
+
+    @staticmethod
+    def _kernel_sets(graph: Graph, precision: str, mode: str) -> dict[str, frozenset[KernelConfig]]:
+        """``graph``'s (already at ``precision``) distinct kernel configurations in ``mode``, by
+        the precision each runs at: its kernel keys without the batch, made once per graph."""
+        def make() -> dict[str, frozenset[KernelConfig]]:
+            configs = Predictor._kernel_configs(graph, mode)
+            upcast, noop_casts = graph.precision_plan(precision)
+            if not (upcast or noop_casts):  # most graphs: every kernel at the precision asked
+                return {precision: frozenset(c for c in set(configs) if c is not None)}
+            by: dict[str, set[KernelConfig]] = {}
+            for n, c in zip(graph.nodes, configs):
+                if c is not None and not (noop_casts and n.op in CAST_OPS):
+                    by.setdefault("fp32" if upcast and n.dtype == "float32" else precision, set()).add(c)
+            return {p: frozenset(cs) for p, cs in by.items()}
+
+        return graph.derived(("kernel sets", precision, mode), make)
 
     def predict_many(self, graphs: Sequence[Graph], variants: Sequence[Variant] = (Variant(),),
                      host: HostProfile | None = None) -> list[Prediction]:

@@ -20,7 +20,8 @@ def serve(host: str, port: int, debug: bool) -> None:
     Settings come from the environment: LATPRED_BUNDLES, LATPRED_DATA_DIR (default
     ~/.local/share/latpred), LATPRED_GRAPH_STORE, LATPRED_HOST_STORE, LATPRED_API_KEY (writes want it;
     with none, LATPRED_OPEN_WRITES=1 lets anyone write), LATPRED_GRAPH_STORE_MAX_BYTES,
-    LATPRED_GRAPH_MAX_BYTES, LATPRED_MAX_BODY_BYTES, LATPRED_MAX_NODES, LATPRED_MAX_RESULTS. For production:
+    LATPRED_GRAPH_MAX_BYTES, LATPRED_MAX_BODY_BYTES, LATPRED_MAX_NODES, LATPRED_MAX_RESULTS,
+    LATPRED_MAX_WORK (a prediction request's estimated work, nodes x variants). For production:
     gunicorn -c service/gunicorn_conf.py service.wsgi:app
     """
     from service.app import create_app

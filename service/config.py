@@ -1,7 +1,9 @@
 """The service's settings, read once from the environment so every worker agrees.
 
 Each limit exists to keep one request from hurting the others: a body cap bounds memory, a node
-cap bounds the work of one graph, a result cap bounds the work of one batch or spreadsheet grid.
+cap bounds the work of one graph, a result cap bounds the work of one batch or spreadsheet grid,
+and a work budget bounds their product (``service.work_budget``: nodes x variants, new kernels
+weighted).
 A bad value is refused at start-up with the variable named, rather than found at the first request.
 
 What the service writes (stored graphs, host profiles) lives under one data directory,
@@ -25,6 +27,11 @@ GIB = 1 << 30
 #: booleans a ``LATPRED_*`` switch may be set to (case-insensitive); "" counts as unset.
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+#: ``LATPRED_MAX_WORK``'s default, in node evaluations (``service.work_budget``): 1-2 s of CPU
+#: where ``benchmarks/work_budget.py`` calibrated it (0.5-1 us a unit). Every documented use fits under it (README's
+#: grids, a NAS batch of 100 new 100-node graphs x 4 variants, the benchmarks' requests, one graph
+#: at LATPRED_MAX_NODES with every kernel new); 5,000 distinct nodes x 40 batches (4.2 million) does not.
+DEFAULT_MAX_WORK = 2_000_000
 
 
 def default_data_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -94,6 +101,8 @@ class ServiceConfig:
     max_nodes: int = 50_000
     #: results one batch request or one spreadsheet grid may ask for.
     max_results: int = 10_000
+    #: node evaluations one prediction request may cost, estimated before predicting (service.work_budget).
+    max_work: int = DEFAULT_MAX_WORK
     #: seconds a spreadsheet GET may be cached (its ETag changes with the model version anyway).
     cache_max_age: int = 300
     #: graphs kept parsed in memory per worker (the zoo is always kept).
@@ -132,6 +141,7 @@ class ServiceConfig:
             max_body_bytes=_int(env, "LATPRED_MAX_BODY_BYTES", 64 * MIB),
             max_nodes=_int(env, "LATPRED_MAX_NODES", 50_000),
             max_results=_int(env, "LATPRED_MAX_RESULTS", 10_000),
+            max_work=_int(env, "LATPRED_MAX_WORK", DEFAULT_MAX_WORK),
             cache_max_age=_int(env, "LATPRED_CACHE_MAX_AGE", 300, minimum=0),
             graph_cache_size=_int(env, "LATPRED_GRAPH_CACHE", 256, minimum=0),
             load_wait_s=_int(env, "LATPRED_LOAD_WAIT_S", 30, minimum=0),

@@ -7,6 +7,8 @@ request bodies views declare with :func:`request_bodies`, replaces the validatio
 by the Problem schema, and marks the key-guarded operations with their security requirement and
 the refusals (401, 403) the running configuration can give: none of either where writes are open
 to all and no key is set, since a document that asks for a key nobody checks misleads clients.
+The predicting operations also state the running configuration's work budget
+(``LATPRED_MAX_WORK``, ``x-latpred-max-work``) where they document the refusal it gives.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from service.auth import SECURITY, refusals
 from service.problems import PROBLEM_JSON, TITLES
 from service.request_body import accepts
 from service.schemas.common import Problem
+from service.work_budget import openapi_note
 
 F = TypeVar("F", bound=Callable[..., Any])
 REF = "#/components/schemas/{model}"
@@ -56,6 +59,17 @@ def documents(*models: type) -> Callable[[F], F]:
 
     def mark(func: F) -> F:
         func.__latpred_models__ = models  # type: ignore[attr-defined]
+        return func
+
+    return mark
+
+
+def budgeted(status: int) -> Callable[[F], F]:
+    """Mark a view that refuses requests over the work budget with ``status`` (service.work_budget),
+    so that its document states the budget the server runs with."""
+
+    def mark(func: F) -> F:
+        func.__latpred_budget_status__ = status  # type: ignore[attr-defined]
         return func
 
     return mark
@@ -125,6 +139,12 @@ class LatpredOpenAPI(OpenAPI):
                     op["requestBody"] = {"required": True, "content": {
                         mimetype: {"schema": {"$ref": REF.format(model=add_model(schemas, model))}}
                         for mimetype, model in bodies.items()}}
+                status = getattr(view, "__latpred_budget_status__", None)
+                if status is not None:
+                    note = openapi_note(config.max_work)
+                    op["x-latpred-max-work"] = note["x-latpred-max-work"]
+                    response = op["responses"].setdefault(str(status), problems(status)[status])
+                    response["description"] = f"{response['description']}. {note['description']}"
                 if getattr(view, "__latpred_guarded__", False):
                     if config.writes_need_key:
                         op["security"] = SECURITY

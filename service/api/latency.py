@@ -24,8 +24,8 @@ from predictor.prediction import Prediction
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
-from service import predictions
-from service.openapi import documents, problems
+from service import predictions, work_budget
+from service.openapi import budgeted, documents, problems
 from service.problems import TITLES, ProblemError
 from service.schemas.latency import CSV_COLUMNS, LatencyQuery
 from service.state import state
@@ -77,6 +77,7 @@ def _values(value: str | None, field: str, default: str | None) -> list[Any]:
 @api.get("/latency", responses={200: OK_RESPONSE, 304: {"description": "Not Modified (ETag matched)"},
                                 **problems(400, 503)})
 @documents(Prediction)
+@budgeted(400)
 def latency(query: LatencyQuery) -> Response:
     """Latency for spreadsheets: every combination of the comma-separated parameter values.
 
@@ -85,7 +86,9 @@ def latency(query: LatencyQuery) -> Response:
     rows; default: the bundle's). `format=csv` answers the columns model, device, batch,
     precision, mode, total_ms, low_ms, high_ms, model_version, host (the profile of an eager row,
     empty for a CUDA graph); `format=txt` one number (total_ms; 400 if the parameters make more
-    than one combination).
+    than one combination). A grid whose estimated work is over the server's budget
+    (`LATPRED_MAX_WORK`) is a 400 `work-budget` problem, before anything is predicted: ask for
+    fewer combinations a URL.
     """
     try:
         return _latency(query)
@@ -132,6 +135,10 @@ def _latency(query: LatencyQuery) -> Response:
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if _matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
+    # every graph on every variant: the grid (a 422 here is answered as a 400, by latency())
+    field = "batch" if len(variants) > 1 else graphs[0][0]
+    work_budget.check([graph for _, _, graph in graphs], list(variants.values()), st.config.max_work, field=field,
+                      max_results=st.config.max_results)
     rows = []
     for (_, _, graph), spec in itertools.product(graphs, devices):
         for b, p, m, h in itertools.product(batches, precisions, modes, hosts):

@@ -17,8 +17,8 @@ from pydantic import ValidationError
 
 from predictor.graph import GRAPH_ADAPTER, Graph
 from predictor.prediction import Prediction
-from service import predictions
-from service.openapi import documents, json_response, problems, request_bodies
+from service import predictions, work_budget
+from service.openapi import budgeted, documents, json_response, problems, request_bodies
 from service.predictions import ResolvedVariant
 from service.problems import ProblemError, validation_problem
 from service.request_body import JSON, json_body, onnx_upload, strict_loads
@@ -33,6 +33,7 @@ api = APIBlueprint("predict", __name__, url_prefix="/v1",
 @api.post("/predict", responses={200: json_response(Prediction), **problems(400, 413, 415, 422, 503)})
 @request_bodies(json=PredictRequest, form=PredictForm)
 @documents(Prediction)
+@budgeted(422)
 def predict() -> dict[str, Any]:
     """Predict one graph's latency on one device, batch, precision and mode.
 
@@ -43,6 +44,8 @@ def predict() -> dict[str, Any]:
     (`{"sequence": 256}` or `sequence=256`; a JSON body has no `dims`: its graph's shapes are
     numbers already). Answers the total with its interval, the per-layer breakdown (unless
     `layers` is false), the operators no model covers, warnings, and the inputs that produced it.
+    A graph whose estimated work is over the server's budget (`LATPRED_MAX_WORK`) is a 422
+    `work-budget` problem, before anything is predicted.
     """
     st = state()
     named = False
@@ -51,13 +54,16 @@ def predict() -> dict[str, Any]:
         body = json_body(PredictRequest)
         graph = st.resolver.resolve(body)
         named = body.graph is None
+        source = "graph" if body.graph is not None else "model" if body.model is not None else "graph_id"
     else:
         fields: dict[str, Any] = {k: v for k, v in request.form.items()}
         upload = onnx_upload()
         form = PredictForm.model_validate({**fields, "onnx": upload})
         graph = st.resolver.from_onnx(upload.read(), form.name, form.batch, form.dims)
         body = form
+        source = "onnx"
     variant = predictions.resolve_variant(st.registry, body, host=body.host, store=st.host_store)
+    work_budget.check([graph], [variant], st.config.max_work, field=source, max_results=st.config.max_results)
     result = predictions.predict(graph, variant, cache=st.predictions if named else None, layers=body.layers)
     predictions.record(st.metrics, result)
     return result.to_json(body.layers)
@@ -65,13 +71,16 @@ def predict() -> dict[str, Any]:
 
 @api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 413, 415, 422, 503)})
 @request_bodies(json=BatchRequest)
+@budgeted(422)
 def predict_batch() -> dict[str, Any]:
     """Predict many graphs, each on every variant, in one request (for NAS loops).
 
     One result per (graph, variant), graph-major: `results[i * len(variants) + j]` is graph i on
     variant j; each variant may name its `host` profile. A graph or variant that cannot be
     predicted gives `problem` objects in its results instead of failing the request; a
-    malformed request is still a 4xx.
+    malformed request is still a 4xx, and so is one whose estimated work is over the server's
+    budget (`LATPRED_MAX_WORK`: a 422 `work-budget` problem, before anything is predicted; send
+    fewer graphs or variants a request).
     """
     st = state()
     body, refused = _batch_body()
@@ -99,6 +108,9 @@ def predict_batch() -> dict[str, Any]:
             graphs.append(refused[i] if i in refused else st.resolver.resolve(source, prefix=f"graphs[{i}]"))
         except ProblemError as exc:
             graphs.append(exc)
+    work_budget.check([g for g in graphs if not isinstance(g, ProblemError)],
+                      [v for v in variants if not isinstance(v, ProblemError)], st.config.max_work,
+                      field="graphs", max_results=st.config.max_results)
     _prefetch(graphs, variants)
     results: list[dict[str, Any]] = []
     failed = 0
