@@ -203,39 +203,68 @@ class Bundle:
     @staticmethod
     def load(directory: Path) -> Bundle:
         directory = Path(directory)
-        meta_path = directory / "metadata.json"
-        if not meta_path.exists():
-            raise BundleError(f"no model bundle at {directory}: {meta_path.name} is missing "
-                              "(run 'latpred train' to make one)")
-        try:
-            metadata = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BundleError(f"{meta_path} is corrupt: {exc}") from None
-        if not isinstance(metadata, dict):
-            raise BundleError(f"{meta_path} is corrupt: expected a JSON object")
-        if not isinstance(metadata.get("feature_columns"), list):
-            raise BundleError(f"{meta_path} is corrupt: 'feature_columns' is missing")
-        if metadata.get("bundle_version") != BUNDLE_VERSION:
-            raise BundleError(f"{meta_path}: bundle version {metadata.get('bundle_version')!r} "
-                              f"is not {BUNDLE_VERSION}; retrain with this latpred")
+        metadata = read_metadata(directory)
         targets = {}
         for name in TARGETS:
-            spec = metadata.get("targets", {}).get(name)
-            if spec is None:
-                raise BundleError(f"{meta_path}: target {name!r} is missing")
-            if not isinstance(spec, dict) or not {"library", "files", "interval_log"} <= set(spec):
-                raise BundleError(f"{meta_path}: target {name!r} needs 'library', 'files' and 'interval_log'")
+            spec = metadata["targets"][name]
             files = spec["files"]
-            if not isinstance(files, dict) or not files or not all(
-                    isinstance(f, dict) and {"file", "sha256"} <= set(f) for f in files.values()):
-                raise BundleError(f"{meta_path}: target {name!r}: 'files' must map models to "
-                                  "{'file', 'sha256'}; retrain with this latpred")
             boosters = {key: load_booster(spec["library"], directory / f["file"], f["sha256"])
                         for key, f in files.items()}
             booster = boosters["*"] if spec.get("structure", "single") == "single" else boosters
             targets[name] = TargetModel(spec["library"], booster, spec["interval_log"], metadata["feature_columns"],
                                         files={key: directory / f["file"] for key, f in files.items()})
         return Bundle(directory, metadata, targets)
+
+
+def read_metadata(directory: Path) -> dict[str, Any]:
+    """A bundle folder's metadata.json, checked for what loading it needs (a BundleError naming
+    the file and what is wrong otherwise): its version, feature columns and each target's
+    library, interval widths and model files with their sha256."""
+    meta_path = Path(directory) / "metadata.json"
+    if not meta_path.exists():
+        raise BundleError(f"no model bundle at {directory}: {meta_path.name} is missing "
+                          "(run 'latpred train' to make one)")
+    try:
+        metadata = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{meta_path} is corrupt: {exc}") from None
+    if not isinstance(metadata, dict):
+        raise BundleError(f"{meta_path} is corrupt: expected a JSON object")
+    if not isinstance(metadata.get("feature_columns"), list):
+        raise BundleError(f"{meta_path} is corrupt: 'feature_columns' is missing")
+    if metadata.get("bundle_version") != BUNDLE_VERSION:
+        raise BundleError(f"{meta_path}: bundle version {metadata.get('bundle_version')!r} "
+                          f"is not {BUNDLE_VERSION}; retrain with this latpred")
+    targets = metadata.get("targets")
+    for name in TARGETS:
+        spec = targets.get(name) if isinstance(targets, dict) else None
+        if spec is None:
+            raise BundleError(f"{meta_path}: target {name!r} is missing")
+        if not isinstance(spec, dict) or not {"library", "files", "interval_log"} <= set(spec):
+            raise BundleError(f"{meta_path}: target {name!r} needs 'library', 'files' and 'interval_log'")
+        files = spec["files"]
+        if not isinstance(files, dict) or not files or not all(
+                isinstance(f, dict) and {"file", "sha256"} <= set(f) for f in files.values()):
+            raise BundleError(f"{meta_path}: target {name!r}: 'files' must map models to "
+                              "{'file', 'sha256'}; retrain with this latpred")
+    return metadata
+
+
+def check_files(directory: Path) -> None:
+    """Check every model file of the bundle in ``directory`` against the sha256 its metadata.json
+    records, without loading a booster (a BundleError naming the first file that differs): for a
+    copy of a bundle that was loaded and verified already, where only the copying can have gone
+    wrong."""
+    directory = Path(directory)
+    metadata = read_metadata(directory)
+    for name in TARGETS:
+        for f in metadata["targets"][name]["files"].values():
+            path = directory / f["file"]
+            if not path.is_file():
+                raise BundleError(f"model bundle is incomplete: {path} is missing")
+            if file_sha256(path) != f["sha256"]:
+                raise BundleError(f"model file {path} is corrupt or truncated: its sha256 does not match "
+                                  "the bundle's metadata.json")
 
 
 def bundle_dirs(root: Path = DEFAULT_BUNDLE_DIR) -> dict[str, Path]:

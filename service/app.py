@@ -17,6 +17,7 @@ from service import request_body
 from service.auth import SECURITY_SCHEMES, check_key
 from service.config import ServiceConfig
 from service.graph_store import GraphStore
+from service.last_good import LastGoodStore
 from service.metrics import Metrics
 from service.openapi import LatpredOpenAPI
 from service.problems import openapi_validation_callback, register_error_handlers
@@ -45,7 +46,8 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
     metrics = Metrics()
     marker = config.graph_store / ".reload"
     if registry is None:
-        registry = ModelRegistry(config.bundle_dir, marker=marker, load_wait_s=config.load_wait_s)
+        registry = ModelRegistry(config.bundle_dir, marker=marker, load_wait_s=config.load_wait_s,
+                                 last_good=LastGoodStore(config.last_good_dir))
     store = GraphStore(config.graph_store, config.graph_cache_size, max_bytes=config.graph_store_max_bytes,
                        max_graph_bytes=config.graph_max_bytes)
     app.extensions["latpred"] = ServiceState(config, registry, store, GraphResolver(store, config.max_nodes),

@@ -6,11 +6,11 @@ and a work budget bounds their product (``service.work_budget``: nodes x variant
 weighted).
 A bad value is refused at start-up with the variable named, rather than found at the first request.
 
-What the service writes (stored graphs, host profiles) lives under one data directory,
-``LATPRED_DATA_DIR``, by default the user's XDG data folder (``~/.local/share/latpred``), never
-the working directory: a server started from another folder must find the same graphs, and a
-checkout must not fill up with what clients sent. The graph store is capped in total and per
-graph, since anyone who may write could otherwise fill the disk.
+What the service writes (stored graphs, host profiles, the last good bundle of each device)
+lives under one data directory, ``LATPRED_DATA_DIR``, by default the user's XDG data folder
+(``~/.local/share/latpred``), never the working directory: a server started from another folder
+must find the same graphs, and a checkout must not fill up with what clients sent. The graph
+store is capped in total and per graph, since anyone who may write could otherwise fill the disk.
 """
 
 from __future__ import annotations
@@ -118,6 +118,12 @@ class ServiceConfig:
         if self.graph_max_bytes > self.graph_store_max_bytes:
             raise ValueError(f"LATPRED_GRAPH_MAX_BYTES={self.graph_max_bytes} is more than the whole store may hold "
                              f"(LATPRED_GRAPH_STORE_MAX_BYTES={self.graph_store_max_bytes})")
+
+    @property
+    def last_good_dir(self) -> Path:
+        """Where the last bundle of each device that verified is kept (``service.last_good``), for
+        workers that start while the bundle folder is broken; in ``data_dir``, which every worker shares."""
+        return Path(self.data_dir) / "last-good-bundles"
 
     @property
     def writes_need_key(self) -> bool:

@@ -2,8 +2,13 @@
 
 Bundles load in a background thread so ``/livez`` answers at once while the boosters load
 (about 1.5 s); ``/readyz`` says 503 until then. Requests read one immutable snapshot, so a
-reload never shows a half-loaded set: the new snapshot replaces the old in one assignment. A
-device whose new bundle fails to load keeps its previous predictor and reports the error.
+reload never shows a half-loaded set: the new snapshot replaces the old in one assignment.
+
+A bundle is served only once it verifies (``predictor.bundle_check``: checksums, load, a smoke
+prediction in each mode), and each one that does is kept as its device's last good bundle under
+the data directory (``service.last_good``). A device whose bundle folder does not verify keeps
+the bundle it was serving and reports the error; a worker that starts with such a folder loads
+the last good copy instead, so a broken folder plus a worker restart is not an outage.
 
 Under gunicorn each worker holds its own registry. A reload through the API also touches a
 marker file; every worker checks the marker (at most once a second, on a request) and reloads
@@ -20,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.bundle import Bundle, BundleError, bundle_dirs
-from predictor.devices import DEVICES
+from predictor.bundle import BundleError, bundle_dirs
+from predictor.bundle_check import load_verified
+from predictor.devices import DEVICES, DeviceSpec
 from predictor.predict import Predictor
+from service.last_good import LastGoodStore, bundle_id
 
 log = logging.getLogger("latpred.service")
 MARKER_CHECK_S = 1.0
@@ -37,8 +44,13 @@ class Snapshot:
     """What one load produced: predictors by device id, and the bundles that failed."""
 
     predictors: dict[str, Predictor] = field(default_factory=dict)
+    #: device -> why its bundle folder was not loaded (it may still be served, see ``fallbacks``)
     errors: dict[str, str] = field(default_factory=dict)
     loaded: bool = False
+    #: device -> what is served instead of its bundle folder, which did not verify
+    fallbacks: dict[str, str] = field(default_factory=dict)
+    #: device -> the served bundle's id (``service.last_good.bundle_id``)
+    ids: dict[str, str] = field(default_factory=dict)
 
     def versions(self) -> dict[str, str]:
         return {device: p.bundle.version for device, p in self.predictors.items()}
@@ -47,9 +59,12 @@ class Snapshot:
 class ModelRegistry:
     """Loads every bundle under ``root`` and hands out the predictor of a device."""
 
-    def __init__(self, root: Path, marker: Path | None = None, load_wait_s: float = 30.0) -> None:
+    def __init__(self, root: Path, marker: Path | None = None, load_wait_s: float = 30.0,
+                 last_good: LastGoodStore | None = None) -> None:
         self.root = Path(root)
         self.marker = marker
+        #: where verified bundles are kept for the workers that start later (none: not kept)
+        self.last_good = last_good
         self.load_wait_s = load_wait_s
         #: called with (old, new) after every load, e.g. to update the served-version metric.
         self.listeners: list[Callable[[Snapshot, Snapshot], None]] = []
@@ -87,29 +102,86 @@ class ModelRegistry:
 
     # ------------------------------------------------------------------ loading
     def load(self) -> Snapshot:
-        """Load every bundle now and swap them in; failed devices keep their old predictor."""
+        """Verify every bundle folder now and swap in those that pass. A device whose folder does
+        not verify keeps the bundle it served, or gets its last good one (a worker that has none
+        yet, or one that lags behind the last good); ``errors`` says why either way."""
         with self._lock:
             old = self._snapshot
             predictors: dict[str, Predictor] = {}
             errors: dict[str, str] = {}
-            for device_id, directory in bundle_dirs(self.root).items():
+            fallbacks: dict[str, str] = {}
+            ids: dict[str, str] = {}
+            for device_id, directory in self._device_dirs().items():
                 spec = DEVICES.get(device_id)
                 if spec is None:
                     errors[device_id] = f"{directory}: no device spec named {device_id!r} in predictor.devices"
                     continue
                 try:
-                    predictors[device_id] = Predictor(Bundle.load(directory), spec)
-                except (BundleError, ValueError, OSError) as exc:
+                    predictors[device_id], ids[device_id] = self._verified(device_id, directory, spec)
+                except BundleError as exc:
                     errors[device_id] = str(exc)
-                    log.error("bundle %s failed to load: %s", directory, exc)
-                    if device_id in old.predictors:
-                        predictors[device_id] = old.predictors[device_id]
-            new = Snapshot(predictors, errors, loaded=True)
+                    log.error("bundle %s does not verify: %s", directory, exc)
+                    instead = self._fallback(device_id, spec, old, errors)
+                    if instead is not None:
+                        predictors[device_id], ids[device_id], fallbacks[device_id] = instead
+                        log.warning("%s: %s", device_id, fallbacks[device_id])
+            new = Snapshot(predictors, errors, loaded=True, fallbacks=fallbacks, ids=ids)
             self._snapshot = new
         log.info("model bundles loaded: %s", new.versions() or "none")
         for listener in list(self.listeners):
             listener(old, new)
         return new
+
+    def _device_dirs(self) -> dict[str, Path]:
+        """Device id -> bundle folder: each folder with a metadata.json, and a folder without one
+        where the device has a last good bundle (a copy under way, or a broken one: a device
+        taken away has no folder at all)."""
+        found = bundle_dirs(self.root)
+        if self.last_good is not None:
+            for device_id in self.last_good.devices():
+                if device_id not in found and (self.root / device_id).is_dir():
+                    found[device_id] = self.root / device_id
+        return dict(sorted(found.items()))
+
+    def _verified(self, device_id: str, directory: Path, spec: DeviceSpec) -> tuple[Predictor, str]:
+        """The bundle in ``directory`` verified, and its id; kept as the device's last good one."""
+        before = bundle_id(directory)
+        predictor = load_verified(directory, spec)
+        after = bundle_id(directory)
+        if after is None or before != after:
+            raise BundleError(f"bundle {directory} changed while it was verified: reload once it is fully written")
+        if self.last_good is not None:
+            try:
+                self.last_good.record(device_id, directory, after)
+            except (BundleError, OSError) as exc:  # it still verified: serve it, but say it was not kept
+                log.error("bundle %s verified, but was not kept as the last good bundle of %s: %s",
+                          directory, device_id, exc)
+        return predictor, after
+
+    def _fallback(self, device_id: str, spec: DeviceSpec, old: Snapshot,
+                  errors: dict[str, str]) -> tuple[Predictor, str, str] | None:
+        """What to serve for a device whose folder did not verify, with its id and a sentence
+        saying so: the last good bundle, from memory when this worker serves it already, else
+        loaded (and verified) from its copy; the bundle this worker served where there is none."""
+        kept, kept_id = old.predictors.get(device_id), old.ids.get(device_id)
+        good_id = self.last_good.current_id(device_id) if self.last_good is not None else None
+        if kept is not None and kept_id is not None and good_id in (None, kept_id):
+            what = "its last good bundle" if good_id else "the bundle it served before"
+            return kept, kept_id, f"serving {what} {kept.bundle.version} instead (the bundle folder does not verify)"
+        if self.last_good is not None and good_id is not None:
+            try:
+                with self.last_good.reading(device_id) as folder:
+                    if folder is not None:
+                        predictor = load_verified(folder, spec)
+                        return predictor, folder.name, (f"serving its last good bundle {predictor.bundle.version} "
+                                                        f"from {folder} (the bundle folder does not verify)")
+            except BundleError as exc:
+                errors[device_id] += f"; its last good bundle does not verify either: {exc}"
+                log.error("the last good bundle of %s does not verify: %s", device_id, exc)
+        if kept is not None and kept_id is not None:
+            return kept, kept_id, (f"serving the bundle it served before, {kept.bundle.version}, instead "
+                                   "(the bundle folder does not verify)")
+        return None
 
     def start(self) -> threading.Thread:
         """Load in a background thread (daemon: it never holds the process open)."""

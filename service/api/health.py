@@ -23,13 +23,16 @@ def livez() -> dict:
 def readyz() -> dict:
     """Ready once the model bundles are loaded; names the version served.
 
-    503 (problem+json, with Retry-After) while they load or if none could be loaded.
+    503 (problem+json, with Retry-After) while they load or if none could be loaded. A worker
+    whose bundle folder does not verify but which serves the last good bundle is ready, and says
+    so in `fallbacks`.
     """
     snap = state().registry.snapshot
     versions = snap.versions()
     if not versions:
         raise not_ready(state().registry.state_detail())
-    return {"status": "ready", "model_version": next(iter(versions.values())), "model_versions": versions}
+    return {"status": "ready", "model_version": next(iter(versions.values())), "model_versions": versions,
+            "fallbacks": dict(snap.fallbacks)}
 
 
 @api.get("/metrics", responses={200: {"description": "Prometheus text format", "content": {

@@ -32,7 +32,11 @@ class BundleOut(ResponseModel):
 class ModelsResponse(ResponseModel):
     zoo: list[str] = Field(description="graph names usable as 'model'")
     bundles: list[BundleOut] = Field(description="loaded model bundles, one per device")
-    errors: dict[str, str] = Field(description="bundles that could not be loaded, and why")
+    errors: dict[str, str] = Field(description="bundle folders that did not verify (checksums, load, a smoke "
+                                               "prediction), and why")
+    fallbacks: dict[str, str] = Field(default_factory=dict, description=(
+        "devices whose bundle folder did not verify but which are served still, from their last good "
+        "bundle: device -> what is served"))
 
 
 class ReloadResponse(ModelsResponse):
@@ -47,3 +51,6 @@ class Ready(ResponseModel):
     status: str = "ready"
     model_version: str = Field(description="the served bundle's version (the first device's, if several)")
     model_versions: dict[str, str] = Field(description="device -> bundle version")
+    fallbacks: dict[str, str] = Field(default_factory=dict, description=(
+        "devices served from their last good bundle because their bundle folder does not verify: "
+        "device -> what is served and why (GET /v1/models has the error)"))

@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
+import os
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, bundle_dirs
+from service.client import LatpredClient, LatpredError
 from service.problems import PROBLEM_JSON
 
 DEVICE = "nvidia-h200"
+ROOT = Path(__file__).absolute().parents[2]
 
 #: a valid host profile (the H200 collection host's order of magnitude), for bundles that carry none
 TEST_HOST: dict[str, Any] = {
@@ -92,3 +102,60 @@ def small_onnx(batch: int | str = 1, name: str = "tiny_cnn") -> bytes:
 def sha256_of_canonical(ir: dict[str, Any]) -> str:
     canonical = json.dumps(ir, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def readyz_detail(client: LatpredClient) -> str:
+    """What a 503 from /readyz says ('' when it answers 200)."""
+    try:
+        client.request("GET", "/readyz")
+    except LatpredError as exc:
+        return str(exc.problem.get("detail", ""))
+    return ""
+
+
+@contextlib.contextmanager
+def gunicorn_server(env: dict[str, str], log: Path, api_key: str,
+                    ready_s: float = 90) -> Iterator[tuple[LatpredClient, subprocess.Popen[bytes]]]:
+    """Real gunicorn (``service/gunicorn_conf.py``) on a free loopback port with ``env`` added,
+    its output in ``log``; yields a client once /readyz answers 200, and stops it at the end."""
+    port = free_port()
+    full = {**os.environ, "LATPRED_BIND": f"127.0.0.1:{port}", "LATPRED_ACCESS_LOG": "", **env}
+    full.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "service/gunicorn_conf.py",
+                                 "service.wsgi:app"], cwd=ROOT, env=full, stdout=out, stderr=subprocess.STDOUT)
+    client = LatpredClient(f"http://127.0.0.1:{port}", api_key=api_key, timeout=30)
+    try:
+        deadline = time.monotonic() + ready_s
+        while not client.ready():
+            failed = "could not be loaded" in readyz_detail(client)
+            if failed or proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"gunicorn did not get ready:\n{log.read_text()[-3000:]}")
+            time.sleep(0.25)
+        yield client, proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def child_pids(pid: int) -> set[int]:
+    """The processes whose parent is ``pid`` (a gunicorn master's workers), from /proc."""
+    children = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
+            children.add(int(stat.parent.name))
+    return children

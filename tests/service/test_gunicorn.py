@@ -8,67 +8,28 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from service_helpers import DEVICE, bundle_version
+from service_helpers import DEVICE, ROOT, bundle_version, gunicorn_server
 
 from predictor.zoo import load_zoo_graph
-from service.client import LatpredClient, LatpredError
+from service.client import LatpredClient
 
 pytest.importorskip("gunicorn")
-ROOT = Path(__file__).absolute().parents[2]
 pytestmark = pytest.mark.timeout(180)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: Any) -> Iterator[tuple[LatpredClient, subprocess.Popen]]:
-    port = free_port()
-    env = {**os.environ, "LATPRED_BIND": f"127.0.0.1:{port}", "LATPRED_WORKERS": "2", "LATPRED_THREADS": "2",
-           "LATPRED_DATA_DIR": str(tmp_path_factory.mktemp("data")), "LATPRED_API_KEY": "gk",
-           "LATPRED_ACCESS_LOG": ""}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    log = tmp_path_factory.mktemp("gunicorn") / "gunicorn.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "service/gunicorn_conf.py",
-                                 "service.wsgi:app"], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    client = LatpredClient(f"http://127.0.0.1:{port}", api_key="gk", timeout=30)
-    try:
-        deadline = time.monotonic() + 90
-        while not client.ready():
-            failed = "could not be loaded" in _readyz_detail(client)
-            if failed or proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"gunicorn did not get ready:\n{log.read_text()[-3000:]}")
-            time.sleep(0.25)
-        yield client, proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
-def _readyz_detail(client: LatpredClient) -> str:
-    try:
-        client.request("GET", "/readyz")
-    except LatpredError as exc:
-        return str(exc.problem.get("detail", ""))
-    return ""
+    env = {"LATPRED_WORKERS": "2", "LATPRED_THREADS": "2", "LATPRED_DATA_DIR": str(tmp_path_factory.mktemp("data")),
+           "LATPRED_API_KEY": "gk"}
+    with gunicorn_server(env, tmp_path_factory.mktemp("gunicorn") / "gunicorn.log", api_key="gk") as running:
+        yield running
 
 
 def test_predictions_through_gunicorn(server: Any) -> None:

@@ -34,7 +34,7 @@ def test_livez_answers_while_bundles_load_and_readyz_once_they_are_in(tmp_path: 
     ready = client.get("/readyz")
     assert ready.status_code == 200
     assert ready.get_json() == {"status": "ready", "model_version": bundle_version(),
-                                "model_versions": {DEVICE: bundle_version()}}
+                                "model_versions": {DEVICE: bundle_version()}, "fallbacks": {}}
 
 
 def test_not_ready_is_503_with_retry_after_and_predictions_wait(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from service_helpers import DEVICE, bundle_version
+from service_helpers import DEVICE, assert_problem, bundle_version
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
 from predictor.devices import DEVICES
@@ -65,9 +65,10 @@ def test_a_failed_reload_keeps_the_old_bundle_and_says_why(tmp_path: Path) -> No
     client = app.test_client()
     victim = next((root / DEVICE).glob("kernel-*.txt.gz"))
     victim.write_bytes(victim.read_bytes()[:100])  # truncated: its checksum no longer matches
-    body = client.post("/v1/models/reload").get_json()
+    body = assert_problem(client.post("/v1/models/reload"), 409)
     assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()}]
-    assert "corrupt or truncated" in body["errors"][DEVICE]
+    assert "corrupt or truncated" in body["failed"][DEVICE]
+    assert "corrupt or truncated" in client.get("/v1/models").get_json()["errors"][DEVICE]
     assert client.post("/v1/predict", json={"model": "resnet18"}).status_code == 200
 
 
