@@ -60,12 +60,17 @@ class Campaign:
         self.nas = ShardStore(self.directory / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")
         self.hosts = HostStore(self.directory / HOSTS_FOLDER)
 
+    @property
+    def probe_device(self) -> str:
+        """What the host probe issues to: the GPU, or the CPU of a CPU-only device."""
+        return "cuda" if self.fp.kind == "cuda" else "cpu"
+
     def probe_host(self, note: str | None = None, say: Callable[[str], None] = lambda line: None) -> HostProfile:
         """Probe the host issuing to this device (collectors.host_probe) and store the profile
         beside the data: eager rows are only as good as knowing which host measured them."""
         from collectors.host_probe import probe
 
-        profile = probe("cuda" if self.fp.kind == "cuda" else "cpu", note)
+        profile = probe(self.probe_device, note)
         self.hosts.put(profile)
         costs = ", ".join(f"{k} {v:.2f}" for k, v in profile.costs_us.items())
         say(f"host {profile.id} ({profile.probe_seconds:.1f} s): {costs} us")
@@ -73,7 +78,7 @@ class Campaign:
 
     def round_sampler(self) -> RoundSampler:
         """What samples the host between a whole-model run's rounds (collectors.host_probe)."""
-        return RoundSampler("cuda" if self.fp.kind == "cuda" else "cpu")
+        return RoundSampler(self.probe_device)
 
     def run_host(self, before: HostProfile, after: HostProfile, sampler: RoundSampler, rows: list[dict[str, Any]],
                  note: str | None = None) -> HostProfile:

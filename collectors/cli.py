@@ -18,6 +18,9 @@ import click
 from predictor.precision import PRECISIONS
 
 DEVICE_CHOICE = click.Choice(["auto", "cuda", "cpu"])
+#: every measuring command probes the host before and after; this says under what conditions
+HOST_NOTE = click.option("--host-note", default=None,
+                         help="the host's conditions, kept in the profiles probed before and after")
 
 
 @click.group()
@@ -133,7 +136,7 @@ def graphs(out: Path | None) -> None:
               help="skip batches whose arithmetic exceeds this")
 @click.option("--random-shapes", type=click.IntRange(min=0), default=120, show_default=True,
               help="random shapes drawn per family beside the catalogue's (0: only real shapes)")
-@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
+@HOST_NOTE
 def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
         layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float,
         random_shapes: int, host_note: str | None) -> None:
@@ -185,7 +188,7 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="forwards (or replays) of a unit per round")
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
-@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
+@HOST_NOTE
 def models(out: Path, device: str, models: str, batches: str, precisions: str, modes: str, rounds: int,
            reps: int, seed: int, host_note: str | None) -> None:
     """Time zoo models in interleaved rounds (eager or as CUDA graphs); resumes by run id."""
@@ -220,7 +223,7 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=None,
               help="start no group that would end past this (by the longest group so far); resume later")
-@click.option("--host-note", default=None, help="the host's conditions, kept in the profiles probed before and after")
+@HOST_NOTE
 def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes: str, group: int, rounds: int,
         reps: int, seed: int, max_seconds: float | None, host_note: str | None) -> None:
     """Time the NAS suite's architectures (nas-<seed>) in groups of interleaved rounds; resumes by run id."""

@@ -21,7 +21,6 @@ The probe runs at the start and end of every operator sweep and whole-model run
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import random
@@ -34,7 +33,15 @@ import pandas as pd
 
 from collectors.cpu_score import cpu_score_ns
 from collectors.fingerprint import cpu_model
-from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, HostProfile, make_id, parse_profile
+from predictor.host_profile import (
+    HOST_KINDS,
+    HOST_PROFILE_SCHEMA_VERSION,
+    HostProfile,
+    make_id,
+    mean_costs,
+    mean_cpu_score,
+    parse_profile,
+)
 
 #: how long one timed loop of a kind lasts, and rounds: 8 kinds x 12 rounds x 10 ms is a second
 #: (two to three on a contended host); with warm-up and the CPU score, one and a half seconds.
@@ -156,11 +163,8 @@ def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str,
                 note: str | None = None) -> HostProfile:
     """The profile of a run: per kind, the geometric mean of the probe before it, the samples
     between its rounds and the probe after it (the CPU score: of the two probes)."""
-    costs = [before.costs_us, *samples, after.costs_us]
-    mean = {k: math.exp(statistics.fmean(math.log(c[k]) for c in costs)) for k in HOST_KINDS}
-    score = math.sqrt(before.cpu_score_ns * after.cpu_score_ns) if before.cpu_score_ns and after.cpu_score_ns \
-        else before.cpu_score_ns
-    fields = {**before.model_dump(mode="json"), "costs_us": mean, "cpu_score_ns": score, "probe_seconds": None,
+    fields = {**before.model_dump(mode="json"), "costs_us": mean_costs([before.costs_us, *samples, after.costs_us]),
+              "cpu_score_ns": mean_cpu_score(before, after), "probe_seconds": None,
               "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "
                        f"and {len(samples)} samples between its rounds")[:500]}
     fields["id"] = make_id(fields, before.gpu or "cpu")

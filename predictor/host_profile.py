@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -176,16 +177,28 @@ def estimate_profile(reference: HostProfile, cpu_score_ns: float, **fields: Any)
     return parse_profile(body)
 
 
+def mean_costs(costs: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Per kind, the geometric mean of several measurements of one host's costs: a host that is
+    1.5x slower for a while weighs as much as one 1.5x faster."""
+    return {k: math.exp(math.fsum(math.log(c[k]) for c in costs) / len(costs)) for k in HOST_KINDS}
+
+
+def mean_cpu_score(before: HostProfile, after: HostProfile) -> float | None:
+    """The CPU score of a run probed before and after: the geometric mean of the two (the
+    probe before's where the one after has none)."""
+    if before.cpu_score_ns and after.cpu_score_ns:
+        return math.sqrt(before.cpu_score_ns * after.cpu_score_ns)
+    return before.cpu_score_ns
+
+
 def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
     """The profile of a run probed before and after: the geometric mean of the two, cost by
     cost. A host drifts while it works: on the second H200 machine the probe after 157 s of eager
     rounds cost 1.44x the one before, and the runs between were 1.25x the first machine's, whose
     probes agreed within 5%; the mean of the pair was 1.30x."""
-    costs = {k: math.sqrt(before.costs_us[k] * after.costs_us[k]) for k in HOST_KINDS}
-    score = (math.sqrt(before.cpu_score_ns * after.cpu_score_ns)
-             if before.cpu_score_ns and after.cpu_score_ns else before.cpu_score_ns)
     return before.model_copy(update={
-        "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64], "costs_us": costs, "cpu_score_ns": score,
+        "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64],
+        "costs_us": mean_costs([before.costs_us, after.costs_us]), "cpu_score_ns": mean_cpu_score(before, after),
         "probe_seconds": None,
         "note": (f"{before.note + ': ' if before.note else ''}geometric mean of probes {before.id} "
                  f"and {after.id}")[:500]})

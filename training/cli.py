@@ -5,11 +5,41 @@ xgboost, lightgbm and mlflow load inside the commands, so listing them needs non
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@contextmanager
+def _reported() -> Iterator[None]:
+    """What a validation refuses (no bundle, no dataset, an unknown device or suite) as a CLI
+    error, not a traceback."""
+    try:
+        yield
+    except (ValueError, BundleError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _bundle_dir(device: str, bundle: Path | None) -> Path:
+    """``bundle``, or the shipped bundle of ``device``."""
+    from predictor.devices import resolve_device
+
+    return bundle or DEFAULT_BUNDLE_DIR / resolve_device(device).device_id
+
+
+def _write_tables(out: Path, tables: dict[str, pd.DataFrame]) -> None:
+    """Each table as ``out/<name>.csv``."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, table in tables.items():
+        table.to_csv(out / f"{name}.csv", index=False)
 
 
 @click.group()
@@ -82,7 +112,6 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
              suites_dir: Path, models: str, hosts: bool) -> None:
     """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines; or,
     with --suite, score the zoo or a NAS suite through every importer."""
-    from predictor.devices import resolve_device
     from training.validate import scatter_plot, strict_validate, validate as run_validate
 
     if hosts:
@@ -98,15 +127,9 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
         _validate_suite(device, dataset, bundle, out / suite, suite, suites_dir,
                         [m.strip() for m in models.split(",") if m.strip()] or None)
         return
-    try:
-        spec = resolve_device(device)
-        run = strict_validate if strict else run_validate
-        report = run(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
-    except (ValueError, BundleError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from None
-    out.mkdir(parents=True, exist_ok=True)
-    report.predictions.to_csv(out / "predictions.csv", index=False)
-    report.table.to_csv(out / "by_mode_precision_batch.csv", index=False)
+    with _reported():
+        report = (strict_validate if strict else run_validate)(_bundle_dir(device, bundle), dataset)
+    _write_tables(out, {"predictions": report.predictions, "by_mode_precision_batch": report.table})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     click.echo(report.table.to_string(index=False, formatters={c: pct for c in report.table.columns
                                                                  if "MAPE" in c or "within" in c}))
@@ -117,24 +140,18 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
 
 def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, suites_dir: Path) -> None:
     """``latpred validate --hosts``: score, print, and write the tables to ``out``."""
-    from predictor.devices import resolve_device
     from training.host_validation import validate_hosts
 
-    try:
-        spec = resolve_device(device)
-        report = validate_hosts(bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset, suites_dir)
-    except (ValueError, BundleError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from None
-    out.mkdir(parents=True, exist_ok=True)
-    report.predictions.to_csv(out / "predictions.csv", index=False)
-    report.table.to_csv(out / "by_condition_method_batch.csv", index=False)
+    with _reported():
+        report = validate_hosts(_bundle_dir(device, bundle), dataset, suites_dir)
+    _write_tables(out, {"predictions": report.predictions, "by_condition_method_batch": report.table,
+                        "probes": report.profiles})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     formats = {"within10": pct, "MAPE": pct, "median ratio": "{:.2f}".format}
     click.echo(report.table.to_string(index=False, formatters=formats))
     click.echo("")
     click.echo(report.overall.to_string(index=False, formatters=formats))
     click.echo("")
-    report.profiles.to_csv(out / "probes.csv", index=False)
     click.echo(report.profiles.to_string(index=False, float_format="{:.2f}".format))
     click.echo(f"\ntables in {out}")
 
@@ -142,20 +159,14 @@ def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, 
 def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, suite: str, suites_dir: Path,
                     models: list[str] | None) -> None:
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
-    from predictor.devices import resolve_device
     from training.suite_validation import validate_suite
     from training.suites import load_suite
     from training.validate import scatter_plot
 
-    try:
-        spec = resolve_device(device)
-        loaded = load_suite(suite, dataset, suites_dir, models)
-        report = validate_suite(loaded, bundle or DEFAULT_BUNDLE_DIR / spec.device_id, dataset)
-    except (ValueError, BundleError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from None
-    out.mkdir(parents=True, exist_ok=True)
-    report.predictions.to_csv(out / "predictions.csv", index=False)
-    report.table.to_csv(out / "by_importer_mode_precision_batch.csv", index=False)
+    with _reported():
+        bundle_dir = _bundle_dir(device, bundle)
+        report = validate_suite(load_suite(suite, dataset, suites_dir, models), bundle_dir, dataset)
+    _write_tables(out, {"predictions": report.predictions, "by_importer_mode_precision_batch": report.table})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     two = lambda v: f"{v:.3f}"  # noqa: E731
     formats = {"within10": pct, "MAPE": pct, "coverage90": pct, "spearman": two, "min spearman": two}

@@ -22,12 +22,11 @@ import pandas as pd
 
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
-from predictor.host_profile import HostProfile, estimate_profile
 from predictor.model_run_schema import HOST_RUNS_FOLDER, MODEL_RUNS_FOLDER
 from predictor.predict import Predictor, default_host
 from training.composition import held_out_constants, predict_run, run_arrays
 from training.data import load_model_runs
-from training.hosts import reference_profiles
+from training.hosts import estimate_of, reference_profiles
 from training.metrics import ape
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
@@ -54,11 +53,6 @@ def host_conditions(dataset: Path) -> dict[str, pd.DataFrame]:
     return {name: runs[runs["mode"] == "eager"].reset_index(drop=True) for name, runs in conditions.items()}
 
 
-def _estimate(default: HostProfile, own: HostProfile) -> HostProfile:
-    return estimate_profile(default, float(own.cpu_score_ns or 0), cpu_model=own.cpu_model, cpu_cores=own.cpu_cores,
-                            measured_at=own.measured_at)
-
-
 def predict_conditions(bundle_dir: Path, dataset: Path,
                        suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Every eager run of every condition, predicted by each method (``METHODS``); and each
@@ -82,7 +76,7 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
         for r in run_arrays(predictor, graphs, runs, references):
             if r.host is None or r.model not in held:
                 continue
-            hosts = {"own probe": r.host, "fixed host": default, "estimated": _estimate(default, r.host)}
+            hosts = {"own probe": r.host, "fixed host": default, "estimated": estimate_of(default, r.host)}
             if r.host.id not in seen:
                 seen.add(r.host.id)
                 ratios = np.array([hosts["estimated"].costs_us[k] / r.host.costs_us[k] for k in r.host.costs_us])

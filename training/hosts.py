@@ -80,6 +80,13 @@ def unprobed_costs(rows: pd.DataFrame, kinds: np.ndarray, probed: np.ndarray) ->
     return np.where(known, probed, inferred)
 
 
+def estimate_of(reference: HostProfile, measured: HostProfile) -> HostProfile:
+    """What ``latpred host probe --cpu-only`` would have estimated on the host that measured
+    ``measured``: ``reference`` scaled by that host's CPU score (how far estimates land)."""
+    return estimate_profile(reference, float(measured.cpu_score_ns or 0), cpu_model=measured.cpu_model,
+                            cpu_cores=measured.cpu_cores, measured_at=measured.measured_at)
+
+
 @dataclass
 class BundleHosts:
     """The host profiles a bundle carries: its default, every reference profile of its dataset
@@ -105,9 +112,7 @@ def bundle_hosts(runs: pd.DataFrame, references: dict[str, HostProfile], dataset
     logged = [references.get(ids[2] if len(ids) > 2 and ids[2] in references else ids[0])
               for ids in logged_probes(dataset_dir)]
     pairs = list({p.id: p for p in logged if p is not None and p.cpu_score_ns}.values())
-    estimates = [(p, estimate_profile(default, float(p.cpu_score_ns or 0), cpu_model=p.cpu_model,
-                                      cpu_cores=p.cpu_cores, measured_at=p.measured_at)) for p in pairs]
-    errors = [abs(math.log(e.costs_us[k] / p.costs_us[k])) for p, e in estimates for k in HOST_KINDS]
+    errors = [abs(math.log(estimate_of(default, p).costs_us[k] / p.costs_us[k])) for p in pairs for k in HOST_KINDS]
     extra = float(np.quantile(errors, 0.9)) if errors else math.log(1.5)
     known = sorted({p.id: p for p in [default, *pairs]}.values(), key=lambda p: p.id)
     return BundleHosts(default, known, extra)
