@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
 	touch $@
 
-# The main job on the embedded defaults: the REST service under gunicorn (gthread workers, no
+# The main job on the embedded defaults: the REST service under gunicorn (gevent workers, no
 # preload) on http://127.0.0.1:8000, serving the shipped H200 bundle (no GPU needed).
 # LATPRED_BIND=host:port moves it; service/gunicorn_conf.py and service/config.py list the settings.
 # Reads only, unless started with a key (LATPRED_API_KEY=... make run) or LATPRED_OPEN_WRITES=1;

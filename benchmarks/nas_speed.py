@@ -17,7 +17,7 @@ its own graph objects (a graph remembers its node keys).
   (batch, precision and mode change from batch to batch), on ``--graphs`` graphs per predictor,
   the two predictors taking turns batch by batch; graphs built beforehand (and frozen for the
   garbage collector, see ``in_process``), wall time.
-- served: ``gunicorn -c service/gunicorn_conf.py service.wsgi:app`` (one gthread worker per core)
+- served: ``gunicorn -c service/gunicorn_conf.py service.wsgi:app`` (one gevent worker per core)
   twice, compiled and booster, each driven in turn for ``--seconds`` (after ``--warmup``) by
   ``--clients`` keep-alive connections (default 4) posting ``--per-call`` inline graphs and one
   variant per request; no graph is sent twice to a server. Client and server share the machine's

@@ -2,7 +2,7 @@
 
 A NAS loop asks for thousands of graph predictions a minute; the goal (issue #4) is 10,000 graph
 predictions per minute on two cores. This starts ``gunicorn -c service/gunicorn_conf.py
-service.wsgi:app`` (one gthread worker per core) on a free loopback port and drives the batch
+service.wsgi:app`` (one gevent worker per core, with app threads) on a free loopback port and drives the batch
 endpoint from ``--clients`` concurrent keep-alive connections (default 4, so every worker is busy),
 each sending requests of about ``--per-request`` (graph, variant) pairs (default 100), for
 ``--seconds`` after ``--warmup`` seconds not counted. Scenarios:
@@ -207,7 +207,7 @@ class NasInline:
         for i in range(pool_size):
             src = order[i % len(order)]
             m = rng.uniform(0.5, 1.5)
-            graph, c, n = perturb(sources[src], m, f"{src}~nas{i:05d}-w{m:.3f}")
+            graph, c, n = perturb(sources[src], m, f"{src}-nas{i:05d}-w{m:.3f}")
             changed, kernels = changed + c, kernels + n
             self.pool.append(json.dumps(graph, separators=(",", ":")).encode())
         self.seed = seed
@@ -653,7 +653,7 @@ def measure_and_report(args: argparse.Namespace, streams: list[Stream], nas: Nas
     def work() -> None:
         for label, srv in servers.items():
             who = f" ({label})" if checkout else ""
-            print(f"# gunicorn{who} on {srv.host}:{srv.port}: {args.workers} gthread workers x "
+            print(f"# gunicorn{who} on {srv.host}:{srv.port}: {args.workers} gevent workers x "
                   f"{args.threads or 'gunicorn_conf default (4)'} threads", flush=True)
         for s in streams:
             for r, turn in enumerate(order):

@@ -1,6 +1,6 @@
 """Load on the real REST service: many concurrent keep-alive clients, latency percentiles per endpoint.
 
-Starts ``gunicorn -c service/gunicorn_conf.py service.wsgi:app`` (the production settings: gthread
+Starts ``gunicorn -c service/gunicorn_conf.py service.wsgi:app`` (the production settings: gevent
 workers, one per core) on a free loopback port, then for each scenario drives it with ``--clients``
 closed-loop clients (each sends its next request when the last one answered) on keep-alive
 connections for ``--seconds``, after ``--warmup`` seconds that are not counted (the first requests
@@ -389,7 +389,7 @@ def main() -> int:
 
     def work() -> None:
         ready_s = time.perf_counter() - t0
-        print(f"# gunicorn ready in {ready_s:.1f} s on {server.host}:{server.port}: {args.workers} gthread "
+        print(f"# gunicorn ready in {ready_s:.1f} s on {server.host}:{server.port}: {args.workers} gevent "
               f"workers x {args.threads or 'gunicorn_conf default (4)'} threads; "
               f"{args.clients} {args.client} clients, {args.warmup:g} s warm-up + {args.seconds:g} s "
               f"per scenario" + (f"; GUNICORN_CMD_ARGS={args.gunicorn_args!r}" if args.gunicorn_args else ""),

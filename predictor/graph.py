@@ -17,10 +17,11 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, ConfigDict, Field, Strict, TypeAdapter, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from predictor.catalogue import FAMILIES, PARAMETERS, get_family
 from predictor.precision import PRECISIONS, get_precision
-from predictor.validation import validation_message
+from predictor.validation import INTEGRAL_FLOAT, JsonInt, validation_message
 
 IR_VERSION = 1
 NODE_KINDS = ("kernel", "free", "fallback")
@@ -33,8 +34,9 @@ CAST_OPS = frozenset({"to", "float", "half", "bfloat16", "type", "type_as"})
 #: the bound keeps the features' arithmetic finite.
 MAX_SIZE = 1 << 40
 
-#: Fields are strict: an integer is an integer (not "3", 3.0 or true), a string a string.
-Size = Annotated[int, Strict(), Field(ge=0, le=MAX_SIZE)]
+#: Fields are strict: an integer is an integer (3, or 3.0 as JSON Schema allows; not "3" or true),
+#: a string a string.
+Size = Annotated[int, Strict(), Field(ge=0, le=MAX_SIZE), INTEGRAL_FLOAT]
 Text = Annotated[str, Strict()]
 Shape = list[Size]
 #: Unknown fields are refused; a Node or Graph object given as a value is taken as it is (an
@@ -69,7 +71,8 @@ class Node:
     layout: Text = "contiguous"
     params: Annotated[dict[Literal[tuple(PARAMETERS)], Size],  # type: ignore[valid-type]
                       Field(description="the family's parameters, per sample",
-                            json_schema_extra={"properties": {p: {"description": d}
+                            json_schema_extra={"properties": {p: {"description": d, "type": "integer", "minimum": 0,
+                                                                  "maximum": MAX_SIZE}
                                                               for p, d in PARAMETERS.items()}})] = \
         field(default_factory=dict)
     elements_per_sample: Annotated[Size, Field(description=(
@@ -90,14 +93,16 @@ class Node:
     min_batch: Annotated[int, Strict(), Field(ge=1, le=MAX_SIZE, description=(
         "the smallest batch size this node runs at; 1: every batch. A copy PyTorch makes only when "
         "the batch dim has more than one sample (a batch-first tensor handed to sequence-first code "
-        "is contiguous at batch 1, so F.linear folds it without a copy there)"))] = 1
+        "is contiguous at batch 1, so F.linear folds it without a copy there)")), INTEGRAL_FLOAT] = 1
 
     @model_validator(mode="after")
     def _check(self) -> Node:
         """What only the catalogue knows: a kernel's family, variant, layout and parameters.
         Runs for every node of every uploaded graph, so it does as little as it can."""
         if self.precisions and len(set(self.precisions)) != len(self.precisions):
-            raise ValueError(f"node {self.name!r}: 'precisions' lists a precision twice")
+            # its own error type: the schema says uniqueItems, so a service refuses it with the body
+            raise PydanticCustomError("unique_items", "node {name}: 'precisions' lists a precision twice",
+                                      {"name": repr(self.name)})
         if self.kind != "kernel":
             return self
         if not self.family:
@@ -147,10 +152,11 @@ class Graph:
 
     name: Annotated[Text, Field(max_length=1024)]
     nodes: Annotated[list[Node], Field(min_length=1)]
-    batch: Annotated[int, Strict(), Field(ge=1, description="the batch size the graph was traced at")] = 1
+    batch: Annotated[int, Strict(), Field(ge=1, description="the batch size the graph was traced at"),
+                     INTEGRAL_FLOAT] = 1
     source: Text = ""
     meta: dict[str, Any] = field(default_factory=dict)
-    ir_version: Annotated[int, Strict(), AfterValidator(_supported_version),
+    ir_version: Annotated[JsonInt, AfterValidator(_supported_version),
                           Field(json_schema_extra={"const": IR_VERSION})] = IR_VERSION
 
     @model_validator(mode="after")

@@ -26,9 +26,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
-from predictor.validation import validation_message
+from predictor.validation import INTEGRAL_FLOAT, validation_message
 
 HOST_PROFILE_SCHEMA_VERSION = 1
 #: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
@@ -68,7 +68,8 @@ def host_kind(family: str | None) -> str:
 class HostProfile(BaseModel):
     """One host's per-call costs, and what identifies the host and its software."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: strict: a cost is a JSON number, not "8.5"; a core count an integer (8 or 8.0), not true
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     schema_version: Literal[1] = Field(description="version of this schema; readers refuse others")
     id: HostId
@@ -84,7 +85,7 @@ class HostProfile(BaseModel):
         None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
                                 "what an estimated profile is scaled by")
     cpu_model: str = Field(max_length=200)
-    cpu_cores: int = Field(ge=1, le=100_000)
+    cpu_cores: Annotated[int, Strict(), Field(ge=1, le=100_000), INTEGRAL_FLOAT]
     torch_version: str | None = Field(None, max_length=100)
     cuda_version: str | None = Field(None, max_length=100)
     gpu: str | None = Field(None, max_length=200, description="the GPU the probe issued to (None: CPU-only)")

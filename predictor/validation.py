@@ -4,10 +4,27 @@ service's problem objects both use these, so a field is named the same way in ei
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BeforeValidator, Strict, ValidationError
 from pydantic_core import ErrorDetails
+
+
+def _integral_float(value: Any) -> Any:
+    """8.0 as 8: JSON has one number type, and JSON Schema calls 8.0 an integer (generators and
+    some serializers write it so); anything else is left for the strict check to refuse."""
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return value
+
+
+#: With ``Strict()``, an integer as JSON means it: 8 or 8.0, never "8", "8.0", "1_000", true or 8.5.
+#: Pydantic's lax mode takes all of those; its strict mode refuses 8.0, which JSON Schema calls an
+#: integer. Write it last, after the bounds: ``Annotated[int, Strict(), Field(ge=1), INTEGRAL_FLOAT]``
+#: (bounds written after it would reach the JSON schema as "ge"/"le", not "minimum"/"maximum").
+INTEGRAL_FLOAT = BeforeValidator(_integral_float)
+#: an unbounded JSON integer
+JsonInt = Annotated[int, Strict(), INTEGRAL_FLOAT]
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

@@ -3,7 +3,7 @@
 The predictor checks a prediction's variant with this model; the service's request models,
 OpenAPI document and spreadsheet GETs reuse its field types, so a batch, a precision or a mode
 is accepted or refused by one rule, with one message, wherever it comes from. JSON requests are
-strict (an integer is an integer, not "8" or true); a multipart form's text fields are parsed as
+strict (an integer is 8 or 8.0, not "8" or true); a multipart form's text fields are parsed as
 numbers by a form model that shares ``Batch`` with lax parsing.
 """
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
 
 from predictor.compose import MODES
 from predictor.precision import PRECISIONS
-from predictor.validation import validation_message
+from predictor.validation import INTEGRAL_FLOAT, validation_message
 
 MAX_BATCH = 65_536
 DEFAULT_PRECISION = "fp16"
@@ -31,13 +31,13 @@ DeviceName = Annotated[str, Field(min_length=1, max_length=100,
 
 
 class Variant(BaseModel):
-    """Where and how to run a graph; every field has a default. The batch is strict (JSON's 8,
-    not "8", 8.0 or true); a form model that parses text uses ``Batch`` itself."""
+    """Where and how to run a graph; every field has a default. The batch is strict (JSON's 8 or
+    8.0, not "8" or true); a form model that parses text uses ``Batch`` itself."""
 
     model_config = ConfigDict(extra="forbid")
 
     device: DeviceName | None = None
-    batch: Annotated[Batch, Strict()] | None = None
+    batch: Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH), INTEGRAL_FLOAT] | None = None
     precision: Precision = DEFAULT_PRECISION  # type: ignore[valid-type]
     mode: Mode = DEFAULT_MODE  # type: ignore[valid-type]
 

@@ -19,6 +19,7 @@ from service.config import ServiceConfig
 from service.graph_store import GraphStore
 from service.last_good import LastGoodStore
 from service.metrics import Metrics
+from service.onnx_budget import ImportBudget, shared_importer
 from service.openapi import LatpredOpenAPI
 from service.problems import openapi_validation_callback, register_error_handlers
 from service.registry import ModelRegistry
@@ -50,7 +51,8 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
                                  last_good=LastGoodStore(config.last_good_dir))
     store = GraphStore(config.graph_store, config.graph_cache_size, max_bytes=config.graph_store_max_bytes,
                        max_graph_bytes=config.graph_max_bytes)
-    app.extensions["latpred"] = ServiceState(config, registry, store, GraphResolver(store, config.max_nodes),
+    importer = shared_importer(ImportBudget(config.onnx_import_seconds, config.onnx_import_max_bytes))
+    app.extensions["latpred"] = ServiceState(config, registry, store, GraphResolver(store, config.max_nodes, importer),
                                              metrics, HostStore(config.host_store))
     metrics.served({}, registry.snapshot.versions())
     registry.listeners.append(lambda old, new: metrics.served(old.versions(), new.versions()))

@@ -103,6 +103,11 @@ class ServiceConfig:
     max_results: int = 10_000
     #: node evaluations one prediction request may cost, estimated before predicting (service.work_budget).
     max_work: int = DEFAULT_MAX_WORK
+    #: seconds and bytes (address space above its own) one ONNX upload's import may take, in a
+    #: child process that is killed past either (service.onnx_budget): the bombs of issue #13
+    #: take under 0.2 s and 50 MiB, a 100,000-node export about a second
+    onnx_import_seconds: int = 5
+    onnx_import_max_bytes: int = GIB
     #: seconds a spreadsheet GET may be cached (its ETag changes with the model version anyway).
     cache_max_age: int = 300
     #: graphs kept parsed in memory per worker (the zoo is always kept).
@@ -148,6 +153,8 @@ class ServiceConfig:
             max_nodes=_int(env, "LATPRED_MAX_NODES", 50_000),
             max_results=_int(env, "LATPRED_MAX_RESULTS", 10_000),
             max_work=_int(env, "LATPRED_MAX_WORK", DEFAULT_MAX_WORK),
+            onnx_import_seconds=_int(env, "LATPRED_ONNX_IMPORT_SECONDS", 5),
+            onnx_import_max_bytes=_int(env, "LATPRED_ONNX_IMPORT_MAX_BYTES", GIB, minimum=64 * MIB),
             cache_max_age=_int(env, "LATPRED_CACHE_MAX_AGE", 300, minimum=0),
             graph_cache_size=_int(env, "LATPRED_GRAPH_CACHE", 256, minimum=0),
             load_wait_s=_int(env, "LATPRED_LOAD_WAIT_S", 30, minimum=0),

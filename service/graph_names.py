@@ -29,6 +29,10 @@ RULE = ("a graph name starts with a letter, digit or underscore and holds only l
         "and . _ - + ( ) [ ] / : # @ (a spreadsheet runs a cell that starts with = + - @ as a formula)")
 
 
+#: the rule as the request documents' pattern (checked by ``check_graph_name``, whose message says it)
+NAME_PATTERN = f"^{SAFE_NAME.pattern}$"
+
+
 def check_graph_name(name: str, field: str, origin: str = "") -> str:
     """``name`` if it is safe (``SAFE_NAME``, whole); else a 422 problem naming ``field``, which
     says the rule and, through ``origin``, where the name came from when the request did not

@@ -23,9 +23,10 @@ from flask_openapi3.types import ResponseDict
 from pydantic import BaseModel, TypeAdapter
 
 from service.auth import SECURITY, refusals
+from service.graph_names import NAME_PATTERN, RULE
 from service.problems import PROBLEM_JSON, TITLES
 from service.request_body import accepts
-from service.schemas.common import Problem
+from service.schemas.common import TEXT_LOCATIONS, Problem, without_null
 from service.work_budget import openapi_note
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -86,6 +87,8 @@ def add_model(schemas: dict[str, Any], model: type) -> str:
     """Put ``model`` (a pydantic model or any type pydantic can describe, and the types it uses)
     into the components; returns its name."""
     schema = TypeAdapter(model).json_schema(ref_template=REF)
+    if getattr(model, "LOCATION", "body") in TEXT_LOCATIONS:  # a form's fields are text: no null
+        without_null(schema)
     for name, sub in schema.pop("$defs", {}).items():
         schemas.setdefault(name, sub)
     name = model.__name__
@@ -146,8 +149,35 @@ class LatpredOpenAPI(OpenAPI):
                     response = op["responses"].setdefault(str(status), problems(status)[status])
                     response["description"] = f"{response['description']}. {note['description']}"
                 if getattr(view, "__latpred_guarded__", False):
-                    if config.writes_need_key:
+                    if config.api_key:  # with no key set, no credential opens a closed write: only 403
                         op["security"] = SECURITY
                     for status in (401, 403):
                         op["responses"].pop(str(status), None)
                     op["responses"].update({str(k): v for k, v in problems(*refusals(config)).items()})
+        declare_name_rule(schemas)
+        declare_parser_refusals(ops)
+
+
+def declare_parser_refusals(ops: dict[str, Any]) -> None:
+    """A URL over gunicorn's request-line limit (8,190 bytes, ``gunicorn_conf``) is refused by its
+    HTTP parser with an HTML 400 before the app sees it. Every URL the document allows fits when
+    written in ASCII; one that breaks its patterns with non-ASCII text (twelve bytes a character
+    once percent-encoded) may not, so operations with parameters declare that answer too."""
+    for op in (o for item in ops.values() for o in item.values() if isinstance(o, dict)):
+        if not any(p.get("in") in ("query", "path") for p in op.get("parameters", [])):
+            continue
+        response = op["responses"].setdefault("400", {"description": "Bad Request", "content": problem_ref()})
+        response["content"]["text/html"] = {"schema": {"type": "string"}}
+        response["description"] += "; text/html from the HTTP server for a request line over 8,190 bytes"
+
+
+def declare_name_rule(schemas: dict[str, Any]) -> None:
+    """The graph IR's ``name`` as the service takes it (``graph_names``): the IR itself allows any
+    name, since the CLI reads local files whose names it escapes, but every graph given to the
+    service must pass the rule, and a document that did not say so would call refused names valid.
+    ``\\w`` is Unicode in the service (Python) and ASCII in an ECMA-262 validator: what the latter
+    calls valid, the service takes."""
+    name = schemas.get("Graph", {}).get("properties", {}).get("name")
+    if name is not None:
+        name["pattern"] = NAME_PATTERN
+        name["description"] = (name.get("description", "") + " " + RULE[0].upper() + RULE[1:]).strip()

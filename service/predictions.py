@@ -73,7 +73,7 @@ def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = 
     try:
         return resolve_device(device)
     except ValueError as exc:
-        raise ProblemError(422, str(exc), field=field, kind="unknown-device") from None
+        raise ProblemError(404, str(exc), field=field, kind="unknown-device") from None
 
 
 def host_key(profile: HostProfile | None) -> str | None:
@@ -93,9 +93,9 @@ def resolve_host_id(predictor: Predictor, host: str | None, store: HostStore | N
     try:
         return host_by_id(host, predictor.bundle, [store] if store is not None else [])
     except UnknownHostError as exc:
-        kind = "unknown-host" if re.match(ID_PATTERN, host) else "invalid-host"
-        raise ProblemError(422, f"{exc}; GET /v1/hosts lists them, POST /v1/hosts adds one", field=field,
-                           kind=kind) from None
+        known_form = bool(re.match(ID_PATTERN, host))  # an id that is not there, or no id at all
+        raise ProblemError(404 if known_form else 422, f"{exc}; GET /v1/hosts lists them, POST /v1/hosts adds one",
+                           field=field, kind="unknown-host" if known_form else "invalid-host") from None
 
 
 def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "", host: str | None = None,
@@ -110,7 +110,7 @@ def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "",
     except NotReady as exc:
         raise not_ready(str(exc)) from None
     if predictor is None:
-        raise ProblemError(422, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
+        raise ProblemError(404, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
                                 "GET /v1/devices lists the devices that have one",
                            field=join_path(prefix, "device"), kind="no-bundle")
     profile = resolve_host_id(predictor, host, store, join_path(prefix, "host"))

@@ -1,7 +1,8 @@
 """Turn what a request names (JSON IR, ONNX bytes, a zoo name, a stored id) into a checked Graph.
 
 Parsing and checking are predictor's (its ``Graph`` declaration, which the request models use,
-so an inline graph is parsed and checked once, with the body; ``graph_from_onnx``; the zoo);
+so an inline graph is parsed and checked once, with the body; ``graph_from_onnx``, run within a
+budget in a child process by ``onnx_budget``; the zoo);
 this module adds what a server needs on top: limits on a graph's size, errors that name the request
 field, and caches, since NAS loops and spreadsheets name the same zoo and stored graphs again
 and again and re-reading a 60 KB JSON file would cost more than predicting it.
@@ -17,15 +18,18 @@ from predictor.graph import Graph
 from predictor.zoo import load_zoo_graph, zoo_names
 from service.graph_names import check_graph_name
 from service.graph_store import ID_PATTERN, GraphStore, graph_id
+from service.onnx_budget import BudgetedImporter, ImportBudgetError, ImportRefused
 from service.problems import ProblemError
 
 
 class GraphResolver:
     """Resolves graph sources with the server's node cap; thread-safe, shared by the app."""
 
-    def __init__(self, store: GraphStore, max_nodes: int) -> None:
+    def __init__(self, store: GraphStore, max_nodes: int, importer: BudgetedImporter) -> None:
         self.store = store
         self.max_nodes = max_nodes
+        #: ONNX uploads are imported by it, in a child process within a time and memory budget
+        self.importer = importer
         self._zoo: dict[str, Graph] = {}
         self._zoo_names = {n.lower(): n for n in zoo_names()}
         self._digests: dict[int, str] = {}
@@ -50,7 +54,7 @@ class GraphResolver:
         key = name.strip().lower()
         canonical = self._zoo_names.get(key)
         if canonical is None:
-            raise ProblemError(422, f"no zoo graph named {name!r}: GET /v1/models lists them", field=field,
+            raise ProblemError(404, f"no zoo graph named {name!r}: GET /v1/models lists them", field=field,
                                kind="unknown-model")
         graph = self._zoo.get(canonical)
         if graph is None:
@@ -74,7 +78,7 @@ class GraphResolver:
         try:
             return self.store.get(gid)
         except KeyError:
-            raise ProblemError(422, f"no stored graph with id {gid} (never stored, or evicted as the least recently "
+            raise ProblemError(404, f"no stored graph with id {gid} (never stored, or evicted as the least recently "
                                     "used when the store was full): store it with POST /v1/graphs",
                                field=field, kind="unknown-graph") from None
 
@@ -92,18 +96,18 @@ class GraphResolver:
         try:
             import onnx  # noqa: F401
 
-            from predictor.importers.onnx_dims import DimsError
-            from predictor.importers.onnx_graph import graph_from_onnx
             from predictor.importers.onnx_wire import node_count
         except ImportError:
             raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
         self.check_size(node_count(data), field)
         try:
-            graph = graph_from_onnx(data, name=name, batch=batch, dims=dims)
-        except DimsError as exc:
-            raise ProblemError(422, str(exc), field="dims", kind="invalid-dims") from None
-        except (ValueError, TypeError) as exc:
+            graph = self.importer.import_graph(data, name=name, batch=batch, dims=dims)
+        except ImportRefused as exc:
+            if exc.dims:
+                raise ProblemError(422, str(exc), field="dims", kind="invalid-dims") from None
             raise ProblemError(422, str(exc), field=field, kind="invalid-onnx") from None
+        except ImportBudgetError as exc:
+            raise ProblemError(422, str(exc), field=field, kind="import-budget", budget=exc.budget) from None
         if not name:
             check_graph_name(graph.name, "name", origin="the ONNX file names its graph ")
         return graph

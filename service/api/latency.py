@@ -39,7 +39,7 @@ RENDERING = "escaped-cells-1"
 
 OK_RESPONSE = {
     "description": "json: a list of predictions (without layers); csv: a header and one row per combination; "
-                   "txt: one number (ms)",
+                   "txt: one number (ms) per combination, one per line",
     "content": {
         "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/Prediction"}}},
         "text/csv": {"schema": {"type": "string"}},
@@ -51,7 +51,7 @@ OK_RESPONSE = {
 def _split(value: str | None, field: str) -> list[str]:
     if value is None:
         return []
-    parts = [p.strip() for p in value.split(",")]
+    parts = [p.strip(" ") for p in value.split(",")]  # spaces only, as the document's patterns say
     if any(not p for p in parts):
         raise ProblemError(400, f"'{field}' has an empty item in {value!r}", field=field)
     return parts
@@ -75,18 +75,19 @@ def _values(value: str | None, field: str, default: str | None) -> list[Any]:
 
 
 @api.get("/latency", responses={200: OK_RESPONSE, 304: {"description": "Not Modified (ETag matched)"},
-                                **problems(400, 503)})
+                                **problems(400, 404, 503)})
 @documents(Prediction)
 @budgeted(400)
 def latency(query: LatencyQuery) -> Response:
     """Latency for spreadsheets: every combination of the comma-separated parameter values.
 
-    `model` (zoo names) and/or `graph` (stored ids); `device`, `batch` (default: the graph's own),
+    `model` (zoo names) and/or `graph` (stored ids; with neither, the grid is empty: a CSV of
+    its header only); `device`, `batch` (default: the graph's own),
     `precision` (default fp16), `mode` (default cudagraph), `host` (host profile ids for eager
     rows; default: the bundle's). `format=csv` answers the columns model, device, batch,
     precision, mode, total_ms, low_ms, high_ms, model_version, host (the profile of an eager row,
-    empty for a CUDA graph); `format=txt` one number (total_ms; 400 if the parameters make more
-    than one combination). A grid whose estimated work is over the server's budget
+    empty for a CUDA graph); `format=txt` one number (total_ms), or for a grid one per line in
+    the CSV's row order. A grid whose estimated work is over the server's budget
     (`LATPRED_MAX_WORK`) is a 400 `work-budget` problem, before anything is predicted: ask for
     fewer combinations a URL.
     """
@@ -102,8 +103,6 @@ def _latency(query: LatencyQuery) -> Response:
     st = state()
     models = _split(query.model, "model")
     graph_ids = _split(query.graph, "graph")
-    if not models and not graph_ids:
-        raise ProblemError(400, "name a model (zoo name) or a graph (stored id)", field="model")
     # Resolve everything before predicting anything: a typo in the last value costs nothing.
     graphs = [("model", m, st.resolver.from_zoo(m, "model")) for m in models] + \
              [("graph", gid, st.resolver.from_id(gid, "graph")) for gid in graph_ids]
@@ -113,9 +112,6 @@ def _latency(query: LatencyQuery) -> Response:
     modes = _values(query.mode, "mode", DEFAULT_MODE)
     hosts: list[str | None] = list(_split(query.host, "host")) or [None]
     count = len(graphs) * len(devices) * len(batches) * len(precisions) * len(modes) * len(hosts)
-    if query.format == "txt" and count != 1:
-        raise ProblemError(400, f"format=txt answers one number, but these parameters make {count} combinations; "
-                                "use format=csv or json for a grid", field="format")
     if count > st.config.max_results:
         raise ProblemError(400, f"these parameters make {count} combinations; at most {st.config.max_results} "
                                 "per request (LATPRED_MAX_RESULTS)", field="batch")
@@ -136,7 +132,7 @@ def _latency(query: LatencyQuery) -> Response:
     if _matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
     # every graph on every variant: the grid (a 422 here is answered as a 400, by latency())
-    field = "batch" if len(variants) > 1 else graphs[0][0]
+    field = "batch" if len(variants) > 1 or not graphs else graphs[0][0]
     work_budget.check([graph for _, _, graph in graphs], list(variants.values()), st.config.max_work, field=field,
                       max_results=st.config.max_results)
     rows = []
@@ -163,7 +159,7 @@ def _render(rows: list[dict[str, Any]], fmt: str) -> Response:
     formula (``spreadsheet_cells``: a graph's name is whatever stored it chose); txt's one
     number likewise, though it is only ever a number."""
     if fmt == "txt":
-        return Response(safe_cell(f"{rows[0]['total_ms']:.4f}"), mimetype="text/plain")
+        return Response("\n".join(safe_cell(f"{row['total_ms']:.4f}") for row in rows), mimetype="text/plain")
     if fmt == "csv":
         out = io.StringIO()
         writer = SpreadsheetWriter(out, lineterminator="\r\n")

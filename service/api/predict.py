@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from predictor.graph import GRAPH_ADAPTER, Graph
 from predictor.prediction import Prediction
 from service import predictions, work_budget
+from service.graph_names import check_graph_name
 from service.openapi import budgeted, documents, json_response, problems, request_bodies
 from service.predictions import ResolvedVariant
 from service.problems import ProblemError, validation_problem
@@ -30,7 +31,7 @@ api = APIBlueprint("predict", __name__, url_prefix="/v1",
                    abp_tags=[Tag(name="predict", description="latency of graphs on devices")])
 
 
-@api.post("/predict", responses={200: json_response(Prediction), **problems(400, 413, 415, 422, 503)})
+@api.post("/predict", responses={200: json_response(Prediction), **problems(400, 404, 413, 415, 422, 503)})
 @request_bodies(json=PredictRequest, form=PredictForm)
 @documents(Prediction)
 @budgeted(422)
@@ -69,7 +70,7 @@ def predict() -> dict[str, Any]:
     return result.to_json(body.layers)
 
 
-@api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 413, 415, 422, 503)})
+@api.post("/predict/batch", responses={200: BatchResponse, **problems(400, 404, 413, 415, 422, 503)})
 @request_bodies(json=BatchRequest)
 @budgeted(422)
 def predict_batch() -> dict[str, Any]:
@@ -84,6 +85,9 @@ def predict_batch() -> dict[str, Any]:
     """
     st = state()
     body, refused = _batch_body()
+    for i, source in enumerate(body.graphs):  # the document's name rule: a broken one refuses the whole body
+        if source.graph is not None and i not in refused:
+            check_graph_name(source.graph.name, f"graphs[{i}].graph.name")
     total = len(body.graphs) * len(body.variants)
     if total > st.config.max_results:
         raise ProblemError(422, f"{len(body.graphs)} graphs x {len(body.variants)} variants = {total} results; "
@@ -161,6 +165,9 @@ def _batch_body() -> tuple[BatchRequest, dict[int, ProblemError]]:
     data = strict_loads(request.get_data(cache=True))
     refused: dict[int, ProblemError] = {}
     for i in items:
+        name = data["graphs"][i]["graph"].get("name")
+        if isinstance(name, str):  # the document's name rule refuses the whole body, as in predict_batch
+            check_graph_name(name, f"graphs[{i}].graph.name")
         try:
             GRAPH_ADAPTER.validate_python(data["graphs"][i]["graph"])
         except ValidationError as graph_exc:

@@ -63,11 +63,36 @@ class RequestModel(BaseModel):
         ``ref_template`` and ``mode``) gets a copy it may edit."""
         key = (cls, args, tuple(sorted(kwargs.items())))
         if key not in _SCHEMAS:
-            _SCHEMAS[key] = super().model_json_schema(*args, **kwargs)
+            schema = super().model_json_schema(*args, **kwargs)
+            _SCHEMAS[key] = without_null(schema) if cls.LOCATION in TEXT_LOCATIONS else schema
         return _SCHEMAS[key] if not args and not kwargs else copy.deepcopy(_SCHEMAS[key])
 
 
 _SCHEMAS: dict[tuple, dict[str, Any]] = {}
+#: where every value is text: an optional field is left out, never null, since the text "null" is
+#: a string (a name) or no number at all (a batch)
+TEXT_LOCATIONS = ("query", "form", "path")
+
+
+def without_null(schema: dict[str, Any], fields: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """A query or form model's schema with the null branch of each optional property (or of
+    ``fields``) removed: the model takes None for a field left out, which the document says by
+    not requiring it."""
+    for name, prop in schema.get("properties", {}).items():
+        if fields is not None and name not in fields:
+            continue
+        branches = prop.get("anyOf")
+        if not branches or {"type": "null"} not in branches:
+            continue
+        rest = [b for b in branches if b != {"type": "null"}]
+        del prop["anyOf"]
+        if len(rest) == 1:
+            prop.update({k: v for k, v in rest[0].items() if k not in prop})
+        else:
+            prop["anyOf"] = rest
+        if prop.get("default", ...) is None:
+            del prop["default"]
+    return schema
 
 
 class ResponseModel(BaseModel):

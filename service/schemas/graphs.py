@@ -8,7 +8,7 @@ from pydantic import Field, RootModel
 
 from predictor.graph import Graph
 from predictor.variant import Batch
-from service.graph_names import RULE
+from service.graph_names import NAME_PATTERN, RULE
 from service.schemas.common import GraphId, OnnxDims, RequestModel, ResponseModel
 
 
@@ -30,7 +30,8 @@ class GraphUploadForm(RequestModel):
     onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
                                description="the .onnx file (only its weights' dims are read; external "
                                            "data is never opened)")]
-    name: Annotated[str, Field(max_length=200)] | None = Field(None, description=(
+    name: Annotated[str, Field(max_length=200, json_schema_extra={"pattern": NAME_PATTERN})] | None = Field(
+        None, description=(
         f"the graph's name (default: the ONNX graph's); {RULE}"))
     batch: Batch | None = Field(None, description="fixes a symbolic batch dimension (default 1)")
     dims: OnnxDims = Field(None, description="other symbolic dims by name, e.g. {\"sequence\": 256}")

@@ -4,23 +4,31 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, Strict, model_validator
 
 from predictor.graph import Graph
 from predictor.host_profile import HostId
 from predictor.prediction import Prediction
 from predictor.variant import Batch, Variant
-from service.graph_names import RULE
-from service.schemas.common import GraphId, OnnxDims, Problem, RequestModel, ResponseModel, ZooName
+from service.graph_names import NAME_PATTERN, RULE
+from service.schemas.common import GraphId, OnnxDims, Problem, RequestModel, ResponseModel, ZooName, without_null
 
 SOURCE_FIELDS = ("graph", "model", "graph_id")
+#: a JSON body's flag is true or false, not 1 or "false" (a form's text field is parsed as text)
+JsonBool = Annotated[bool, Strict()]
+
+
+def _source_schema(schema: dict[str, Any]) -> None:
+    """Exactly one source, and none of them null: the oneOf asks for one of the three fields to be
+    present, which a null would satisfy, and ``_one_source`` refuses a null source as none at all."""
+    schema["oneOf"] = [{"required": [f]} for f in SOURCE_FIELDS]
+    without_null(schema, SOURCE_FIELDS)
 
 
 class GraphSource(RequestModel):
     """Exactly one of: a graph as JSON IR, a zoo name, or the id of a stored graph."""
 
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra={
-        "oneOf": [{"required": [f]} for f in SOURCE_FIELDS]})
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), json_schema_extra=_source_schema)
 
     graph: Graph | None = Field(None, description="the graph as JSON IR (graph_ir.schema.json), parsed and "
                                                   "checked once, here")
@@ -29,6 +37,9 @@ class GraphSource(RequestModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> GraphSource:
+        null = [f for f in SOURCE_FIELDS if f in self.model_fields_set and getattr(self, f) is None]
+        if null:
+            raise ValueError(f"'{null[0]}' is null: leave out the sources not given")
         given = [f for f in SOURCE_FIELDS if getattr(self, f) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of 'graph', 'model' or 'graph_id' (got "
@@ -50,7 +61,7 @@ class HostVariant(Variant):
 class PredictRequest(GraphSource, HostVariant):
     """One graph on one variant (JSON body)."""
 
-    layers: bool = Field(True, description="include the per-layer breakdown")
+    layers: JsonBool = Field(True, description="include the per-layer breakdown")
 
 
 class PredictForm(RequestModel, HostVariant):
@@ -65,7 +76,8 @@ class PredictForm(RequestModel, HostVariant):
 
     onnx: Annotated[Any, Field(json_schema_extra={"type": "string", "format": "binary"},
                                description="the .onnx file")]
-    name: Annotated[str, Field(max_length=200)] | None = Field(None, description=(
+    name: Annotated[str, Field(max_length=200, json_schema_extra={"pattern": NAME_PATTERN})] | None = Field(
+        None, description=(
         f"the graph's name (default: the ONNX graph's); {RULE}"))
     batch: Batch | None = Field(None, description="batch size (default: the graph's own); a form field is text, "
                                                   "read as a number")
@@ -79,7 +91,7 @@ class BatchRequest(RequestModel):
     graphs: list[GraphSource] = Field(min_length=1)
     variants: list[HostVariant] = Field(default_factory=lambda: [HostVariant()], min_length=1,
                                         description="default: one variant with every default")
-    layers: bool = Field(False, description="include each prediction's per-layer breakdown")
+    layers: JsonBool = Field(False, description="include each prediction's per-layer breakdown")
 
 
 class BatchItem(ResponseModel):

@@ -70,7 +70,7 @@ def test_round_trip_through_to_json_is_stable() -> None:
     (graph_json(batch=-4), "batch: Input should be greater than or equal to 1"),
     (graph_json(batch="8"), "batch: Input should be a valid integer"),
     (graph_json(batch=True), "batch: Input should be a valid integer"),
-    (graph_json(batch=8.0), "batch: Input should be a valid integer"),
+    (graph_json(batch=8.5), "batch: Input should be a valid integer"),
     (graph_json(nodes=[]), "nodes: List should have at least 1 item"),
     (graph_json(nodes=["fc"]), r"nodes\[0\]: Input should be a dictionary"),
     (graph_json(nodes=[{k: v for k, v in LINEAR.items() if k != "op"}]), r"nodes\[0\]\.op: Field required"),
@@ -113,7 +113,7 @@ def test_load_names_the_file_of_invalid_json(tmp_path: Path) -> None:
 @pytest.mark.parametrize("node", [
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": "many"},
     {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": -5},
-    {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": 2.0},
+    {"name": "f", "op": "roll", "kind": "fallback", "elements_per_sample": 2.5},
 ])
 def test_from_json_refuses_a_bad_fallback_size(node: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="elements_per_sample"):
@@ -180,3 +180,10 @@ def test_zoo_names_are_case_insensitive_and_unknown_names_list_the_choices() -> 
 def test_sizes_are_bounded_integers_so_features_stay_finite(node: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         Graph.from_json(graph_json(nodes=[node]))
+
+
+def test_an_integral_float_is_the_integer_json_schema_calls_it() -> None:
+    """JSON has one number type and JSON Schema's "integer" includes 8.0; "8" and true stay refused."""
+    graph = Graph.from_json(graph_json(batch=8.0, nodes=[{**LINEAR, "params": {"tokens": 4.0, "k": 16, "n": 8}}]))
+    assert graph.batch == 8 and type(graph.batch) is int
+    assert graph.nodes[0].params["tokens"] == 4 and type(graph.nodes[0].params["tokens"]) is int

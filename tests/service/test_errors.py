@@ -69,17 +69,41 @@ def test_bad_batches(client: Any, batch: Any) -> None:
     assert_problem(client.post("/v1/predict", json=body), 422, "batch")
 
 
-@pytest.mark.parametrize("field, value", [("device", "tpu-v9"), ("device", ""), ("model", "no-such-net"),
-                                          ("precision", "fp8"), ("mode", "jit"), ("graph_id", "abc"),
-                                          ("layers", "perhaps"), ("colour", "red")])
-def test_unknown_names_are_422_naming_the_field(client: Any, field: str, value: str) -> None:
+@pytest.mark.parametrize("field, value", [("device", ""), ("precision", "fp8"), ("mode", "jit"), ("graph_id", "abc"),
+                                          ("layers", "perhaps"), ("layers", 1), ("colour", "red")])
+def test_invalid_values_are_422_naming_the_field(client: Any, field: str, value: Any) -> None:
     body = {"model": "resnet18", field: value}
     assert_problem(client.post("/v1/predict", json=body), 422, field)
+
+
+@pytest.mark.parametrize("body, field", [({"model": "resnet18", "device": "tpu-v9"}, "device"),
+                                         ({"model": "no-such-net"}, "model"),
+                                         ({"graph_id": "f" * 64}, "graph_id")])
+def test_names_of_nothing_there_are_404_naming_the_field(client: Any, body: dict[str, Any], field: str) -> None:
+    """Well-formed names of a device, zoo model or stored graph that does not exist: not found,
+    as the document says of every well-formed value it cannot list (a stored graph's id, a host)."""
+    assert_problem(client.post("/v1/predict", json=body), 404, field)
 
 
 def test_a_source_is_exactly_one_of_graph_model_graph_id(client: Any) -> None:
     assert "exactly one" in assert_problem(client.post("/v1/predict", json={}), 422)["detail"]
     assert_problem(client.post("/v1/predict", json={"model": "resnet18", "graph_id": "a" * 64}), 422)
+    null = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "graph": None}), 422)
+    assert "'graph' is null" in null["detail"]
+
+
+@pytest.mark.parametrize("path, data, key", [
+    ("/v1/predict", '{"model": "resnet18", "batch": 8, "batch": 1}', "batch"),
+    ("/v1/predict/batch", '{"graphs": [{"model": "resnet18", "model": "alexnet"}]}', "model"),
+    ("/v1/graphs", '{"name": "g", "name": "h", "nodes": [{"name": "a", "op": "x", "kind": "free"}]}', "name"),
+    ("/v1/hosts", '{"id": "a", "id": "b"}', "id"),
+])
+def test_a_key_given_twice_is_400_naming_it(client: Any, path: str, data: str, key: str) -> None:
+    """Parsers keep the last value of a repeated key without a word; the client may have meant
+    the first, so the service refuses to guess."""
+    body = assert_problem(client.post(path, data=data, content_type="application/json",
+                                      headers={"X-API-Key": "unused"}), 400, key)
+    assert "twice" in body["detail"]
 
 
 @pytest.mark.parametrize("data", ["{", '{"model": "resnet18"', "", "nul", '{"model": NaN}', '{"batch": Infinity}',

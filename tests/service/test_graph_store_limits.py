@@ -95,8 +95,8 @@ def test_an_evicted_id_is_answered_as_an_unknown_one(small: Any) -> None:
     for gid in (gone, never):
         body = assert_problem(client.get(f"/v1/graphs/{gid}"), 404, "graph_id")
         assert "evicted" in body["detail"] and "store it again" in body["detail"]
-    evicted = assert_problem(client.post("/v1/predict", json={"graph_id": gone}), 422, "graph_id")
-    unknown = assert_problem(client.post("/v1/predict", json={"graph_id": never}), 422, "graph_id")
+    evicted = assert_problem(client.post("/v1/predict", json={"graph_id": gone}), 404, "graph_id")
+    unknown = assert_problem(client.post("/v1/predict", json={"graph_id": never}), 404, "graph_id")
     assert evicted["type"] == unknown["type"] and "evicted" in evicted["detail"]
     assert post(client, alexnet("g0")) == gone  # stored again, under the same id
     assert client.get(f"/v1/graphs/{gone}").status_code == 200
@@ -121,7 +121,7 @@ def test_a_graph_evicted_by_another_worker_is_gone_from_this_ones_cache(small: A
     _ok(one.post("/v1/predict", json={"graph_id": gid, "layers": False}))  # parsed and cached in `one`
     for i in range(1, 5):
         post(other, alexnet(f"g{i}"))
-    assert_problem(one.post("/v1/predict", json={"graph_id": gid}), 422, "graph_id")
+    assert_problem(one.post("/v1/predict", json={"graph_id": gid}), 404, "graph_id")
 
 
 def test_a_graph_over_the_per_graph_cap_is_a_413_naming_the_limit(registry: Any, tmp_path: Path) -> None:

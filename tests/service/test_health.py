@@ -65,6 +65,6 @@ def test_metrics_count_requests_predictions_unsupported_ops_and_the_version(clie
     assert m[("latpred_predictions_total", (("device", DEVICE), ("mode", "cudagraph")))] == 1
     assert m[("latpred_unsupported_ops_total", (("op", "TopK"),))] == 1
     assert m[("latpred_http_requests_total", (("endpoint", "/v1/predict"), ("method", "POST"), ("status", "200")))] == 2
-    assert m[("latpred_http_requests_total", (("endpoint", "/v1/predict"), ("method", "POST"), ("status", "422")))] == 1
+    assert m[("latpred_http_requests_total", (("endpoint", "/v1/predict"), ("method", "POST"), ("status", "404")))] == 1
     assert m[("latpred_http_request_duration_seconds_count", (("endpoint", "/v1/predict"),))] == 3
     assert m[("latpred_model_info", (("device", DEVICE), ("version", bundle_version())))] == 1

@@ -152,10 +152,11 @@ def test_eager_predictions_name_their_host_and_follow_its_costs(client: Any, def
     assert predict("cudagraph", "slow-host")["total_ms"] == graph["total_ms"]
 
 
-@pytest.mark.parametrize("host", ["no-such-host", "missing.json", "../../etc/passwd", "/tmp/x.json", ""])
-def test_an_unknown_or_malformed_host_is_a_422_naming_host(client: Any, host: str) -> None:
+@pytest.mark.parametrize("host, status", [("no-such-host", 404), ("missing.json", 404), ("../../etc/passwd", 422),
+                                          ("/tmp/x.json", 422), ("", 422)])
+def test_an_unknown_host_is_a_404_and_a_malformed_one_a_422_naming_host(client: Any, host: str, status: int) -> None:
     r = client.post("/v1/predict", json={"model": "resnet18", "mode": "eager", "host": host})
-    body = assert_problem(r, 422, "host")
+    body = assert_problem(r, status, "host")
     if host == "no-such-host":
         assert "no-such-host" in body["detail"] and "GET /v1/hosts" in body["detail"]
 
@@ -167,7 +168,7 @@ def test_the_multipart_form_takes_a_host(client: Any, slow: dict[str, Any]) -> N
 
     base, slower = upload().get_json(), upload(host="slow-host").get_json()
     assert slower["host"].startswith("slow-host") and slower["total_ms"] > base["total_ms"]
-    assert_problem(upload(host="nope"), 422, "host")
+    assert_problem(upload(host="nope"), 404, "host")
 
 
 def test_each_batch_variant_names_its_host(client: Any, slow: dict[str, Any], default: dict[str, Any]) -> None:
@@ -199,7 +200,7 @@ def test_the_spreadsheet_takes_hosts_and_names_them_in_a_column(client: Any, slo
     assert slower.headers["ETag"] != base.headers["ETag"]
     both = client.get(f"/v1/latency?model=resnet50&batch=1&mode=eager&host={default['id']},slow-host").get_json()
     assert [row["host"].split(" ")[0] for row in both] == [default["id"], "slow-host"]
-    assert_problem(client.get("/v1/latency?model=resnet50&mode=eager&host=nope"), 400, "host")
+    assert_problem(client.get("/v1/latency?model=resnet50&mode=eager&host=nope"), 404, "host")
     assert_problem(client.get("/v1/latency?model=resnet50&host=..%2Fx"), 400, "host")
 
 

@@ -40,9 +40,12 @@ def test_txt_is_one_plain_number_equal_to_the_json_total(client: Any) -> None:
     assert value == pytest.approx(single["total_ms"], abs=1e-4)
 
 
-def test_txt_refuses_a_grid(client: Any) -> None:
-    body = assert_problem(client.get("/v1/latency?model=resnet50&batch=1,8&format=txt"), 400, "format")
-    assert "2 combinations" in body["detail"]
+def test_txt_answers_a_grid_one_number_per_line_in_the_csvs_order(client: Any) -> None:
+    query = "model=resnet50,resnet18&batch=1,8"
+    lines = client.get(f"/v1/latency?{query}&format=txt").get_data(as_text=True).split("\n")
+    rows = list(csv.DictReader(io.StringIO(client.get(f"/v1/latency?{query}&format=csv").get_data(as_text=True))))
+    assert [float(v) for v in lines] == pytest.approx([float(r["total_ms"]) for r in rows], abs=1e-4)
+    assert len(lines) == 4
 
 
 def test_json_is_a_list_of_predictions_without_layers_and_defaults_apply(client: Any) -> None:
@@ -88,15 +91,25 @@ def test_etag_and_cache_control_and_304(client: Any) -> None:
     ("model=resnet50&batch=1,,8", "batch"),
     ("model=resnet50&precision=fp8", "precision"),
     ("model=resnet50&mode=jit", "mode"),
-    ("model=resnet50&device=tpu", "device"),
-    ("model=no-such-net", "model"),
-    ("graph=" + "f" * 64, "graph"),
     ("graph=../../etc/passwd", "graph"),
     ("model=resnet50&format=xml", "format"),
-    ("", "model"),
 ])
 def test_bad_parameters_are_400_naming_the_field(client: Any, query: str, field: str) -> None:
     assert_problem(client.get("/v1/latency?" + query), 400, field)
+
+
+def test_no_model_and_no_graph_is_the_empty_grid(client: Any) -> None:
+    """Every combination of no graphs: nothing to predict, and a header that says which columns
+    a filled grid would have (a query string cannot require one of two parameters)."""
+    assert client.get("/v1/latency?batch=1,8").get_json() == []
+    assert client.get("/v1/latency?format=csv").get_data(as_text=True).strip() == ",".join(
+        f'"{c}"' for c in CSV_COLUMNS)
+
+
+@pytest.mark.parametrize("query, field", [("model=resnet50&device=tpu", "device"), ("model=no-such-net", "model"),
+                                          ("graph=" + "f" * 64, "graph")])
+def test_names_of_nothing_there_are_404_naming_the_field(client: Any, query: str, field: str) -> None:
+    assert_problem(client.get("/v1/latency?" + query), 404, field)
 
 
 def test_grid_cap(registry: Any, tmp_path: Any) -> None:

@@ -42,7 +42,9 @@ def test_errors_are_documented_as_problem_json(spec: dict[str, Any]) -> None:
         for method, op in item.items():
             for status, response in op["responses"].items():
                 if int(status) >= 400:
-                    assert list(response["content"]) == [PROBLEM_JSON], (path, method, status)
+                    # gunicorn's own parser answers a request line over its limit in HTML
+                    html = ["text/html"] if status == "400" and op.get("parameters") else []
+                    assert list(response["content"]) == [PROBLEM_JSON, *html], (path, method, status)
 
 
 def test_predict_takes_json_or_a_multipart_onnx_upload(spec: dict[str, Any]) -> None:
@@ -68,7 +70,7 @@ WRITES = [("/v1/graphs", "post"), ("/v1/hosts", "post"), ("/v1/models/reload", "
 
 @pytest.mark.parametrize(("settings", "security", "refusals"), [
     ({"api_key": "k"}, True, {"401"}),            # the key is checked: 401 without it
-    ({}, True, {"403"}),                          # no key, writes closed: every write is a 403
+    ({}, False, {"403"}),                         # no key, writes closed: every write is a 403, whatever it sends
     ({"open_writes": True}, False, set()),        # no key, writes open: nothing is asked for
     ({"api_key": "k", "open_writes": True}, True, {"401"}),  # a key wins over open writes
 ])

@@ -130,7 +130,7 @@ def test_a_bad_item_gets_a_problem_and_the_rest_still_run(client: Any) -> None:
     ok = body["results"][0]
     assert ok["prediction"]["batch"] == 2 and "problem" not in ok
     by_pos = {(x["graph"], x["variant"]): x.get("problem") for x in body["results"]}
-    assert by_pos[(0, 1)]["field"] == "variants[1].device" and by_pos[(0, 1)]["status"] == 422
+    assert by_pos[(0, 1)]["field"] == "variants[1].device" and by_pos[(0, 1)]["status"] == 404
     assert by_pos[(1, 0)]["field"] == "graphs[1].model" and "no-such-net" in by_pos[(1, 0)]["detail"]
     assert by_pos[(2, 0)]["field"] == "graphs[2].graph_id"
 

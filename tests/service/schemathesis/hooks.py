@@ -1,0 +1,53 @@
+"""Schemathesis hooks for latpred's run (``SCHEMATHESIS_HOOKS=hooks``, with this folder on the path).
+
+One check is narrowed, not dropped: ``positive_data_acceptance`` wants every request the document
+calls valid to be served. The document describes a graph's JSON shape and an ONNX upload's field,
+but three rules of their content are beyond JSON Schema: an ONNX file must be ONNX (its field is
+``format: binary``), node names are unique within a graph and a kernel node's parameters are its
+family's (``predictor.catalogue``, with checks across parameters); and a graph's sizes must lie
+where the models can predict. ``graph_content_refusals`` therefore allows a 422 on the operations
+that take a graph, and only when the problem names one of those rules: a refusal of anything else
+(a batch, a name, a null, a host) is still a failure. Every other operation keeps the stock check.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import schemathesis
+from schemathesis.specs.openapi.checks import positive_data_acceptance
+
+GRAPH_OPERATIONS = {"POST /v1/predict", "POST /v1/predict/batch", "POST /v1/graphs"}
+#: problem types that are about a graph's or ONNX file's content
+CONTENT_KINDS = {"invalid-onnx", "invalid-dims", "cannot-predict", "graph-too-large", "work-budget", "import-budget"}
+
+
+def _about_content(problem: dict[str, Any]) -> bool:
+    kind = str(problem.get("type", "")).rsplit(":", 1)[-1]
+    if kind in CONTENT_KINDS:
+        return True
+    if kind != "validation-error":
+        return False
+    fields = [str(e.get("field") or "") for e in problem.get("errors") or [{"field": problem.get("field")}]]
+    return all(_in_graph(f) for f in fields)
+
+
+def _in_graph(field: str) -> bool:
+    """A path inside a graph's IR (``graph.nodes[3]``, ``graphs[0].graph``, the /v1/graphs body),
+    or an ONNX upload's ``dims`` (which names an upload may set depends on the file)."""
+    head = field.split(".", 1)[0].split("[", 1)[0]
+    return head in ("graph", "nodes", "dims") or (head == "graphs" and ".graph" in field) or field == ""
+
+
+@schemathesis.check
+def graph_content_refusals(ctx: Any, response: Any, case: Any) -> bool | None:
+    """positive_data_acceptance, except a 422 about a graph's content on the graph operations."""
+    if case.operation.label in GRAPH_OPERATIONS and response.status_code == 422:
+        try:
+            problem = json.loads(response.content)
+        except ValueError:
+            problem = {}
+        if _about_content(problem):
+            return None
+    return positive_data_acceptance(ctx, response, case)
