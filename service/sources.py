@@ -99,7 +99,7 @@ class GraphResolver:
             from predictor.importers.onnx_wire import node_count
         except ImportError:
             raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
-        self.check_size(node_count(data), field)
+        self.check_size(node_count(data, stop=self.max_nodes), field)
         try:
             graph = self.importer.import_graph(data, name=name, batch=batch, dims=dims)
         except ImportRefused as exc:

@@ -263,15 +263,39 @@ def _slim(buf: Buffer) -> bytes:
     return _Slimmer(buf).model(0, len(buf))
 
 
-def node_count(data: bytes | bytearray) -> int:
-    """Nodes in the top graph of serialized ONNX, counted without parsing it (0 if it is not a
-    well-formed message: the importer then says why)."""
-    count = 0
+def node_count(data: bytes | bytearray, stop: int = MAX_NODES) -> int:
+    """Nodes in the model's graph, those of its subgraphs (If, Loop and Scan bodies) included,
+    counted without parsing it, up to ``stop + 1`` (0 if it is not a well-formed message: the
+    importer then says why). A cap on this count bounds what an import walks: an If hiding a
+    million nodes in its branches counts past the cap, not as one node."""
     data = bytes(data)
+    seen = [0]
     try:
         for number, wire, _, a, b in _fields(data, 0, len(data)):
             if number == _MODEL_GRAPH and wire == 2:
-                count += sum(1 for n, w, *_ in _fields(data, a, b) if n == _GRAPH_NODE and w == 2)
-    except WireError:
+                _count_nodes(data, a, b, 0, seen, stop)
+    except _Enough:
+        pass
+    except WireError:  # LimitError too: the importer says what is wrong
         return 0
-    return count
+    return seen[0]
+
+
+class _Enough(Exception):
+    """More than ``stop`` nodes seen: the count is past any cap that asked."""
+
+
+def _count_nodes(data: bytes, pos: int, end: int, depth: int, seen: list[int], stop: int) -> None:
+    if depth > MAX_NESTING:
+        raise LimitError(f"subgraphs are nested more than {MAX_NESTING} deep")
+    for number, wire, _, a, b in _fields(data, pos, end):
+        if number != _GRAPH_NODE or wire != 2:
+            continue
+        seen[0] += 1
+        if seen[0] > stop:
+            raise _Enough
+        for n_number, n_wire, _, na, nb in _fields(data, a, b):
+            if n_number == _NODE_ATTRIBUTE and n_wire == 2:
+                for g_number, g_wire, _, ga, gb in _fields(data, na, nb):
+                    if g_number in _ATTR_GRAPHS and g_wire == 2:
+                        _count_nodes(data, ga, gb, depth + 1, seen, stop)

@@ -92,3 +92,44 @@ def test_the_service_answers_a_budget_refusal_as_a_problem_naming_onnx(registry:
     ok = client.post("/v1/predict", data={"onnx": (io.BytesIO(small_onnx()), "m.onnx")},
                      content_type="multipart/form-data")
     assert ok.status_code == 200, ok.get_json()
+
+
+def constant_of_shape_bomb(elements: int) -> bytes:
+    """Issue #13's 174-byte bomb: ConstantOfShape of [elements] into an Add."""
+    shape = helper.make_tensor("shape", TensorProto.INT64, [1], [elements])
+    graph = helper.make_graph([helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+                               helper.make_node("Add", ["big", "x"], ["y"])], "bomb",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [elements])], initializer=[shape])
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+
+
+def if_with_branches(nodes_each: int) -> bytes:
+    """An If whose two branches hold ``nodes_each`` Relus each: nodes the top level does not show."""
+    def branch(tag: str) -> Any:
+        chain = [helper.make_node("Relu", [f"{tag}{i}" if i else "x"], [f"{tag}{i + 1}"]) for i in range(nodes_each)]
+        return helper.make_graph(chain, tag, [], [helper.make_tensor_value_info(f"{tag}{nodes_each}",
+                                                                                TensorProto.FLOAT, [1, 4])])
+    graph = helper.make_graph([helper.make_node("If", ["cond"], ["y"], then_branch=branch("a"),
+                                                else_branch=branch("b"))], "iffy",
+                              [helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                               helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    return bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+
+
+def test_onnx_bombs_through_the_app_are_answered_without_building_their_tensors(client: Any) -> None:
+    """Issue #13's memory bombs: [1e8] is costed from its dims (a 400 MB tensor is never made, in
+    the worker or the child), [1e12] is refused naming the node; subgraph nodes count against the
+    node cap, so an If hiding 2 x 30,000 nodes is refused before any import."""
+    def upload(data: bytes) -> Any:
+        return client.post("/v1/predict", data={"onnx": (io.BytesIO(data), "m.onnx"), "layers": "false"},
+                           content_type="multipart/form-data")
+
+    small = upload(constant_of_shape_bomb(10**8))
+    assert small.status_code == 200, small.get_json()
+    assert small.get_json()["model"] == "bomb"
+    huge = assert_problem(upload(constant_of_shape_bomb(10**12)), 422, "onnx")
+    assert "ConstantOfShape" in huge["detail"]
+    hidden = assert_problem(upload(if_with_branches(30_000)), 422, "onnx")
+    assert "nodes" in hidden["detail"]
