@@ -16,9 +16,9 @@
 
 Environment: LATPRED_BIND (default 127.0.0.1:8000), LATPRED_WORKERS (default: the cores),
 LATPRED_THREADS (default 4: app threads per worker), LATPRED_WORKER_CONNECTIONS (default 1000:
-open connections a worker keeps), LATPRED_ACCESS_LOG ("-" stdout, a path, or "" for none),
-LATPRED_CONTROL_SOCKET (gunicornc's socket; off by default), and the app's LATPRED_* settings
-(service/config.py).
+open connections a worker keeps), LATPRED_REUSE_PORT (default 1: a socket per worker),
+LATPRED_ACCESS_LOG ("-" stdout, a path, or "" for none), LATPRED_CONTROL_SOCKET (gunicornc's
+socket; off by default), and the app's LATPRED_* settings (service/config.py).
 """
 
 from __future__ import annotations
@@ -52,8 +52,10 @@ worker_connections = int(os.environ.get("LATPRED_WORKER_CONNECTIONS", 1000))
 # Each worker listens on a socket of its own (SO_REUSEPORT), over which the kernel spreads new
 # connections: on one shared socket the gevent worker that woke first accepted a burst whole, and
 # 64 keep-alive clients landed 64 + 0 on two workers, leaving a core idle (3,000 predictions/s
-# where spread they get 5,400; benchmarks/service_load.py).
-reuse_port = True
+# where spread they get 5,400; benchmarks/service_load.py). The price: connections queued on a
+# worker's own socket when it dies are reset with it (on a shared socket another worker would take
+# them); LATPRED_REUSE_PORT=0 chooses the shared socket.
+reuse_port = (os.environ.get("LATPRED_REUSE_PORT") or "1").strip().lower() not in ("0", "false", "no", "off")
 preload_app = False
 timeout = 60  # a 64 MiB ONNX upload's import is the slowest request: seconds, not a minute
 graceful_timeout = 30
