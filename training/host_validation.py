@@ -45,12 +45,15 @@ class HostReport:
 
 
 def host_conditions(dataset: Path) -> dict[str, pd.DataFrame]:
-    """Condition name -> its eager runs: the live zoo runs and each ``host_runs/<name>``."""
+    """Condition name -> its eager runs: the live zoo runs and each ``host_runs/<name>`` that has
+    eager runs (a folder of CUDA-graph runs only, such as ``machine-5-cudagraph``, checks that
+    CUDA-graph latency does not follow the host, and has nothing to score here)."""
     dataset = Path(dataset)
     conditions = {LIVE_CONDITION: load_model_runs(dataset, MODEL_RUNS_FOLDER)}
     for folder in sorted(p for p in (dataset / HOST_RUNS_FOLDER).glob("*") if p.is_dir()):
         conditions[folder.name] = load_model_runs(dataset, f"{HOST_RUNS_FOLDER}/{folder.name}")
-    return {name: runs[runs["mode"] == "eager"].reset_index(drop=True) for name, runs in conditions.items()}
+    eager = {name: runs[runs["mode"] == "eager"].reset_index(drop=True) for name, runs in conditions.items()}
+    return {name: runs for name, runs in eager.items() if name == LIVE_CONDITION or not runs.empty}
 
 
 def predict_conditions(bundle_dir: Path, dataset: Path,
