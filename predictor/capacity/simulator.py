@@ -1,0 +1,406 @@
+"""A discrete-event simulator of a dynamic-batching inference server, as Triton's ``dynamic_batching``.
+
+Capacity planning asks "how many GPUs, and which batching settings, meet this QPS at this p99?".
+A predicted latency per batch size answers half of it; queueing answers the rest, and queueing has
+no closed form once batches form dynamically. So this module replays arrivals against a model of
+the server, with SimPy (https://simpy.readthedocs.io) as the event loop.
+
+What is simulated:
+
+- **Arrivals**: Poisson (exponential gaps), gamma gaps with a coefficient of variation (cv 1 is
+  Poisson, below 1 steadier, above 1 burstier), or a recorded trace of arrival times in seconds.
+- **The batcher**: one FIFO queue; whenever a model instance is free and requests are queued,
+  it decides (Triton's documented rule, https://docs.nvidia.com/deeplearning/triton-inference-server/
+  user-guide/docs/batcher.html):
+
+  1. if a preferred batch size can be formed (some preferred size <= queued requests), send the
+     largest such size at once;
+  2. without preferred sizes, if ``max_batch`` requests are queued, send ``max_batch`` at once;
+  3. otherwise, if the oldest queued request has waited ``max_queue_delay_us``, send what is
+     there, up to ``max_batch``;
+  4. otherwise wait until one more request arrives, an instance frees, or that delay runs out.
+
+  With ``max_queue_delay_us = 0`` and no preferred sizes (Triton's defaults) a free instance takes
+  whatever is queued, up to ``max_batch``: batches form only while every instance is busy.
+- **Service**: a batch of ``b`` takes ``median_ms(b) * exp(sigma * Z)`` with ``Z`` standard normal:
+  lognormal around the predicted median; ``sigma = 0`` is deterministic.
+
+Simplifications of Triton's batcher:
+
+- every request carries one sample; there are no ragged shapes, no request of batch > 1, and no
+  shape mismatch that ends a batch early;
+- one queue: no priority levels, no queue policy (size limit, per-request timeout, rejection),
+  no ``preserve_ordering``, no sequence batching;
+- the scheduler costs no time: forming a batch, copying inputs and returning responses are in the
+  latency model or nowhere; network time is not simulated;
+- instances are identical and independent (service time depends on the batch alone, not on how
+  many instances share a GPU: give ``latency`` the per-instance latency under that sharing);
+- when preferred sizes are set, batches never exceed the largest preferred size that fits, as
+  Triton's documentation describes; newer Triton releases may, after the queue delay runs out,
+  send more than the largest preferred size, which is not modelled.
+
+Statistics skip the first ``warmup_fraction`` of requests (the empty-server start). Throughput and
+utilisation are measured over the window from the first measured arrival to the last arrival, so an
+overloaded server shows its capacity rather than its drain; latencies, queue waits and batch sizes
+cover every measured request (and every batch that served them), each run to completion.
+Arrival and service randomness come from separate streams of one seed, so the same seed gives the
+same arrivals whatever the latency model or batching (comparing two settings is then less noisy).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
+    import simpy
+
+#: An arrival rate above this is a unit mistake (10 million requests per second to one model).
+MAX_RATE_QPS = 1e7
+#: More requests than this would take minutes and gigabytes; split the question instead.
+MAX_REQUESTS = 10_000_000
+#: Seconds of slack when comparing a clock with a deadline (float sums of times are not exact).
+_EPS_S = 1e-12
+
+ArrivalKind = Literal["poisson", "gamma", "trace"]
+#: A latency callable: batch size -> (median milliseconds, lognormal sigma).
+LatencyFn = Callable[[int], tuple[float, float]]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, int | float | np.number) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """Where requests come from: a Poisson or gamma process at ``rate_qps``, or a recorded trace.
+
+    ``cv`` is the gamma gaps' coefficient of variation (standard deviation / mean; 1 is Poisson).
+    ``times`` are a trace's arrival times in seconds, in order (ties are simultaneous arrivals).
+    """
+
+    kind: ArrivalKind
+    rate_qps: float | None = None
+    cv: float = 1.0
+    times: tuple[float, ...] | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("poisson", "gamma", "trace"):
+            raise ValueError(f"kind: must be 'poisson', 'gamma' or 'trace', not {self.kind!r}")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise ValueError(f"seed: must be a non-negative integer, not {self.seed!r}")
+        if self.kind == "trace":
+            self._check_trace()
+            return
+        if self.times is not None:
+            raise ValueError("times: only a 'trace' takes arrival times")
+        if self.rate_qps is None or not _finite(self.rate_qps) or self.rate_qps <= 0:
+            raise ValueError(f"rate_qps: must be a positive number of requests per second, not {self.rate_qps!r}")
+        if self.rate_qps > MAX_RATE_QPS:
+            raise ValueError(f"rate_qps: {self.rate_qps:g} is above {MAX_RATE_QPS:g} requests per second")
+        if not _finite(self.cv) or not 0 < self.cv <= 100:
+            raise ValueError(f"cv: the coefficient of variation must be in (0, 100], not {self.cv!r}")
+
+    def _check_trace(self) -> None:
+        if self.times is None or len(self.times) == 0:
+            raise ValueError("times: a trace needs at least one arrival time")
+        if len(self.times) > MAX_REQUESTS:
+            raise ValueError(f"times: {len(self.times)} arrivals is more than {MAX_REQUESTS}")
+        if not all(_finite(t) and t >= 0 for t in self.times):
+            raise ValueError("times: arrival times must be finite, non-negative seconds")
+        times = np.asarray(self.times, dtype=float)
+        if np.any(np.diff(times) < 0):
+            first = int(np.argmax(np.diff(times) < 0)) + 1
+            raise ValueError(f"times: must not decrease (times[{first}] = {times[first]} < times[{first - 1}])")
+        object.__setattr__(self, "times", tuple(float(t) for t in times))
+
+    def generate(self, requests: int | None, duration_s: float | None, rng: np.random.Generator) -> np.ndarray:
+        """Arrival times in seconds: the first ``requests`` arrivals, or every arrival before ``duration_s``."""
+        if self.kind == "trace":
+            assert self.times is not None
+            times = np.asarray(self.times, dtype=float)
+            if duration_s is not None:
+                times = times[times < duration_s]
+            return times[:requests] if requests is not None else times
+        assert self.rate_qps is not None
+        if requests is not None:
+            return np.cumsum(self._gaps(requests, rng))
+        assert duration_s is not None
+        chunks: list[np.ndarray] = []
+        start = 0.0
+        expected = self.rate_qps * duration_s
+        while start < duration_s:  # a few chunks at most: each holds the expected count and some
+            times = start + np.cumsum(self._gaps(int(expected + 6 * math.sqrt(expected) * self.cv) + 16, rng))
+            chunks.append(times)
+            start = float(times[-1])
+        times = np.concatenate(chunks)
+        return times[times < duration_s]
+
+    def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        assert self.rate_qps is not None
+        mean = 1.0 / self.rate_qps
+        if self.kind == "poisson":
+            return rng.exponential(mean, n)
+        shape = 1.0 / self.cv**2  # gamma: cv^2 = 1 / shape, mean = shape * scale
+        return rng.gamma(shape, mean / shape, n)
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """Triton's ``dynamic_batching`` settings and the number of model instances (``instance_group``)."""
+
+    max_batch: int = 1
+    preferred_batch_sizes: tuple[int, ...] = ()
+    max_queue_delay_us: float = 0.0
+    instances: int = 1
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_batch) or self.max_batch < 1:
+            raise ValueError(f"max_batch: must be an integer >= 1, not {self.max_batch!r}")
+        sizes = tuple(self.preferred_batch_sizes)
+        if not all(_is_int(p) and 1 <= p <= self.max_batch for p in sizes):
+            raise ValueError(f"preferred_batch_sizes: each must be an integer in [1, max_batch={self.max_batch}]")
+        if len(set(sizes)) != len(sizes):
+            raise ValueError("preferred_batch_sizes: a size is given twice")
+        object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(int(p) for p in sizes)))
+        if not _finite(self.max_queue_delay_us) or self.max_queue_delay_us < 0:
+            raise ValueError(f"max_queue_delay_us: must be a finite number >= 0, not {self.max_queue_delay_us!r}")
+        if not _is_int(self.instances) or not 1 <= self.instances <= 10_000:
+            raise ValueError(f"instances: must be an integer in [1, 10000], not {self.instances!r}")
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Service time of a batch: ``median_ms(batch) * exp(sigma * Z)``, lognormal around the median."""
+
+    median_ms: Callable[[int], float]
+    sigma: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not _finite(self.sigma) or not 0 <= self.sigma <= 5:
+            raise ValueError(f"sigma: must be in [0, 5], not {self.sigma!r}")
+
+    def __call__(self, batch: int) -> tuple[float, float]:
+        return float(self.median_ms(batch)), float(self.sigma)
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What the server did for the measured requests (after warm-up). Latencies run from arrival to
+    completion; queue wait from arrival to the start of the request's batch."""
+
+    requests: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_latency_ms: float
+    mean_queue_wait_ms: float
+    offered_qps: float
+    throughput_qps: float
+    utilisation: float
+    mean_batch_size: float
+    batch_histogram: dict[int, int]
+    window_s: float
+    #: per request, warm-up included: arrival, batch start and completion times in seconds
+    arrival_s: np.ndarray = field(repr=False, compare=False)
+    start_s: np.ndarray = field(repr=False, compare=False)
+    finish_s: np.ndarray = field(repr=False, compare=False)
+
+
+class _Server:
+    """The batcher and its instances, driven by SimPy events. The queue is FIFO over requests that
+    arrive in index order, so it is two counters: ``head`` (next to send) and ``tail`` (arrived)."""
+
+    def __init__(self, env: simpy.Environment, arrival_s: np.ndarray, config: BatchingConfig,
+                 service_s: Callable[[int], float]) -> None:
+        self.env = env
+        self.arrival_s = arrival_s
+        self.config = config
+        self.service_s = service_s
+        self.delay_s = config.max_queue_delay_us * 1e-6
+        self.start_s = np.full(len(arrival_s), np.nan)
+        self.finish_s = np.full(len(arrival_s), np.nan)
+        self.head = 0
+        self.tail = 0
+        self.free = config.instances
+        self.wake: simpy.Event | None = None
+        self.timer_deadline = -math.inf
+        self.batches: list[tuple[float, float, int, int]] = []  # (start s, service s, size, first request)
+
+    def arrive(self) -> Generator[simpy.Event, object, None]:
+        """SimPy process: release the arrivals at their times (ties together, before the batcher looks)."""
+        env = self.env
+        for t in self.arrival_s:
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            self.tail += 1
+            if self.tail == len(self.arrival_s) or self.arrival_s[self.tail] > t:
+                self._poke()
+
+    def batcher(self) -> Generator[simpy.Event, object, None]:
+        """SimPy process: whenever something changes, send as many batches as the rule allows."""
+        env = self.env
+        while True:
+            while self.free and self.tail > self.head:
+                size = self._batch_size()
+                if size == 0:
+                    self._arm_timer(self.arrival_s[self.head] + self.delay_s)
+                    break
+                self._send(size)
+            self.wake = env.event()
+            yield self.wake
+
+    def _batch_size(self) -> int:
+        queued = self.tail - self.head
+        config = self.config
+        if config.preferred_batch_sizes:
+            fits = [p for p in config.preferred_batch_sizes if p <= queued]
+            if fits:
+                return fits[-1]
+        elif queued >= config.max_batch:
+            return config.max_batch
+        if self.env.now + _EPS_S >= self.arrival_s[self.head] + self.delay_s:
+            return min(queued, config.max_batch)
+        return 0
+
+    def _send(self, size: int) -> None:
+        now = self.env.now
+        lo, hi = self.head, self.head + size
+        self.head = hi
+        self.free -= 1
+        service = self.service_s(size)
+        self.start_s[lo:hi] = now
+        self.batches.append((now, service, size, lo))
+        done = self.env.timeout(service)
+        done.callbacks.append(lambda _event: self._finish(lo, hi))
+
+    def _finish(self, lo: int, hi: int) -> None:
+        self.finish_s[lo:hi] = self.env.now
+        self.free += 1
+        self._poke()
+
+    def _arm_timer(self, deadline: float) -> None:
+        if deadline == self.timer_deadline:
+            return  # one timer per oldest request: the batcher re-arms when the oldest changes
+        self.timer_deadline = deadline
+        timer = self.env.timeout(max(0.0, deadline - self.env.now))
+        timer.callbacks.append(lambda _event: self._poke())
+
+    def _poke(self) -> None:
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+
+def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator) -> Callable[[int], float]:
+    """Service seconds of a batch; the latency model is asked once per batch size (it may be a
+    whole-model prediction), and normals are drawn in blocks (one numpy call per draw is slow)."""
+    cache: dict[int, tuple[float, float]] = {}
+    normals: Iterator[float] = iter(())
+
+    def sample(batch: int) -> float:
+        nonlocal normals
+        if batch not in cache:
+            median, sigma = latency(batch)
+            if not _finite(median) or median <= 0:
+                raise ValueError(f"latency: median of batch {batch} must be a positive number of ms, not {median!r}")
+            if not _finite(sigma) or not 0 <= sigma <= 5:
+                raise ValueError(f"latency: sigma of batch {batch} must be in [0, 5], not {sigma!r}")
+            cache[batch] = (float(median) * 1e-3, float(sigma))
+        median_s, sigma = cache[batch]
+        if sigma == 0:
+            return median_s
+        z = next(normals, None)
+        if z is None:
+            normals = iter(rng.standard_normal(4096).tolist())
+            z = next(normals)
+        return float(median_s * math.exp(sigma * z))
+
+    return sample
+
+
+def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
+             requests: int | None = None, duration_s: float | None = None,
+             warmup_fraction: float = 0.1) -> SimResult:
+    """Serve ``arrivals`` with ``config``'s batcher and instances, each batch taking ``latency(batch)``,
+    and measure latency percentiles, queue wait, throughput, utilisation and batch sizes.
+
+    Give ``requests`` (the first N arrivals) or ``duration_s`` (arrivals before that time) for a
+    Poisson or gamma process; a trace replays in full unless either is given. Every request runs
+    to completion; the first ``warmup_fraction`` of them are left out of the statistics.
+    """
+    import simpy
+
+    if requests is not None and (not _is_int(requests) or not 1 <= requests <= MAX_REQUESTS):
+        raise ValueError(f"requests: must be an integer in [1, {MAX_REQUESTS}], not {requests!r}")
+    if duration_s is not None and (not _finite(duration_s) or duration_s <= 0):
+        raise ValueError(f"duration_s: must be a positive number of seconds, not {duration_s!r}")
+    if requests is not None and duration_s is not None:
+        raise ValueError("requests: give requests or duration_s, not both")
+    if arrivals.kind != "trace":
+        if requests is None and duration_s is None:
+            raise ValueError("requests: a Poisson or gamma process needs requests or duration_s")
+        assert arrivals.rate_qps is not None
+        if duration_s is not None and arrivals.rate_qps * duration_s > MAX_REQUESTS:
+            raise ValueError(f"duration_s: {duration_s:g} s at {arrivals.rate_qps:g} qps is more than "
+                             f"{MAX_REQUESTS} requests")
+    if not _finite(warmup_fraction) or not 0 <= warmup_fraction < 1:
+        raise ValueError(f"warmup_fraction: must be in [0, 1), not {warmup_fraction!r}")
+
+    arrival_rng, service_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(arrivals.seed).spawn(2))
+    arrival_s = arrivals.generate(requests, duration_s, arrival_rng)
+    if len(arrival_s) == 0:
+        raise ValueError("duration_s: no request arrives within it")
+
+    env = simpy.Environment()
+    server = _Server(env, arrival_s, config, _service_sampler(latency, service_rng))
+    env.process(server.arrive())
+    env.process(server.batcher())
+    env.run()
+    return _measure(server, warmup_fraction)
+
+
+def _measure(server: _Server, warmup_fraction: float) -> SimResult:
+    arrival_s, start_s, finish_s = server.arrival_s, server.start_s, server.finish_s
+    first = min(int(len(arrival_s) * warmup_fraction), len(arrival_s) - 1)
+    latency_ms = (finish_s[first:] - arrival_s[first:]) * 1e3
+    wait_ms = (start_s[first:] - arrival_s[first:]) * 1e3
+    p50, p90, p99 = np.percentile(latency_ms, [50, 90, 99])
+
+    t0, t1 = float(arrival_s[first]), float(arrival_s[-1])
+    window = t1 - t0
+    batches = np.asarray(server.batches, dtype=float).reshape(-1, 4)
+    starts, services = batches[:, 0], batches[:, 1]
+    busy = np.clip(starts + services, t0, t1) - np.clip(starts, t0, t1)
+    measured_sizes = batches[batches[:, 3] >= first, 2].astype(int)  # batches that served measured requests
+    if window > 0:
+        offered = (len(arrival_s) - first) / window
+        throughput = float(np.count_nonzero((finish_s >= t0) & (finish_s <= t1))) / window
+        utilisation = float(busy.sum()) / (server.config.instances * window)
+    else:  # one measured request, or all at one instant: no rate to speak of
+        offered = throughput = utilisation = math.nan
+    values, counts = np.unique(measured_sizes, return_counts=True)
+    return SimResult(
+        requests=len(latency_ms),
+        p50_ms=float(p50), p90_ms=float(p90), p99_ms=float(p99),
+        mean_latency_ms=float(latency_ms.mean()),
+        mean_queue_wait_ms=float(wait_ms.mean()),
+        offered_qps=offered,
+        throughput_qps=throughput,
+        utilisation=utilisation,
+        mean_batch_size=float(measured_sizes.mean()) if len(measured_sizes) else math.nan,
+        batch_histogram={int(v): int(c) for v, c in zip(values, counts)},
+        window_s=window,
+        arrival_s=arrival_s, start_s=start_s, finish_s=finish_s,
+    )
+
+
+__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "SimResult", "simulate"]
