@@ -23,8 +23,8 @@ simulation did not draw. The headroom is judged against capacity, not the simula
 a dynamic batcher keeps a GPU busy at most loads above one batch-1 call at a time by growing its
 batches (2 ms + 0.05 ms a sample at 2,000 qps: busy all the time at 35% of what max_batch 16 can
 serve), which says nothing about overload. The search over G starts at a lower bound from
-capacity (a GPU cannot serve more than ``max over b <= max_batch of b / median(b)`` requests per second); when nothing is
-feasible there it asks ``max_gpus`` (nothing there either: the best effort), else gallops up
+capacity (a GPU cannot serve more than ``max over b <= max_batch of b / median(b)`` requests per
+second); when nothing is feasible there it asks ``max_gpus`` (nothing there either: the best effort), else gallops up
 from the bound (+1, +2, +4, ...) until some setting is feasible and bisects down to the fewest GPUs
 where one is. This assumes that "some setting is feasible" does not flip back as G grows (more GPUs
 means less load on each: true of the queue, though a long queue delay alone can make one setting's
