@@ -20,6 +20,7 @@ import click
 #: command -> (the package whose ``cli.commands`` group holds it, the one line ``latpred --help``
 #: shows for it: the first line of the command's docstring, which a test keeps them equal to).
 COMMANDS: dict[str, tuple[str, str]] = {
+    "capacity": ("predictor", "Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms."),
     "collect": ("collectors", "Measure operators and whole models into a dataset."),
     "device": ("collectors", "Fingerprint the GPU (or, without one, the CPU) that a sweep would measure."),
     "devices": ("predictor", "List the devices latpred knows, and which have a trained bundle."),

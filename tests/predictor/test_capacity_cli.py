@@ -1,0 +1,57 @@
+"""``latpred capacity``: predicted latency per batch, the simulated batcher and the planner, end to end
+on the shipped H200 bundle (no mock: the planner simulates what the predictor predicts)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from latpred import main
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.capacity.service_time import DEFAULT_SIGMA, predicted_service_time
+from predictor.devices import resolve_device
+from predictor.predict import Predictor
+from predictor.zoo import load_zoo_graph
+
+
+def run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["capacity", *args])
+    return result.exit_code, result.output
+
+
+def test_a_plan_that_meets_its_objective_comes_with_its_triton_block() -> None:
+    code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "20", "--format", "json")
+    assert code == 0, out
+    plan = json.loads(out)
+    assert plan["meets"] and plan["reason"] == "" and plan["model"] == "resnet50"
+    assert plan["p50_ms"] <= plan["p99_ms"] <= 20
+    assert plan["gpus"] * plan["per_gpu_qps"] == pytest.approx(2000)
+    assert f"max_batch_size: {plan['max_batch']}" in plan["triton_config"]
+    assert f"max_queue_delay_microseconds: {plan['max_queue_delay_us']}" in plan["triton_config"]
+
+
+def test_an_objective_below_batch_one_is_answered_with_why_it_falls_short() -> None:
+    code, out = run("resnet50", "--qps", "100", "--slo-p99-ms", "0.5", "--max-gpus", "2")
+    assert code == 0, out
+    assert "does NOT meet the objective" in out and "fastest batch" in out and "dynamic_batching {" in out
+
+
+@pytest.mark.parametrize("args, option", [(["--qps", "-3", "--slo-p99-ms", "20"], "--qps"),
+                                          (["--qps", "100", "--slo-p99-ms", "0"], "--slo-p99-ms")])
+def test_bad_loads_and_objectives_name_their_option(args: list[str], option: str) -> None:
+    code, out = run("resnet50", *args)
+    assert code == 2 and option in out
+
+
+def test_service_time_is_the_prediction_per_batch_with_the_measured_spread() -> None:
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    graph = load_zoo_graph("resnet18")
+    service = predicted_service_time(predictor, graph, "fp16", "cudagraph")
+    for batch in (1, 8):
+        median, sigma = service(batch)
+        assert median == predictor.predict(graph, batch, "fp16", "cudagraph").total_ms
+        assert sigma == DEFAULT_SIGMA["cudagraph"]
+    assert predicted_service_time(predictor, graph, "fp16", "eager")(1)[1] == DEFAULT_SIGMA["eager"]
+    assert service(8)[0] > service(1)[0]
