@@ -18,6 +18,7 @@ from predictor.compose import MODES
 from predictor.devices import DEVICES, resolve_device
 from predictor.graph_sources import load_graph
 from predictor.host_lookup import resolve_host, user_store
+from predictor.host_profile import HostProfile
 from predictor.precision import PRECISIONS
 from predictor.predict import Predictor
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
@@ -44,6 +45,21 @@ def load_predictor(device: str, bundle: Path | None) -> Predictor:
     spec = resolve_device(device)
     directory = bundle or DEFAULT_BUNDLE_DIR / spec.device_id
     return Predictor(Bundle.load(directory), spec)
+
+
+def predictor_and_host(device: str, bundle: Path | None,
+                       host_spec: str | None) -> tuple[Predictor, HostProfile | None]:
+    """The predictor and the ``--host`` profile a command asked for (None: the bundle's own), or a
+    click error naming what is wrong: the device or bundle, or the ``--host`` given."""
+    try:
+        predictor = load_predictor(device, bundle)
+    except (ValueError, BundleError) as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        host = resolve_host(host_spec, predictor.bundle, [user_store()]) if host_spec else None
+    except (ValueError, KeyError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--host") from None
+    return predictor, host
 
 
 @commands.command()
@@ -74,14 +90,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
         dims = parse_dims(dim_items)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--dim") from None
-    try:
-        predictor = load_predictor(device, bundle)
-    except (ValueError, BundleError) as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        host = resolve_host(host_spec, predictor.bundle, [user_store()]) if host_spec else None
-    except (ValueError, KeyError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--host") from None
+    predictor, host = predictor_and_host(device, bundle, host_spec)
     failed = 0
     # escaped and quoted cells (spreadsheet_cells): a graph file names itself, and sheets open this CSV
     writer = SpreadsheetWriter(sys.stdout) if fmt == "csv" else None
@@ -139,14 +148,7 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.service_time import predicted_service_time
 
-    try:
-        predictor = load_predictor(device, bundle)
-    except (ValueError, BundleError) as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        host = resolve_host(host_spec, predictor.bundle, [user_store()]) if host_spec else None
-    except (ValueError, KeyError) as exc:
-        raise click.BadParameter(str(exc), param_hint="--host") from None
+    predictor, host = predictor_and_host(device, bundle, host_spec)
     try:
         graph = load_graph(path, None, {})
     except ValueError as exc:

@@ -24,7 +24,7 @@ library's too: gevent's needs the main thread's loop, and ONNX imports start the
 from __future__ import annotations
 
 import io
-import os
+import json
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -57,8 +57,11 @@ class LatpredGeventWorker(GeventWorker):
         self.sockets = [socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets]
 
     def load_wsgi(self) -> None:
+        # imported here, after patch(): the master loads this module before it forks, unpatched
+        from service.config import ServiceConfig
+
         super().load_wsgi()
-        max_body = int(os.environ.get("LATPRED_MAX_BODY_BYTES") or 64 << 20)
+        max_body = ServiceConfig.from_env().max_body_bytes  # the app's own cap, read as the app reads it
         self.wsgi = ThreadedApp(self.wsgi, ThreadPool(max(1, self.cfg.threads)), max_body)
 
 
@@ -110,11 +113,14 @@ class ThreadedApp:
 
 
 def _bad_body(start_response: StartResponse, exc: Exception) -> list[bytes]:
-    detail = f"the request body could not be read: {type(exc).__name__}"
-    body = ('{"type": "urn:latpred:problem:malformed-body", "title": "Bad Request", "status": 400, '
-            f'"detail": "{detail}"}}').encode()
-    start_response("400 Bad Request", [("Content-Type", "application/problem+json"),
-                                       ("Content-Length", str(len(body))), ("Connection", "close")])
+    """The problem the app would give (``request_body.check_chunked_size``) for a body that could
+    not be read; answered here, since the app never gets a request without its body."""
+    from service.problems import PROBLEM_JSON, ProblemError
+
+    problem = ProblemError(400, f"the request body could not be read: {type(exc).__name__}", kind="malformed-body")
+    body = json.dumps(problem.to_dict()).encode()
+    start_response("400 Bad Request", [("Content-Type", PROBLEM_JSON), ("Content-Length", str(len(body))),
+                                       ("Connection", "close")])
     return [body]
 
 

@@ -49,6 +49,9 @@ from predictor.capacity.simulator import (
     LatencyFn,
     LatencyModel,
     SimResult,
+    checked_latency,
+    is_finite_number,
+    is_int,
     simulate,
 )
 
@@ -88,14 +91,6 @@ class Plan:
     reason: str = ""
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
     try:
         items = tuple(values)
@@ -103,7 +98,7 @@ def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int
         raise ValueError(f"{name}: must be a sequence of integers, not {values!r}") from None
     if not items:
         raise ValueError(f"{name}: must not be empty")
-    if not all(_is_int(v) and low <= v <= high for v in items):
+    if not all(is_int(v) and low <= v <= high for v in items):
         raise ValueError(f"{name}: each must be an integer in [{low}, {high}], not {items!r}")
     return tuple(sorted(set(items)))
 
@@ -119,12 +114,7 @@ class _Search:
 
     def cached_latency(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians:
-            median, sigma = self.latency(batch)
-            if not _is_number(median) or not math.isfinite(median) or median <= 0:
-                raise ValueError(f"latency: median of batch {batch} must be a positive number of ms, not {median!r}")
-            if not _is_number(sigma) or not math.isfinite(sigma) or not 0 <= sigma <= 5:
-                raise ValueError(f"latency: sigma of batch {batch} must be in [0, 5], not {sigma!r}")
-            self.medians[batch] = (float(median), float(sigma))
+            self.medians[batch] = checked_latency(self.latency, batch)
         return self.medians[batch]
 
     def capacity_qps(self, max_batch: int) -> float:
@@ -161,19 +151,19 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
 
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
-    if not _is_number(qps) or not math.isfinite(qps) or qps <= 0:
+    if not is_finite_number(qps) or qps <= 0:
         raise ValueError(f"qps: must be a positive number of requests per second, not {qps!r}")
     if qps > MAX_RATE_QPS:
         raise ValueError(f"qps: {qps:g} is above {MAX_RATE_QPS:g} requests per second")
-    if not _is_number(slo_p99_ms) or not math.isfinite(slo_p99_ms) or slo_p99_ms <= 0:
+    if not is_finite_number(slo_p99_ms) or slo_p99_ms <= 0:
         raise ValueError(f"slo_p99_ms: must be a positive number of milliseconds, not {slo_p99_ms!r}")
     batches = _choices("max_batch_choices", max_batch_choices, 1, 1 << 20)
     delays = _choices("delay_us_choices", delay_us_choices, 0, MAX_DELAY_US)
-    if not _is_int(max_gpus) or not 1 <= max_gpus <= MAX_GPUS:
+    if not is_int(max_gpus) or not 1 <= max_gpus <= MAX_GPUS:
         raise ValueError(f"max_gpus: must be an integer in [1, {MAX_GPUS}], not {max_gpus!r}")
-    if not _is_int(requests) or not MIN_REQUESTS <= requests <= MAX_REQUESTS:
+    if not is_int(requests) or not MIN_REQUESTS <= requests <= MAX_REQUESTS:
         raise ValueError(f"requests: must be an integer in [{MIN_REQUESTS}, {MAX_REQUESTS}], not {requests!r}")
-    if not _is_int(seed) or seed < 0:
+    if not is_int(seed) or seed < 0:
         raise ValueError(f"seed: must be a non-negative integer, not {seed!r}")
 
     search = _Search(latency, float(qps), float(slo_p99_ms), requests, seed)

@@ -71,12 +71,25 @@ ArrivalKind = Literal["poisson", "gamma", "trace"]
 LatencyFn = Callable[[int], tuple[float, float]]
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """An integer (numpy's too), not a bool: what a count or a size may be."""
     return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
-def _finite(value: object) -> bool:
+def is_finite_number(value: object) -> bool:
+    """A finite int or float (numpy's too), not a bool: what a rate or a time may be."""
     return isinstance(value, int | float | np.number) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def checked_latency(latency: LatencyModel | LatencyFn, batch: int) -> tuple[float, float]:
+    """``latency(batch)`` as (median ms, sigma), or ValueError naming ``latency`` when the model
+    gives a median that is not a positive number or a sigma outside [0, 5]."""
+    median, sigma = latency(batch)
+    if not is_finite_number(median) or median <= 0:
+        raise ValueError(f"latency: median of batch {batch} must be a positive number of ms, not {median!r}")
+    if not is_finite_number(sigma) or not 0 <= sigma <= 5:
+        raise ValueError(f"latency: sigma of batch {batch} must be in [0, 5], not {sigma!r}")
+    return float(median), float(sigma)
 
 
 @dataclass(frozen=True)
@@ -96,18 +109,18 @@ class Arrivals:
     def __post_init__(self) -> None:
         if self.kind not in ("poisson", "gamma", "trace"):
             raise ValueError(f"kind: must be 'poisson', 'gamma' or 'trace', not {self.kind!r}")
-        if not _is_int(self.seed) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, not {self.seed!r}")
         if self.kind == "trace":
             self._check_trace()
             return
         if self.times is not None:
             raise ValueError("times: only a 'trace' takes arrival times")
-        if self.rate_qps is None or not _finite(self.rate_qps) or self.rate_qps <= 0:
+        if self.rate_qps is None or not is_finite_number(self.rate_qps) or self.rate_qps <= 0:
             raise ValueError(f"rate_qps: must be a positive number of requests per second, not {self.rate_qps!r}")
         if self.rate_qps > MAX_RATE_QPS:
             raise ValueError(f"rate_qps: {self.rate_qps:g} is above {MAX_RATE_QPS:g} requests per second")
-        if not _finite(self.cv) or not 0 < self.cv <= 100:
+        if not is_finite_number(self.cv) or not 0 < self.cv <= 100:
             raise ValueError(f"cv: the coefficient of variation must be in (0, 100], not {self.cv!r}")
 
     def _check_trace(self) -> None:
@@ -115,7 +128,7 @@ class Arrivals:
             raise ValueError("times: a trace needs at least one arrival time")
         if len(self.times) > MAX_REQUESTS:
             raise ValueError(f"times: {len(self.times)} arrivals is more than {MAX_REQUESTS}")
-        if not all(_finite(t) and t >= 0 for t in self.times):
+        if not all(is_finite_number(t) and t >= 0 for t in self.times):
             raise ValueError("times: arrival times must be finite, non-negative seconds")
         times = np.asarray(self.times, dtype=float)
         if np.any(np.diff(times) < 0):
@@ -164,17 +177,17 @@ class BatchingConfig:
     instances: int = 1
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_batch) or self.max_batch < 1:
+        if not is_int(self.max_batch) or self.max_batch < 1:
             raise ValueError(f"max_batch: must be an integer >= 1, not {self.max_batch!r}")
         sizes = tuple(self.preferred_batch_sizes)
-        if not all(_is_int(p) and 1 <= p <= self.max_batch for p in sizes):
+        if not all(is_int(p) and 1 <= p <= self.max_batch for p in sizes):
             raise ValueError(f"preferred_batch_sizes: each must be an integer in [1, max_batch={self.max_batch}]")
         if len(set(sizes)) != len(sizes):
             raise ValueError("preferred_batch_sizes: a size is given twice")
         object.__setattr__(self, "preferred_batch_sizes", tuple(sorted(int(p) for p in sizes)))
-        if not _finite(self.max_queue_delay_us) or self.max_queue_delay_us < 0:
+        if not is_finite_number(self.max_queue_delay_us) or self.max_queue_delay_us < 0:
             raise ValueError(f"max_queue_delay_us: must be a finite number >= 0, not {self.max_queue_delay_us!r}")
-        if not _is_int(self.instances) or not 1 <= self.instances <= 10_000:
+        if not is_int(self.instances) or not 1 <= self.instances <= 10_000:
             raise ValueError(f"instances: must be an integer in [1, 10000], not {self.instances!r}")
 
 
@@ -186,7 +199,7 @@ class LatencyModel:
     sigma: float = 0.0
 
     def __post_init__(self) -> None:
-        if not _finite(self.sigma) or not 0 <= self.sigma <= 5:
+        if not is_finite_number(self.sigma) or not 0 <= self.sigma <= 5:
             raise ValueError(f"sigma: must be in [0, 5], not {self.sigma!r}")
 
     def __call__(self, batch: int) -> tuple[float, float]:
@@ -309,12 +322,8 @@ def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator
     def sample(batch: int) -> float:
         nonlocal normals
         if batch not in cache:
-            median, sigma = latency(batch)
-            if not _finite(median) or median <= 0:
-                raise ValueError(f"latency: median of batch {batch} must be a positive number of ms, not {median!r}")
-            if not _finite(sigma) or not 0 <= sigma <= 5:
-                raise ValueError(f"latency: sigma of batch {batch} must be in [0, 5], not {sigma!r}")
-            cache[batch] = (float(median) * 1e-3, float(sigma))
+            median, sigma = checked_latency(latency, batch)
+            cache[batch] = (median * 1e-3, sigma)
         median_s, sigma = cache[batch]
         if sigma == 0:
             return median_s
@@ -339,9 +348,9 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     """
     import simpy
 
-    if requests is not None and (not _is_int(requests) or not 1 <= requests <= MAX_REQUESTS):
+    if requests is not None and (not is_int(requests) or not 1 <= requests <= MAX_REQUESTS):
         raise ValueError(f"requests: must be an integer in [1, {MAX_REQUESTS}], not {requests!r}")
-    if duration_s is not None and (not _finite(duration_s) or duration_s <= 0):
+    if duration_s is not None and (not is_finite_number(duration_s) or duration_s <= 0):
         raise ValueError(f"duration_s: must be a positive number of seconds, not {duration_s!r}")
     if requests is not None and duration_s is not None:
         raise ValueError("requests: give requests or duration_s, not both")
@@ -352,7 +361,7 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
         if duration_s is not None and arrivals.rate_qps * duration_s > MAX_REQUESTS:
             raise ValueError(f"duration_s: {duration_s:g} s at {arrivals.rate_qps:g} qps is more than "
                              f"{MAX_REQUESTS} requests")
-    if not _finite(warmup_fraction) or not 0 <= warmup_fraction < 1:
+    if not is_finite_number(warmup_fraction) or not 0 <= warmup_fraction < 1:
         raise ValueError(f"warmup_fraction: must be in [0, 1), not {warmup_fraction!r}")
 
     arrival_rng, service_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(arrivals.seed).spawn(2))
