@@ -1,12 +1,18 @@
-"""Device specs: the peak rates and bandwidth the roofline features and fallback use.
+"""Device specs: the size and ceilings of each GPU, which the roofline features and fallback use.
 
-Rates are measured ceilings where we have them (an H200's dense bf16 GEMM ran at about
-790 TFLOP/s and a device-to-device copy at about 4.3 TB/s), datasheet figures otherwise.
+Specs come from the device catalog (``predictor.device_catalog``: a data file shipped beside this
+module, with a user's file laid over it). A device with a dataset and bundle in the repository
+('measured' provenance) carries ceilings measured on it (an H200's dense bf16 GEMM ran at about
+790 TFLOP/s and a device-to-device copy at about 4.3 TB/s); the others ('transferred') carry
+datasheet figures and have no bundle of their own yet.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from predictor.device_catalog import CatalogEntry, Provenance, load_catalog, user_catalog_path
 
 #: Families whose arithmetic runs on tensor cores (in fp32 only where TF32 is allowed).
 TENSOR_CORE_FAMILIES = frozenset({"conv2d", "linear", "matmul", "sdpa"})
@@ -14,16 +20,33 @@ TENSOR_CORE_FAMILIES = frozenset({"conv2d", "linear", "matmul", "sdpa"})
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One GPU model: identity, size and the ceilings that bound any kernel on it."""
+    """One GPU model: identity, size, the ceilings that bound any kernel on it, what it costs
+    and whether latpred has measured it."""
 
     device_id: str
     name: str
     sm_count: int
     l2_bytes: int
     memory_bandwidth: float  # bytes per second
-    tensor_flops: dict[str, float]  # precision -> dense tensor-core FLOP/s
+    tensor_flops: dict[str, float]  # precision -> dense tensor-core FLOP/s; a precision without tensor cores is absent
     vector_flops: float  # fp32 FLOP/s on CUDA cores
-    price_per_hour: float | None = None
+    memory_bytes: int
+    tdp_w: float  # the board's maximum power, watts
+    price_per_hour: float | None = None  # on-demand USD per GPU-hour; None: unknown
+    #: 'measured': a dataset and bundle of this device are in the repository; 'transferred': its
+    #: specs are datasheet figures and its predictions are to come from a transfer model
+    provenance: Provenance = "transferred"
+    source: str = ""  # where the specs come from
+    price_source: str | None = None  # where the price comes from
+
+    @classmethod
+    def from_entry(cls, device_id: str, entry: CatalogEntry) -> DeviceSpec:
+        """The spec a validated catalog entry states."""
+        return cls(device_id=device_id, name=entry.name, sm_count=entry.sm_count, l2_bytes=entry.l2_bytes,
+                   memory_bandwidth=entry.memory_bandwidth, tensor_flops=dict(entry.tensor_flops),
+                   vector_flops=entry.vector_flops, price_per_hour=entry.price_per_hour,
+                   memory_bytes=entry.memory_bytes, tdp_w=entry.tdp_w, provenance=entry.provenance,
+                   source=entry.source, price_source=entry.price_source)
 
     def peak_flops(self, family: str, precision: str, allow_tf32_cudnn: bool = True,
                    allow_tf32_matmul: bool = False) -> float:
@@ -32,32 +55,50 @@ class DeviceSpec:
         if family not in TENSOR_CORE_FAMILIES:
             return self.vector_flops
         if precision in ("fp16", "bf16"):
+            if precision not in self.tensor_flops:
+                raise ValueError(f"{self.name} has no {precision} tensor cores: choose another precision")
             return self.tensor_flops[precision]
         tf32 = allow_tf32_cudnn if family == "conv2d" else allow_tf32_matmul
-        return self.tensor_flops["tf32"] if tf32 else self.vector_flops
+        # a GPU without TF32 (Turing) runs fp32 on its CUDA cores whatever the flags say
+        return self.tensor_flops.get("tf32", self.vector_flops) if tf32 else self.vector_flops
 
 
-DEVICES: dict[str, DeviceSpec] = {
-    d.device_id: d for d in (
-        DeviceSpec(
-            device_id="nvidia-h200", name="NVIDIA H200", sm_count=132, l2_bytes=62_914_560,
-            memory_bandwidth=4.3e12,
-            tensor_flops={"bf16": 790e12, "fp16": 790e12, "tf32": 395e12},
-            vector_flops=60e12,
-        ),
-    )
-}
+def devices_from_catalog(entries: dict[str, CatalogEntry]) -> dict[str, DeviceSpec]:
+    """Device id -> spec, in catalog order."""
+    return {device_id: DeviceSpec.from_entry(device_id, entry) for device_id, entry in entries.items()}
+
+
+#: every known device, from the shipped catalog and ``$LATPRED_DEVICE_CATALOG`` over it, read once
+#: at import (a catalog that does not validate stops the import, naming the device and field)
+DEVICES: dict[str, DeviceSpec] = devices_from_catalog(load_catalog(user=user_catalog_path()))
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in re.split(r"[^a-z0-9]+", text.lower()) if t]
+
+
+def _has_words(words: list[str], text: str) -> bool:
+    """Whether ``words`` occur in ``text`` as whole words, in a row ('l4' in 'NVIDIA L4', not in 'L40S')."""
+    tokens = _tokens(text)
+    return any(tokens[i:i + len(words)] == words for i in range(len(tokens) - len(words) + 1))
 
 
 def resolve_device(query: str) -> DeviceSpec:
-    """A device by id, or by a case-insensitive part of its name ('h200'), naming the choices."""
+    """A device by id, or by a case-insensitive part of its name ('h200'), naming the choices.
+    Whole words win over parts of words: 'l4' is the L4 even though 'L40S' contains it too, and
+    'a10' the A10, while 'a100' matches both A100s and is refused as ambiguous."""
     wanted = query.strip().lower()
     if wanted in DEVICES:
         return DEVICES[wanted]
-    matches = [d for d in DEVICES.values() if wanted and (wanted in d.name.lower() or wanted in d.device_id)]
+    words = _tokens(wanted)
+    whole = [d for d in DEVICES.values() if words and (_has_words(words, d.name) or _has_words(words, d.device_id))]
+    if len(whole) == 1:
+        return whole[0]
+    matches = whole or [d for d in DEVICES.values() if wanted and (wanted in d.name.lower() or wanted in d.device_id)]
     if len(matches) == 1:
         return matches[0]
     known = ", ".join(f"{d.device_id} ({d.name})" for d in DEVICES.values())
     if matches:
-        raise ValueError(f"device {query!r} is ambiguous: it matches {', '.join(d.device_id for d in matches)}")
+        choices = ", ".join(f"{d.device_id} ({d.name})" for d in matches)
+        raise ValueError(f"device {query!r} is ambiguous: it matches {choices}")
     raise ValueError(f"unknown device {query!r}: expected one of {known}")

@@ -4,18 +4,29 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from predictor.device_catalog import Provenance
 from service.schemas.common import ResponseModel
 
 
 class DeviceOut(ResponseModel):
     id: str
     name: str
+    provenance: Provenance = Field(description=(
+        "'measured': latpred has a dataset and model bundle of this device, and its ceilings were measured "
+        "on it; 'transferred': its specs are datasheet figures and it has no bundle of its own"))
     sm_count: int
     l2_bytes: int
+    memory_bytes: int = Field(description="device memory, bytes")
     memory_bandwidth: float = Field(description="bytes per second")
-    tensor_flops: dict[str, float]
-    vector_flops: float
-    price_per_hour: float | None
+    tensor_flops: dict[str, float] = Field(description=(
+        "precision (fp16, bf16, tf32) -> dense tensor-core FLOP/s; a precision the device has no tensor cores "
+        "for is absent"))
+    vector_flops: float = Field(description="fp32 FLOP/s on CUDA cores")
+    tdp_w: float = Field(description="the board's maximum power, watts")
+    price_per_hour: float | None = Field(description="on-demand USD per GPU-hour (editable: "
+                                                     "LATPRED_DEVICE_CATALOG); null where unknown")
+    source: str = Field(description="where the specs come from")
+    price_source: str | None = Field(description="where the price comes from")
     bundle_loaded: bool
     model_version: str | None
 

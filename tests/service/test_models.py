@@ -6,10 +6,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 from service_helpers import DEVICE, assert_problem, bundle_version
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
-from predictor.devices import DEVICES
+from predictor.devices import DEVICES, resolve_device
 from predictor.zoo import zoo_names
 from service import registry as registry_module
 from service.app import create_app
@@ -23,6 +24,42 @@ def test_devices_say_which_have_a_bundle(client: Any) -> None:
     h200 = next(d for d in devices if d["id"] == DEVICE)
     assert h200["bundle_loaded"] is True and h200["model_version"] == bundle_version()
     assert h200["name"] == "NVIDIA H200" and h200["sm_count"] == 132
+    assert h200["provenance"] == "measured" and h200["tdp_w"] == 700 and h200["memory_bytes"] == 141 * 2**30
+    assert h200["price_per_hour"] == DEVICES[DEVICE].price_per_hour and h200["price_source"]
+
+
+def test_devices_list_the_catalog_devices_never_measured(client: Any) -> None:
+    devices = {d["id"]: d for d in client.get("/v1/devices").get_json()["devices"]}
+    assert len(devices) == len(DEVICES) > 10
+    unmeasured = [d for i, d in devices.items() if i != DEVICE]
+    assert all(d["provenance"] == "transferred" and d["bundle_loaded"] is False and d["model_version"] is None
+               for d in unmeasured)
+    l4 = devices["nvidia-l4"]
+    assert (l4["name"], l4["sm_count"], l4["memory_bytes"], l4["tdp_w"]) == ("NVIDIA L4", 58, 24 * 2**30, 72)
+    assert l4["price_per_hour"] > 0 and "datasheet" in l4["source"]
+    assert set(devices["tesla-t4"]["tensor_flops"]) == {"fp16"}  # no bf16 or tf32 tensor cores on a T4
+
+
+@pytest.mark.parametrize("device", ["l4", "nvidia-b200", "NVIDIA A10"])
+def test_a_device_without_a_bundle_is_a_404_naming_it(client: Any, device: str) -> None:
+    """The catalog knows it, no bundle serves it: a clear not-found on every path, never a 500."""
+    spec = resolve_device(device)
+    body = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "device": device}), 404, "device")
+    assert spec.device_id in body["detail"] and "no model bundle" in body["detail"]
+    latency = assert_problem(client.get(f"/v1/latency?model=resnet18&device={device}"), 404, "device")
+    assert spec.device_id in latency["detail"]
+    batch = client.post("/v1/predict/batch", json={"graphs": [{"model": "resnet18"}],
+                                                   "variants": [{"device": "h200"}, {"device": device}]})
+    assert batch.status_code == 200
+    ok, refused = batch.get_json()["results"]
+    assert ok["prediction"]["total_ms"] > 0
+    assert refused["problem"]["status"] == 404 and refused["problem"]["field"] == "variants[1].device"
+    assert spec.device_id in refused["problem"]["detail"]
+
+
+def test_a_name_two_catalog_devices_share_is_a_404_listing_both(client: Any) -> None:
+    body = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "device": "a100"}), 404, "device")
+    assert "ambiguous" in body["detail"] and "nvidia-a100-sxm4-40gb" in body["detail"]
 
 
 def test_models_lists_the_zoo_and_the_bundles(client: Any) -> None:
