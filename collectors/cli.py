@@ -21,6 +21,24 @@ DEVICE_CHOICE = click.Choice(["auto", "cuda", "cpu"])
 #: every measuring command probes the host before and after; this says under what conditions
 HOST_NOTE = click.option("--host-note", default=None,
                          help="the host's conditions, kept in the profiles probed before and after")
+#: measure on part of the GPU: collectors.partition says how, and why one partition per process
+SMS = click.option("--sms", type=click.IntRange(min=1), default=None,
+                   help="measure on this many of the GPU's SMs (a green context); rows go to <device>-sm<N>, "
+                        "N the SMs the partition really holds")
+
+
+def _enter_partition(sms: int | None) -> None:
+    """Enter the green context before anything touches the GPU (collectors.partition)."""
+    if sms is None:
+        return
+    from collectors.partition import enter_partition
+
+    try:
+        part = enter_partition(sms)
+    except (ValueError, RuntimeError) as exc:
+        _fail(exc)
+    click.echo(f"partition: {part.sms} of {part.total_sms} SMs ({sms} asked for, {part.counted_by})"
+               + (f"; {part.note}" if part.note else ""))
 
 
 @click.group()
@@ -137,10 +155,12 @@ def graphs(out: Path | None) -> None:
 @click.option("--random-shapes", type=click.IntRange(min=0), default=120, show_default=True,
               help="random shapes drawn per family beside the catalogue's (0: only real shapes)")
 @HOST_NOTE
+@SMS
 def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
         layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float,
-        random_shapes: int, host_note: str | None) -> None:
+        random_shapes: int, host_note: str | None, sms: int | None) -> None:
     """Sweep operator configurations; resumes where an earlier run stopped."""
+    _enter_partition(sms)
     from collectors.campaign import collect_ops
     from collectors.sampler import SamplerSettings
     from predictor.catalogue import FAMILIES, get_family
@@ -189,9 +209,11 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
               help="forwards (or replays) of a unit per round")
 @click.option("--seed", type=int, default=0, show_default=True, help="seeds the rounds' orders")
 @HOST_NOTE
+@SMS
 def models(out: Path, device: str, models: str, batches: str, precisions: str, modes: str, rounds: int,
-           reps: int, seed: int, host_note: str | None) -> None:
+           reps: int, seed: int, host_note: str | None, sms: int | None) -> None:
     """Time zoo models in interleaved rounds (eager or as CUDA graphs); resumes by run id."""
+    _enter_partition(sms)
     from collectors.campaign import collect_models
     from collectors.zoo_models import ZOO
 
@@ -237,6 +259,37 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
         _fail(exc)
     click.echo(f"nas: {report.measured} rows written ({report.failed} failed), {report.already_done} already on "
                f"disk, in {report.seconds:.0f} s, stopped: {report.stopped}")
+
+
+@collect.command()
+@click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
+              help="dataset root; files go to OUT/<device-id>/serving")
+@click.option("--models", default="", help="comma-separated zoo models or nas-<seed> architectures "
+                                           "(default: collectors.serving_check.MODELS)")
+@click.option("--precision", default="fp16", show_default=True)
+@click.option("--levels", default="", help="loads as fractions of capacity (default: collectors.serving_check.LEVELS)")
+@click.option("--seconds", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
+              help="seconds of arrivals per load")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
+def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str) -> None:
+    """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
+    from collectors.batching_server import model_source
+    from collectors.serving_check import LEVELS, MODELS, run_serving_check
+    from predictor.precision import get_precision
+
+    try:
+        names = _items(models) or MODELS
+        for name in names:
+            model_source(name)
+        wanted = tuple(float(x) for x in _items(levels)) or LEVELS
+        if not all(0 < x < 1 for x in wanted):
+            raise ValueError(f"--levels must be fractions of capacity in (0, 1), got {levels!r}")
+        folder = run_serving_check(out, device, names, get_precision(precision).name, levels=wanted,
+                                   seconds_per_level=seconds, seed=seed, say=click.echo)
+    except (ValueError, RuntimeError, KeyError) as exc:
+        _fail(exc)
+    click.echo(f"serving: measurements in {folder}")
 
 
 @collect.command("nas-suite")

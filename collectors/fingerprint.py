@@ -14,6 +14,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from collectors.partition import active_partition
+
 # NVML clock-event reason bits that mean the GPU ran below the clocks it was asked for.
 # (Idle, application clocks, sync boost and display clocks are benign and not flagged.)
 SW_POWER_CAP = 0x4
@@ -154,15 +156,21 @@ def read_fingerprint(device: str = "auto") -> DeviceFingerprint:
             driver_version=None, cuda_version=None, cudnn_version=None, notes=tuple(notes), **common,
         )
     props = torch.cuda.get_device_properties(0)
+    partition = active_partition()
+    if partition is not None:
+        notes.append(f"green context: {partition.sms} of {partition.total_sms} SMs ({partition.requested_sms} "
+                     f"asked for; {partition.counted_by}); memory, bandwidth and L2 are the whole GPU's; a 4096^2 fp16 "
+                     f"GEMM {partition.gemm_eager_us} us eager, {partition.gemm_graph_us} us from a graph"
+                     + (f"; {partition.note}" if partition.note else ""))
     nvml = open_nvml(0)
     if nvml is None:
         notes.append("NVML unavailable: clocks, power limit and throttling are not recorded")
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return DeviceFingerprint(
-        device_id=slugify(props.name),
+        device_id=slugify(props.name) + (partition.suffix if partition else ""),
         kind="cuda",
-        name=props.name,
-        sm_count=props.multi_processor_count,
+        name=props.name + (f" ({partition.sms} SMs)" if partition else ""),
+        sm_count=partition.sms if partition else props.multi_processor_count,
         memory_gib=round(props.total_memory / 2**30, 2),
         l2_bytes=getattr(props, "L2_cache_size", None),
         sm_clock_mhz=nvml.sm_clock_mhz() if nvml else None,

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +26,10 @@ from predictor.predict import Predictor
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import MAX_BATCH
 
+if TYPE_CHECKING:  # imported where used: the capacity modules load only for 'latpred capacity'
+    from predictor.capacity.planner import Plan
+    from predictor.capacity.simulator import LatencyFn
+
 
 @click.group()
 def commands() -> None:
@@ -37,7 +43,8 @@ def devices(bundles: Path) -> None:
     trained = bundle_dirs(bundles)
     for spec in DEVICES.values():
         state = f"bundle {trained[spec.device_id].name}" if spec.device_id in trained else "no bundle"
-        click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{state}")
+        price = "price unknown" if spec.price_per_hour is None else f"${spec.price_per_hour:.2f}/h"
+        click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{spec.provenance}\t{price}\t{state}")
 
 
 def load_predictor(device: str, bundle: Path | None) -> Predictor:
@@ -136,26 +143,34 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
 @click.option("--host", "host_spec", default=None, metavar="PROFILE.json|ID",
               help="the host that issues an eager forward (as for 'latpred predict')")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="PATH.png", help="also write the recommended setting's p50 and p99 against load on one GPU "
+                                       "to this PNG (needs matplotlib: pip install 'latpred[plot]')")
 def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
-             sigma: float | None, fmt: str, bundle: Path | None, host_spec: str | None) -> None:
+             sigma: float | None, fmt: str, bundle: Path | None, host_spec: str | None,
+             plot_path: Path | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
     simulated (predictor.capacity: one model instance per GPU, Poisson arrivals split evenly) over
     maximum batches 1-128 and queue delays 0-5,000 us, and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
-    answered, with the nearest plan and why it falls short."""
+    answered, with the nearest plan and why it falls short. --plot draws the recommended setting's
+    latency against load on one GPU, with the objective and the planned per-GPU load marked."""
     from predictor.capacity.planner import plan, triton_config
+    from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
 
+    if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
+        check_plot_path(plot_path)
     predictor, host = predictor_and_host(device, bundle, host_spec)
     try:
         graph = load_graph(path, None, {})
     except ValueError as exc:
         raise click.ClickException(f"{path}: {exc}") from None
+    service = predicted_service_time(predictor, graph, precision, mode, host, sigma)
     try:
-        result = plan(predicted_service_time(predictor, graph, precision, mode, host, sigma), qps, slo_p99_ms,
-                      max_gpus=max_gpus)
+        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
@@ -164,12 +179,61 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     if fmt == "json":
         click.echo(json.dumps({"model": graph.name, "device": predictor.device.device_id, "precision": precision,
                                "mode": mode, **dataclasses.asdict(result), "triton_config": config}))
-        return
+    else:
+        echo_plan(result, config, graph.name, predictor.device.name, precision, mode)
+    if plot_path is not None:
+        write_load_curve(plot_path, service, result, curve_title(
+            graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us))
+        # to stderr under --format json: stdout stays one JSON object
+        click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
+                   f"on one GPU written to {plot_path}", err=fmt == "json")
+
+
+def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str) -> None:
+    """The plan as ``latpred capacity`` prints it by default: the verdict, the numbers, the Triton block."""
+    qps, slo_p99_ms = result.qps, result.slo_p99_ms
     verdict = "meets the objective" if result.meets else f"does NOT meet the objective: {result.reason}"
-    click.echo(f"{graph.name} on {result.gpus} x {predictor.device.name} ({precision}, {mode}) at {qps:g} qps: "
-               f"{verdict}")
+    click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps: {verdict}")
     click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us; per GPU "
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "
                f"{result.mean_batch_size:.2f}")
     click.echo(config)
+
+
+def check_plot_path(path: Path) -> None:
+    """A click error naming --plot unless ``path`` can take a PNG: it ends in .png, its folder exists
+    and can be written, and matplotlib is there to draw it."""
+    from predictor.capacity.plot import PlotUnavailable, require_matplotlib
+
+    folder = path.parent
+    if path.suffix.lower() != ".png":
+        raise click.BadParameter(f"{path}: the load curve is a PNG image, so the file name must end in .png",
+                                 param_hint="--plot")
+    if not folder.is_dir():
+        raise click.BadParameter(f"{path}: the folder {folder} does not exist", param_hint="--plot")
+    if not os.access(folder, os.W_OK):
+        raise click.BadParameter(f"{path}: the folder {folder} cannot be written", param_hint="--plot")
+    try:
+        require_matplotlib()
+    except PlotUnavailable as exc:
+        raise click.ClickException(f"--plot: {exc}") from None
+
+
+def write_load_curve(path: Path, service: LatencyFn, result: Plan, title: str) -> None:
+    """The load curve of the plan's setting on one GPU (one instance, Poisson arrivals), from 5% to
+    98% of what it can serve and through the plan's per-GPU load, drawn to ``path``. The planner's
+    request count and seed make the point at the planned load the plan's own simulation."""
+    from predictor.capacity.load_curve import capacity_qps, load_curve, qps_range
+    from predictor.capacity.plot import render_load_curves
+    from predictor.capacity.simulator import BatchingConfig
+
+    config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us)
+    capacity = capacity_qps(service, config)
+    points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]))
+    try:
+        render_load_curves(path, {"": points}, title=title, slo_p99_ms=result.slo_p99_ms,
+                           planned_qps=result.per_gpu_qps, capacity_qps=capacity,
+                           xlabel="offered load per GPU (requests/s)")
+    except OSError as exc:
+        raise click.ClickException(f"--plot: could not write {path}: {exc.strerror or exc}") from None

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
+from predictor.capacity.planner import DEFAULT_BUDGET as DEFAULT_MAX_SIMULATED, REQUESTS as PLAN_RUN_REQUESTS
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -103,6 +104,9 @@ class ServiceConfig:
     max_results: int = 10_000
     #: node evaluations one prediction request may cost, estimated before predicting (service.work_budget).
     max_work: int = DEFAULT_MAX_WORK
+    #: requests one capacity request (``GET /v1/capacity``, a grid of plans) may simulate: by default
+    #: one plan's own budget (``predictor.capacity.planner.DEFAULT_BUDGET``, a few seconds of CPU).
+    max_simulated: int = DEFAULT_MAX_SIMULATED
     #: seconds and bytes (address space above its own) one ONNX upload's import may take, in a
     #: child process that is killed past either (service.onnx_budget): the bombs of issue #13
     #: take under 0.2 s and 50 MiB, a 100,000-node export about a second
@@ -153,6 +157,8 @@ class ServiceConfig:
             max_nodes=_int(env, "LATPRED_MAX_NODES", 50_000),
             max_results=_int(env, "LATPRED_MAX_RESULTS", 10_000),
             max_work=_int(env, "LATPRED_MAX_WORK", DEFAULT_MAX_WORK),
+            max_simulated=_int(env, "LATPRED_MAX_SIMULATED", DEFAULT_MAX_SIMULATED,
+                               minimum=PLAN_RUN_REQUESTS),
             onnx_import_seconds=_int(env, "LATPRED_ONNX_IMPORT_SECONDS", 5),
             onnx_import_max_bytes=_int(env, "LATPRED_ONNX_IMPORT_MAX_BYTES", GIB, minimum=64 * MIB),
             cache_max_age=_int(env, "LATPRED_CACHE_MAX_AGE", 300, minimum=0),

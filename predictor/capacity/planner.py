@@ -2,8 +2,8 @@
 a load at a p99 objective.
 
 Given a model's predicted latency per batch size (``latency(batch) -> (median ms, lognormal sigma)``),
-a load in requests per second and a p99 objective in milliseconds, :func:`plan` tries every
-(``max_batch``, ``max_queue_delay_us``) pair of the choices on G GPUs and recommends the fewest GPUs
+a load in requests per second and a p99 objective in milliseconds, :func:`plan` weighs the
+(``max_batch``, ``max_queue_delay_us``) pairs of the choices on G GPUs and recommends the fewest GPUs
 that meet the objective; :func:`triton_config` writes the matching ``config.pbtxt`` lines.
 
 The model of the fleet, and its simplifications:
@@ -30,29 +30,43 @@ where one is. This assumes that "some setting is feasible" does not flip back as
 means less load on each: true of the queue, though a long queue delay alone can make one setting's
 p99 grow as its load falls, which is why the question is asked of all settings together). The best
 effort, when no G up to ``max_gpus`` is feasible, is the lowest p99 of every setting on ``max_gpus``
-GPUs, with ``meets=False`` and a reason. On the fewest feasible G every setting that capacity
-does not rule out is simulated and the plan takes the lowest p99, then the smallest ``max_batch``,
-then the shortest delay. The same arguments and seed give the same plan.
+GPUs, with ``meets=False`` and a reason. On the fewest feasible G the plan takes, among the settings
+capacity does not rule out, the lowest p99, then the smallest ``max_batch``, then the shortest delay.
+The same arguments and seed give the same plan.
+
+What keeps a plan within a REST request (``benchmarks/capacity_planner.py`` measures it: 2 ms +
+0.05 ms a sample at 5,000 qps and p99 4 ms, where 53 GPUs each run almost idle and every setting's
+p99 is within a few percent of the objective, took 95 s before, 1.9 s now, on one quiet two-core machine):
+
+- the simulator runs one instance as a plain loop rather than SimPy's events (``single_instance``);
+- a run is given up as soon as enough of its requests were late for its p99 to be above the
+  bound asked about (the objective while looking for G, the best p99 so far while picking the
+  setting: branch and bound), which is the answer its whole run gives; so the plan is the one
+  the exhaustive search gives (``exhaustive=True``, every run to its end, kept as the baseline);
+- settings that capacity or the fastest batch rule out are never simulated;
+- ``budget`` caps the requests a plan simulates (default ``DEFAULT_BUDGET``, a few seconds of CPU).
+  A search that reaches it stops and answers with what it has, saying so in ``reason``: the fewest
+  GPUs among the finished runs that met the objective (fewer may do), or, with none, the lowest p99
+  finished on ``max_gpus``. The budget counts requests, not seconds, so the answer stays the same
+  on a slower or busier machine.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_REQUESTS,
-    Arrivals,
-    BatchingConfig,
+    Engine,
     LatencyFn,
     LatencyModel,
     SimResult,
-    checked_latency,
     is_finite_number,
     is_int,
-    simulate,
 )
 
 #: A GPU kept busier than this is not a plan: a slightly burstier hour than the simulated one queues up.
@@ -63,15 +77,31 @@ MIN_REQUESTS = 1_000
 MAX_GPUS = 100_000
 #: Triton's ``max_queue_delay_microseconds`` above a minute is surely a unit mistake.
 MAX_DELAY_US = 60_000_000
+#: Requests one plan may simulate by default: 2 to 4 s of CPU on a quiet two-core machine, where the
+#: slowest plans of ``benchmarks/capacity_planner.py`` simulated 3.0 and 3.5 million in 1.9 and 3.3 s;
+#: typical plans simulate 0.1 to 0.9 million (0.1 to 0.6 s).
+DEFAULT_BUDGET = 4_000_000
+#: A budget above this is hours of CPU.
+MAX_BUDGET = 10_000_000_000
+#: What a plan weighs by default: Triton's maximum batch sizes in powers of two, and queue delays
+#: from none (Triton's default) to 5 ms.
+MAX_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+DELAY_US_CHOICES = (0, 100, 500, 1000, 2000, 5000)
+#: Requests simulated per run, and the seed of their arrivals and service times.
+REQUESTS = 20_000
+SEED = 0
 
 
 @dataclass(frozen=True)
 class Plan:
     """A recommended deployment and what the simulation predicts for it (per GPU unless ``total``).
 
-    ``candidates_evaluated`` counts the simulations the search ran (distinct ``max_batch``, delay and
-    GPU count). When ``meets`` is False no setting met the objective on up to ``max_gpus`` GPUs: the
-    plan is the lowest p99 found on ``max_gpus`` and ``reason`` says why it falls short.
+    ``candidates_evaluated`` counts the settings the search asked about (distinct ``max_batch``,
+    delay and GPU count), ``simulated_requests`` the requests it simulated for them (fewer where
+    runs were given up early, or shared with an earlier plan through ``runs``). When ``meets`` is
+    False no setting met the objective on up to ``max_gpus`` GPUs: the plan is the lowest p99 found on
+    ``max_gpus`` and ``reason`` says why it falls short. A search stopped by its budget
+    (``budget_spent``) says so in ``reason`` whether or not the plan meets the objective.
     """
 
     gpus: int
@@ -87,8 +117,10 @@ class Plan:
     utilisation: float
     mean_batch_size: float
     candidates_evaluated: int
+    simulated_requests: int
     meets: bool
     reason: str = ""
+    budget_spent: bool = False
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -103,52 +135,21 @@ def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int
     return tuple(sorted(set(items)))
 
 
-class _Search:
-    """Simulations of one plan, cached by (max_batch, delay, gpus), and the latency asked once per batch."""
-
-    def __init__(self, latency: LatencyModel | LatencyFn, qps: float, slo_ms: float, requests: int, seed: int) -> None:
-        self.latency = latency
-        self.qps, self.slo_ms, self.requests, self.seed = qps, slo_ms, requests, seed
-        self.medians: dict[int, tuple[float, float]] = {}
-        self.results: dict[tuple[int, int, int], SimResult] = {}
-
-    def cached_latency(self, batch: int) -> tuple[float, float]:
-        if batch not in self.medians:
-            self.medians[batch] = checked_latency(self.latency, batch)
-        return self.medians[batch]
-
-    def capacity_qps(self, max_batch: int) -> float:
-        """The most requests per second one instance can serve with batches of at most ``max_batch``."""
-        return max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1))
-
-    def fastest_ms(self, max_batch: int) -> float:
-        """The shortest median service time of any batch the setting can send: no p99 is below it
-        (at least half of the batches of each size take their median or longer)."""
-        return min(self.cached_latency(b)[0] for b in range(1, max_batch + 1))
-
-    def simulate(self, max_batch: int, delay_us: int, gpus: int) -> SimResult:
-        key = (max_batch, delay_us, gpus)
-        if key not in self.results:
-            self.results[key] = simulate(
-                Arrivals("poisson", rate_qps=self.qps / gpus, seed=self.seed),
-                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us),
-                self.cached_latency, requests=self.requests)
-        return self.results[key]
-
-    def feasible(self, result: SimResult) -> bool:
-        """The objective met; headroom is checked before simulating (``viable`` in ``plan``)."""
-        return result.p99_ms <= self.slo_ms
-
-
 def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
-         max_batch_choices: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128),
-         delay_us_choices: Sequence[int] = (0, 100, 500, 1000, 2000, 5000),
-         max_gpus: int = 64, requests: int = 20_000, seed: int = 0) -> Plan:
+         max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES, delay_us_choices: Sequence[int] = DELAY_US_CHOICES,
+         max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
+         exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None) -> Plan:
     """The fewest GPUs (one instance each, Poisson arrivals split evenly) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
     model and the search.
 
+    ``budget`` caps the requests this plan simulates (None: no cap). ``exhaustive`` runs every
+    simulation to its end, the search as it was before runs were given up (the baseline of
+    ``benchmarks/capacity_planner.py``: the same plan, slower, with no budget); ``engine="events"``
+    runs them on SimPy's event loop, as before ``single_instance`` (the benchmark's "before").
+    ``runs`` shares simulations between the plans of a grid (one latency model, request count
+    and seed; ``Runs(latency, requests, seed)``): the plan is the same, its simulations fewer.
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -165,48 +166,47 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"requests: must be an integer in [{MIN_REQUESTS}, {MAX_REQUESTS}], not {requests!r}")
     if not is_int(seed) or seed < 0:
         raise ValueError(f"seed: must be a non-negative integer, not {seed!r}")
+    if budget is not None and (not is_int(budget) or not requests <= budget <= MAX_BUDGET):
+        raise ValueError(f"budget: must be an integer in [requests={requests}, {MAX_BUDGET}] or None, not {budget!r}")
+    if engine not in ("auto", "events"):
+        raise ValueError(f"engine: must be 'auto' or 'events', not {engine!r}")
+    if runs is None:
+        runs = Runs(latency, requests, seed, engine)
+    elif (runs.latency, runs.requests, runs.seed, runs.engine) != (latency, requests, seed, engine):
+        raise ValueError("runs: were made for another latency model, request count, seed or engine")
 
-    search = _Search(latency, float(qps), float(slo_p99_ms), requests, seed)
+    search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.
     candidates = [(b, d) for d in delays for b in sorted(batches, reverse=True)]
     capacity = {b: search.capacity_qps(b) for b in batches}
     reachable = [(b, d) for b, d in candidates if search.fastest_ms(b) <= slo_p99_ms]
+    lower = max(1, math.ceil(qps / (MAX_UTILISATION * max(capacity.values()))))
 
-    def viable(candidate: tuple[int, int], gpus: int) -> bool:  # not ruled out without simulating
+    def viable(candidate: Setting, gpus: int) -> bool:  # not ruled out without simulating
         return qps / gpus < MAX_UTILISATION * capacity[candidate[0]]
 
     def any_feasible(gpus: int) -> bool:
-        return any(viable(c, gpus) and search.feasible(search.simulate(*c, gpus)) for c in reachable)
+        if exhaustive:
+            return any(viable(c, gpus) and search.simulate(*c, gpus).p99_ms <= slo_p99_ms for c in reachable)
+        return any(viable(c, gpus) and search.within(*c, gpus, slo_p99_ms) is not None for c in reachable)
 
-    lower = max(1, math.ceil(qps / (MAX_UTILISATION * max(capacity.values()))))
-    found: int | None = None
-    if reachable and lower <= max_gpus:
-        if any_feasible(lower):
-            found = lower
-        elif lower < max_gpus and any_feasible(max_gpus):  # else out of reach: no galloping through hopeless G
-            last_bad, found = lower, max_gpus
-            gpus, step = lower + 1, 1
-            while gpus < found:
-                if any_feasible(gpus):
-                    found = gpus
-                    break
-                last_bad, gpus, step = gpus, gpus + step, step * 2
-            while found - last_bad > 1:
-                middle = (found + last_bad) // 2
-                if any_feasible(middle):
-                    found = middle
-                else:
-                    last_bad = middle
+    def lowest(options: Sequence[Setting], gpus: int, bound_ms: float) -> tuple[Setting, SimResult]:
+        if exhaustive:
+            done = [(c, search.simulate(*c, gpus)) for c in options]
+            return min(((c, r) for c, r in done if r.p99_ms <= bound_ms), key=lambda o: (o[1].p99_ms, *o[0]))
+        best = search.best(options, gpus, bound_ms)
+        assert best is not None  # callers know that one is within the bound
+        return best
 
-    if found is not None:
-        options = [(c, search.simulate(*c, found)) for c in reachable if viable(c, found)]
-        options = [(c, r) for c, r in options if search.feasible(r)]
-        (max_batch, delay), result = min(options, key=lambda o: (o[1].p99_ms, o[0][0], o[0][1]))
-        return _plan(search, found, max_batch, delay, result, meets=True, reason="")
-
-    # Best effort: the lowest p99 on every GPU allowed.
-    options = [(c, search.simulate(*c, max_gpus)) for c in candidates]
-    (max_batch, delay), result = min(options, key=lambda o: (o[1].p99_ms, o[0][0], o[0][1]))
+    try:
+        found = _fewest_gpus(any_feasible, lower, max_gpus) if reachable and lower <= max_gpus else None
+        if found is not None:
+            (max_batch, delay), result = lowest([c for c in reachable if viable(c, found)], found, slo_p99_ms)
+            return _plan(search, found, max_batch, delay, result, meets=True, reason="")
+        # Best effort: the lowest p99 on every GPU allowed.
+        (max_batch, delay), result = lowest(candidates, max_gpus, math.inf)
+    except OutOfBudget:
+        return _stopped_at_budget(search, max_gpus, candidates, reachable, viable)
     if not reachable:
         fastest = min(range(1, max(batches) + 1), key=lambda b: search.cached_latency(b)[0])
         reason = (f"the fastest batch (size {fastest}) takes {search.cached_latency(fastest)[0]:.4g} ms, "
@@ -220,14 +220,62 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     return _plan(search, max_gpus, max_batch, delay, result, meets=False, reason=reason)
 
 
-def _plan(search: _Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
-          meets: bool, reason: str) -> Plan:
+def _fewest_gpus(any_feasible: Callable[[int], bool], lower: int, max_gpus: int) -> int | None:
+    """The fewest GPUs from ``lower`` to ``max_gpus`` on which ``any_feasible``, assuming that once
+    true it stays true as GPUs are added: ``lower``, then ``max_gpus`` (false there: None, no
+    galloping through hopeless counts), then galloping up from ``lower`` and bisecting down."""
+    if any_feasible(lower):
+        return lower
+    if lower >= max_gpus or not any_feasible(max_gpus):
+        return None
+    last_bad, found = lower, max_gpus
+    gpus, step = lower + 1, 1
+    while gpus < found:
+        if any_feasible(gpus):
+            found = gpus
+            break
+        last_bad, gpus, step = gpus, gpus + step, step * 2
+    while found - last_bad > 1:
+        middle = (found + last_bad) // 2
+        if any_feasible(middle):
+            found = middle
+        else:
+            last_bad = middle
+    return found
+
+
+def _stopped_at_budget(search: Search, max_gpus: int, candidates: Sequence[Setting], reachable: Sequence[Setting],
+                       viable: Callable[[Setting, int], bool]) -> Plan:
+    """The plan when the budget ran out mid-search: the fewest GPUs among the finished runs that meet
+    the objective (then the lowest p99, smallest max_batch, shortest delay), said to be possibly
+    more than needed; else the lowest p99 finished on ``max_gpus`` (one more run if none is there),
+    said not to meet it."""
+    spent = f"the search stopped at its budget of {search.budget:,} simulated requests"
+    finished = search.finished()
+    meeting = [(gpus, result.p99_ms, b, d) for (b, d, gpus), result in finished.items()
+               if result.p99_ms <= search.slo_ms and (b, d) in reachable and viable((b, d), gpus)]
+    if meeting:
+        gpus, _, b, d = min(meeting)
+        return _plan(search, gpus, b, d, finished[(b, d, gpus)], meets=True, budget_spent=True,
+                     reason=f"{spent}: this plan meets the objective, but fewer GPUs or other settings may too")
+    on_max = [(result.p99_ms, b, d) for (b, d, gpus), result in finished.items() if gpus == max_gpus]
+    _, b, d = min(on_max) if on_max else (0.0, *candidates[0])
+    search.budget = None  # the one run past the budget that a plan needs numbers from
+    result = search.simulate(b, d, max_gpus)
+    return _plan(search, max_gpus, b, d, result, meets=False, budget_spent=True,
+                 reason=f"{spent} before it found a setting that meets p99 <= {search.slo_ms:g} ms on up to "
+                        f"max_gpus={max_gpus} GPUs; the lowest p99 it finished there is {result.p99_ms:.4g} ms")
+
+
+def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
+          meets: bool, reason: str, budget_spent: bool = False) -> Plan:
     return Plan(
         gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(),
         qps=search.qps, slo_p99_ms=search.slo_ms, per_gpu_qps=search.qps / gpus,
         p50_ms=result.p50_ms, p99_ms=result.p99_ms, throughput_qps=result.throughput_qps * gpus,
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
-        candidates_evaluated=len(search.results), meets=meets, reason=reason)
+        candidates_evaluated=search.evaluated, simulated_requests=search.simulated, meets=meets,
+        reason=reason, budget_spent=budget_spent)
 
 
 def triton_config(plan: Plan) -> str:
@@ -242,4 +290,5 @@ def triton_config(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__: Sequence[str] = ["MAX_UTILISATION", "Plan", "plan", "triton_config"]
+__all__: Sequence[str] = ["DEFAULT_BUDGET", "DELAY_US_CHOICES", "MAX_BATCH_CHOICES", "MAX_UTILISATION", "Plan",
+                          "REQUESTS", "SEED", "plan", "triton_config"]

@@ -3,7 +3,8 @@
 Capacity planning asks "how many GPUs, and which batching settings, meet this QPS at this p99?".
 A predicted latency per batch size answers half of it; queueing answers the rest, and queueing has
 no closed form once batches form dynamically. So this module replays arrivals against a model of
-the server, with SimPy (https://simpy.readthedocs.io) as the event loop.
+the server, with SimPy (https://simpy.readthedocs.io) as the event loop; with one instance and no
+preferred sizes the same rule runs as a plain loop (``single_instance``), many times faster.
 
 What is simulated:
 
@@ -56,6 +57,8 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from predictor.capacity.single_instance import EPS_S, GiveUp, serve
+
 if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
     import simpy
 
@@ -63,8 +66,6 @@ if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package impo
 MAX_RATE_QPS = 1e7
 #: More requests than this would take minutes and gigabytes; split the question instead.
 MAX_REQUESTS = 10_000_000
-#: Seconds of slack when comparing a clock with a deadline (float sums of times are not exact).
-_EPS_S = 1e-12
 
 ArrivalKind = Literal["poisson", "gamma", "trace"]
 #: A latency callable: batch size -> (median milliseconds, lognormal sigma).
@@ -281,7 +282,7 @@ class _Server:
                 return fits[-1]
         elif queued >= config.max_batch:
             return config.max_batch
-        if self.env.now + _EPS_S >= self.arrival_s[self.head] + self.delay_s:
+        if self.env.now + EPS_S >= self.arrival_s[self.head] + self.delay_s:
             return min(queued, config.max_batch)
         return 0
 
@@ -336,18 +337,57 @@ def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator
     return sample
 
 
+Engine = Literal["auto", "events"]
+
+
 def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
              requests: int | None = None, duration_s: float | None = None,
-             warmup_fraction: float = 0.1) -> SimResult:
+             warmup_fraction: float = 0.1, engine: Engine = "auto") -> SimResult:
     """Serve ``arrivals`` with ``config``'s batcher and instances, each batch taking ``latency(batch)``,
     and measure latency percentiles, queue wait, throughput, utilisation and batch sizes.
 
     Give ``requests`` (the first N arrivals) or ``duration_s`` (arrivals before that time) for a
     Poisson or gamma process; a trace replays in full unless either is given. Every request runs
     to completion; the first ``warmup_fraction`` of them are left out of the statistics.
+    ``engine="events"`` runs SimPy's event loop even where the one-instance loop
+    (``single_instance``, chosen by ``"auto"`` where it applies) would give the same run faster.
     """
-    import simpy
+    result = _run(arrivals, config, latency, requests, duration_s, warmup_fraction, engine, None).result
+    assert result is not None  # nothing to give up on
+    return result
 
+
+@dataclass(frozen=True)
+class BoundedRun:
+    """A run of ``simulate_bounded``: its result (whatever its p99) when it ran to the end, None when
+    it was given up with its p99 above the bound; and how many requests it sent (the work it cost)."""
+
+    result: SimResult | None
+    simulated: int
+
+
+def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
+                     requests: int, p99_bound_ms: float, warmup_fraction: float = 0.1,
+                     engine: Engine = "auto") -> BoundedRun:
+    """``simulate(...)``, given up once the run shows its p99 above ``p99_bound_ms``.
+
+    For a caller that only wants runs whose p99 is within a bound (the planner, ruling settings
+    out): where the one-instance loop applies it stops as soon as enough measured requests have
+    taken longer than the bound for the p99 to be above it whatever the rest do (the run's
+    percentile interpolates between two of its sorted latencies, so it is above the bound once
+    the lower one is), which for a setting far from the bound is a fraction of the run. A run that
+    is not given up is the very run ``simulate`` makes; a given-up run never had its p99 within the
+    bound. Elsewhere (SimPy's event loop) the run always goes to the end.
+    """
+    if not is_finite_number(p99_bound_ms) or p99_bound_ms <= 0:
+        raise ValueError(f"p99_bound_ms: must be a positive number of milliseconds, not {p99_bound_ms!r}")
+    return _run(arrivals, config, latency, requests, None, warmup_fraction, engine, float(p99_bound_ms))
+
+
+def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, requests: int | None,
+         duration_s: float | None, warmup_fraction: float, engine: Engine, bound_ms: float | None) -> BoundedRun:
+    if engine not in ("auto", "events"):
+        raise ValueError(f"engine: must be 'auto' or 'events', not {engine!r}")
     if requests is not None and (not is_int(requests) or not 1 <= requests <= MAX_REQUESTS):
         raise ValueError(f"requests: must be an integer in [1, {MAX_REQUESTS}], not {requests!r}")
     if duration_s is not None and (not is_finite_number(duration_s) or duration_s <= 0):
@@ -368,32 +408,57 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     arrival_s = arrivals.generate(requests, duration_s, arrival_rng)
     if len(arrival_s) == 0:
         raise ValueError("duration_s: no request arrives within it")
+    service_s = _service_sampler(latency, service_rng)
+    first = _first_measured(len(arrival_s), warmup_fraction)
+
+    if engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes and arrivals.kind != "trace":
+        give_up = None
+        if bound_ms is not None:
+            measured = len(arrival_s) - first
+            # p99 >= the sorted latency at floor(0.99 (m - 1)): above the bound once m - that many are;
+            # the bound is widened by a hair so that float rounding of finish - arrival never decides it
+            count = measured - math.floor(0.99 * (measured - 1))
+            give_up = GiveUp(first, bound_ms * 1e-3 * (1 + 1e-9), count)
+        served = serve(arrival_s, config.max_batch, config.max_queue_delay_us * 1e-6, service_s, give_up)
+        if not served.complete:
+            return BoundedRun(None, served.requests)
+        return BoundedRun(_measure(arrival_s, served.start_s, served.finish_s, served.batches, 1, first),
+                          len(arrival_s))
+
+    import simpy
 
     env = simpy.Environment()
-    server = _Server(env, arrival_s, config, _service_sampler(latency, service_rng))
+    server = _Server(env, arrival_s, config, service_s)
     env.process(server.arrive())
     env.process(server.batcher())
     env.run()
-    return _measure(server, warmup_fraction)
+    batches = np.asarray(server.batches, dtype=float).reshape(-1, 4)
+    return BoundedRun(_measure(arrival_s, server.start_s, server.finish_s, batches, config.instances, first),
+                      len(arrival_s))
 
 
-def _measure(server: _Server, warmup_fraction: float) -> SimResult:
-    arrival_s, start_s, finish_s = server.arrival_s, server.start_s, server.finish_s
-    first = min(int(len(arrival_s) * warmup_fraction), len(arrival_s) - 1)
+def _first_measured(requests: int, warmup_fraction: float) -> int:
+    """Index of the first request the statistics count (the ones before it warm the server up)."""
+    return min(int(requests * warmup_fraction), requests - 1)
+
+
+def _measure(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarray, batches: np.ndarray, instances: int,
+             first: int) -> SimResult:
+    """The statistics of a finished run, from each request's times and each batch's
+    (start s, service s, size, first request) row."""
     latency_ms = (finish_s[first:] - arrival_s[first:]) * 1e3
     wait_ms = (start_s[first:] - arrival_s[first:]) * 1e3
     p50, p90, p99 = np.percentile(latency_ms, [50, 90, 99])
 
     t0, t1 = float(arrival_s[first]), float(arrival_s[-1])
     window = t1 - t0
-    batches = np.asarray(server.batches, dtype=float).reshape(-1, 4)
     starts, services = batches[:, 0], batches[:, 1]
     busy = np.clip(starts + services, t0, t1) - np.clip(starts, t0, t1)
     measured_sizes = batches[batches[:, 3] >= first, 2].astype(int)  # batches that served measured requests
     if window > 0:
         offered = (len(arrival_s) - first) / window
         throughput = float(np.count_nonzero((finish_s >= t0) & (finish_s <= t1))) / window
-        utilisation = float(busy.sum()) / (server.config.instances * window)
+        utilisation = float(busy.sum()) / (instances * window)
     else:  # one measured request, or all at one instant: no rate to speak of
         offered = throughput = utilisation = math.nan
     values, counts = np.unique(measured_sizes, return_counts=True)
@@ -412,4 +477,5 @@ def _measure(server: _Server, warmup_fraction: float) -> SimResult:
     )
 
 
-__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "SimResult", "simulate"]
+__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult", "simulate",
+                        "simulate_bounded"]

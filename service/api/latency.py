@@ -9,7 +9,6 @@ contents) and Cache-Control, and a matching If-None-Match gets a 304 without pre
 
 from __future__ import annotations
 
-import hashlib
 import io
 import itertools
 import json
@@ -25,6 +24,7 @@ from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
+from service.etags import etag_of, matches
 from service.openapi import budgeted, documents, problems
 from service.problems import TITLES, ProblemError
 from service.schemas.latency import CSV_COLUMNS, LatencyQuery
@@ -127,9 +127,9 @@ def _latency(query: LatencyQuery) -> Response:
     contents = [st.resolver.zoo_digest(name) if kind == "model" else name for kind, name, _ in graphs]
     canonical = json.dumps([[g[0], g[1].lower()] for g in graphs] + [contents, [d.device_id for d in devices],
                            batches, precisions, modes, hosts, query.format, versions, host_keys, RENDERING])
-    etag = '"' + hashlib.sha256(canonical.encode()).hexdigest()[:32] + '"'
+    etag = etag_of(canonical)
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
-    if _matches(request.headers.get("If-None-Match"), etag):
+    if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
     # every graph on every variant: the grid (a 422 here is answered as a 400, by latency())
     field = "batch" if len(variants) > 1 or not graphs else graphs[0][0]
@@ -145,13 +145,6 @@ def _latency(query: LatencyQuery) -> Response:
     response = _render(rows, query.format)
     response.headers.update(headers)
     return response
-
-
-def _matches(header: str | None, etag: str) -> bool:
-    if not header:
-        return False
-    tags = [t.strip() for t in header.split(",")]
-    return "*" in tags or etag in tags or f"W/{etag}" in tags
 
 
 def _render(rows: list[dict[str, Any]], fmt: str) -> Response:

@@ -23,7 +23,7 @@ CSV_COLUMNS = ("model", "device", "batch", "precision", "mode", "total_ms", "low
                "host")
 
 
-def _any_case(word: str) -> str:
+def any_case(word: str) -> str:
     """A regex matching ``word`` in any letter case (ECMA-262 patterns have no case flag)."""
     return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else re.escape(c) for c in word)
 
@@ -59,9 +59,9 @@ class LatencyQuery(RequestModel):
                                    description="device id(s) or part of a name (default: the only one)")
     batch: str | None = ListParam(BATCH_ITEM, 200, example="1,8,32",
                                   description="batch size(s), e.g. 1,8,32 (default: the graph's own)")
-    precision: str | None = ListParam(f"({'|'.join(_any_case(p) for p in PRECISIONS)})", 60, example="fp16,bf16",
+    precision: str | None = ListParam(f"({'|'.join(any_case(p) for p in PRECISIONS)})", 60, example="fp16,bf16",
                                       description="fp32, tf32, fp16 or bf16 (default fp16)")
-    mode: str | None = ListParam(f"({'|'.join(_any_case(m) for m in MODES)})", 60, example="cudagraph",
+    mode: str | None = ListParam(f"({'|'.join(any_case(m) for m in MODES)})", 60, example="cudagraph",
                                  description="cudagraph or eager (default cudagraph)")
     host: str | None = ListParam(HOST_ID_PATTERN.strip("^$"), 300, example="h200-a1b2c3d4e5",
                                  description="host profile id(s) for eager rows (GET /v1/hosts; default: the "

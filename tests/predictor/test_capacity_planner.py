@@ -1,5 +1,6 @@
 """predictor.capacity.planner: batching where one GPU at batch 1 cannot keep up, GPU counts that never
-fall as the load grows or the objective tightens, an objective out of reach, the Triton text, refusals."""
+fall as the load grows or the objective tightens, an objective out of reach, the Triton text, refusals;
+the bounded search (runs given up, a budget, runs shared by a grid) gives the exhaustive search's plans."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from predictor.capacity.planner import MAX_UTILISATION, Plan, plan, triton_config
+from predictor.capacity.planner import DEFAULT_BUDGET, MAX_UTILISATION, Plan, plan, triton_config
+from predictor.capacity.runs import Runs
 from predictor.capacity.simulator import Arrivals, BatchingConfig, simulate
 
 SLO_MS = 10.0
@@ -21,10 +24,15 @@ def batch_friendly(batch: int) -> tuple[float, float]:
     return 2.0 + 0.05 * batch, 0.0
 
 
-def quick(qps: float, slo_ms: float, max_gpus: int = 64) -> Plan:
+def quick(qps: float, slo_ms: float, max_gpus: int = 64, **options: Any) -> Plan:
     """A smaller search for the tests that plan many times (a default plan simulates up to 48 settings)."""
     return plan(batch_friendly, qps, slo_ms, max_batch_choices=(1, 4, 16, 64), delay_us_choices=(0, 1000),
-                max_gpus=max_gpus, requests=5_000)
+                max_gpus=max_gpus, requests=5_000, **options)
+
+
+def without_costs(result: Plan) -> Plan:
+    """The plan without what finding it cost (which the bounded search and shared runs lower)."""
+    return dataclasses.replace(result, simulated_requests=0)
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +124,73 @@ def test_triton_config_writes_the_plan_s_numbers(busy: Plan) -> None:
     ("max_gpus", lambda: plan(batch_friendly, 100, SLO_MS, max_gpus=0)),
     ("requests", lambda: plan(batch_friendly, 100, SLO_MS, requests=10)),
     ("seed", lambda: plan(batch_friendly, 100, SLO_MS, seed=-1)),
+    ("budget", lambda: plan(batch_friendly, 100, SLO_MS, budget=19_999)),
+    ("budget", lambda: plan(batch_friendly, 100, SLO_MS, budget=2.5e6)),
+    ("engine", lambda: plan(batch_friendly, 100, SLO_MS, engine="fast")),  # type: ignore[arg-type]
+    ("runs", lambda: plan(batch_friendly, 100, SLO_MS, runs=Runs(batch_friendly, 5_000, 0))),
     ("latency", lambda: plan(lambda _b: (-1.0, 0.0), 100, SLO_MS)),
 ])
 def test_bad_input_is_refused_naming_its_field(field: str, call: Callable[[], object]) -> None:
     with pytest.raises(ValueError, match=rf"^{field}:"):
         call()
+
+
+# (qps, objective ms, max_gpus): one GPU; several; 54 GPUs each almost idle with every setting's p99 within a
+# few percent of the objective (the slow case); nothing meets it up to max_gpus; a load beyond max_gpus
+SEARCHES = [(2_000, 10.0, 64), (20_000, 5.0, 64), (5_000, 4.0, 64), (3_000, 3.0, 64), (100_000, SLO_MS, 2)]
+
+
+@pytest.mark.parametrize(("qps", "slo_ms", "max_gpus"), SEARCHES)
+def test_the_bounded_search_gives_the_exhaustive_plan_for_fewer_simulated_requests(
+        qps: float, slo_ms: float, max_gpus: int) -> None:
+    bounded = quick(qps, slo_ms, max_gpus)
+    exhaustive = quick(qps, slo_ms, max_gpus, exhaustive=True)
+    assert without_costs(bounded) == without_costs(exhaustive)
+    assert exhaustive.simulated_requests == exhaustive.candidates_evaluated * 5_000  # every run to its end
+    assert bounded.simulated_requests <= exhaustive.simulated_requests
+    if bounded.gpus > 1:  # settings ruled out on the way, each after a part of its run
+        assert bounded.simulated_requests < exhaustive.simulated_requests
+
+
+def test_the_exhaustive_search_on_simpy_s_event_loop_gives_the_same_plan() -> None:
+    """The search and simulator as they were before this bound, against both changes at once."""
+    before = quick(20_000, 5.0, exhaustive=True, engine="events")
+    assert without_costs(quick(20_000, 5.0)) == without_costs(before)
+    assert before.gpus > 1
+
+
+def test_the_slow_objective_at_the_default_settings_fits_the_default_budget() -> None:
+    """2 ms + 0.05 ms a sample at 5,000 qps and p99 4 ms: 411 settings on 13 GPU counts, each run of 20,000
+    requests; the exhaustive search ran all 8.2 million requests (95 s on SimPy's loop, two quiet cores) to
+    this plan, which the bounded search must still find, within its budget, for under half of them."""
+    result = plan(batch_friendly, 5_000, 4.0)
+    assert (result.gpus, result.max_batch, result.max_queue_delay_us) == (53, 4, 0)
+    assert result.meets and result.reason == "" and result.p99_ms <= 4.0
+    assert result.candidates_evaluated == 411
+    assert result.simulated_requests <= min(DEFAULT_BUDGET, 0.5 * 411 * 20_000)
+
+
+def test_a_search_that_reaches_its_budget_stops_and_answers_with_what_it_has() -> None:
+    full = quick(5_000, 4.0)
+    # some settings met the objective (on more GPUs than needed) before the budget ran out
+    stopped = quick(5_000, 4.0, budget=60_000)
+    assert stopped.meets and stopped.p99_ms <= 4.0 and stopped.gpus >= full.gpus
+    assert "budget of 60,000 simulated requests" in stopped.reason and "fewer GPUs" in stopped.reason
+    assert stopped.simulated_requests <= 60_000 + 5_000 < full.simulated_requests
+    assert stopped == quick(5_000, 4.0, budget=60_000)  # the budget counts requests, not seconds
+    # nothing met it yet (nothing does: see test_the_bounded_search...): the lowest p99 finished on max_gpus,
+    # said not to meet the objective, after at most one run past the budget and one for the answer
+    early = quick(3_000, 3.0, budget=5_000)
+    assert not early.meets and early.gpus == 64 and early.p99_ms > 3.0
+    assert "budget of 5,000 simulated requests before it found a setting" in early.reason
+    assert early.simulated_requests <= 5_000 + 2 * 5_000
+
+
+def test_runs_shared_by_a_grid_give_the_same_plans_for_fewer_simulations() -> None:
+    runs = Runs(batch_friendly, 5_000, 0)
+    for slo_ms in (20.0, 6.0, 4.0, 6.0):
+        alone = quick(5_000, slo_ms)
+        shared = quick(5_000, slo_ms, runs=runs)
+        assert without_costs(shared) == without_costs(alone)
+        assert shared.simulated_requests <= alone.simulated_requests
+    assert shared.simulated_requests == 0  # the same question twice: nothing left to simulate

@@ -33,6 +33,9 @@ def test_devices_lists_the_h200_with_its_bundle(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     line = next(x for x in result.stdout.splitlines() if x.startswith("nvidia-h200"))
     assert "NVIDIA H200" in line and "132 SMs" in line and "bundle nvidia-h200" in line
+    assert "\tmeasured\t" in line and "/h\t" in line  # provenance and price
+    l4 = next(x for x in result.stdout.splitlines() if x.startswith("nvidia-l4\t"))
+    assert "\ttransferred\t" in l4 and l4.endswith("no bundle")
     empty = run("devices", "--bundles", str(tmp_path))
     assert empty.exit_code == 0 and "no bundle" in empty.stdout
 
@@ -94,9 +97,15 @@ def test_one_bad_path_does_not_hide_the_good_ones() -> None:
 
 
 def test_an_unknown_device_fails_naming_the_known_ones() -> None:
-    result = run("predict", "resnet50", "--device", "h100")
+    result = run("predict", "resnet50", "--device", "mi300x")
     assert result.exit_code != 0
-    assert "h100" in result.output and "nvidia-h200" in result.output
+    assert "mi300x" in result.output and "nvidia-h200" in result.output
+
+
+def test_a_catalog_device_without_a_bundle_fails_clearly() -> None:
+    result = run("predict", "resnet50", "--device", "l4")
+    assert result.exit_code != 0
+    assert "no model bundle" in result.output and "nvidia-l4" in result.output and "Traceback" not in result.output
 
 
 def test_a_missing_bundle_fails_clearly(tmp_path: Path) -> None:

@@ -1,0 +1,204 @@
+"""A real dynamic-batching server on the GPU: what the capacity simulator is checked against.
+
+Triton itself (through PyTriton) cannot reach the GPU machine here: its wheel is 55 MB and the
+working tree that travels there is capped at 64 MiB with this repository's 52 MB of tracked data.
+So this is the next most real thing, a server process built the way Triton's dynamic batcher
+works:
+
+- **Requests** arrive over a pipe from a separate load-generator process
+  (:mod:`collectors.load_client`) at Poisson times, open loop (the client never waits for answers,
+  as a fleet of independent users does not). Each carries one sample.
+- **The batcher** is Triton's documented rule, the very function the simulator uses
+  (:func:`predictor.capacity.batch_rule.batch_to_send`): one FIFO queue, maximum batch, preferred
+  sizes, maximum queue delay, one model instance.
+- **The model** is a zoo model with a CUDA graph captured for every batch size up to the maximum:
+  a batch of ``b`` is one replay of graph ``b``, as a Triton backend with CUDA graphs would run it.
+
+One thread polls everything (arrivals, the running batch's completion event, the queue delay):
+with a thread per job they would fight over the GIL and stamp times late. A request's latency runs
+from the server receiving it to the GPU finishing its batch (the server-side latency Triton's
+metrics report, and what the simulator models); responses are not sent back, and the client's send
+time is kept so that the pipe's delay can be seen.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from collectors.model_runs import ModelSource
+from collectors.nas_space import NasModel, seed_of
+from collectors.precision_flags import precision_flags, torch_dtype
+from collectors.zoo_models import get_zoo_model
+from predictor.capacity.batch_rule import batch_to_send
+from predictor.precision import get_precision
+
+#: a request on the wire: its index and the client's send time (perf_counter seconds), as float64s
+REQUEST_DTYPE = np.dtype([("index", "<f8"), ("sent_s", "<f8")])
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """One batching setting of the server: Triton's max_batch_size, preferred sizes and delay."""
+
+    name: str
+    max_batch: int
+    preferred: tuple[int, ...] = ()
+    max_queue_delay_us: float = 0.0
+
+
+class ServedModel(Protocol):
+    """What the server runs: ``launch`` starts a batch, ``done`` says whether it has finished
+    (polled, never blocking, so that arrivals are stamped while a batch runs)."""
+
+    name: str
+    precision: str
+
+    def launch(self, batch: int) -> None: ...
+
+    def done(self) -> bool: ...
+
+
+def model_source(name: str) -> ModelSource:
+    """A zoo model by name, or a NAS architecture (``nas-<seed>``), with the zoo's error otherwise."""
+    return NasModel(seed_of(name)) if name.startswith("nas-") else get_zoo_model(name)
+
+
+class CapturedModel:
+    """A zoo model on the GPU with one CUDA graph per batch size 1..max_batch, on static input
+    buffers: a batch is one replay, and an event after it says when the GPU is through."""
+
+    def __init__(self, name: str, precision: str, max_batch: int) -> None:
+        prec = get_precision(precision)
+        zoo = model_source(name)
+        dtype = torch_dtype(prec)
+        self.name, self.precision = name, precision
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        with torch.inference_mode(), precision_flags(prec):
+            with torch.device("cuda"):
+                self.module = zoo.build()
+            self.module = self.module.to(device="cuda", dtype=dtype).eval()
+            self.inputs = {b: zoo.example_input(b, torch.device("cuda"), dtype) for b in range(1, max_batch + 1)}
+            for batch, x in self.inputs.items():
+                self.graphs[batch] = _capture(functools.partial(self.module, x))
+        self.event = torch.cuda.Event()
+
+    def launch(self, batch: int) -> None:
+        self.graphs[batch].replay()
+        self.event.record()
+
+    def done(self) -> bool:
+        return bool(self.event.query())
+
+
+class CpuModel:
+    """A zoo model run eagerly on the CPU: a batch runs to its end inside ``launch`` (nothing to
+    poll), so arrivals meanwhile are stamped when it returns. Serves the check on a CPU, and its tests."""
+
+    def __init__(self, name: str, precision: str, max_batch: int) -> None:
+        prec = get_precision(precision)
+        zoo = model_source(name)
+        dtype = torch_dtype(prec)
+        self.name, self.precision = name, precision
+        with torch.inference_mode():
+            self.module = zoo.build().to(dtype=dtype).eval()
+            self.inputs = {b: zoo.example_input(b, torch.device("cpu"), dtype) for b in range(1, max_batch + 1)}
+            for x in self.inputs.values():
+                self.module(x)
+
+    def launch(self, batch: int) -> None:
+        with torch.inference_mode():
+            self.module(self.inputs[batch])
+
+    def done(self) -> bool:
+        return True
+
+
+def _capture(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        forward()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph
+
+
+def service_times(model: ServedModel, batches: range, reps: int = 40) -> dict[int, np.ndarray]:
+    """Seconds per batch, measured the way the server runs one (replay, then wait on an event),
+    batch sizes interleaved so that drift lands on all alike: the latency(batch) the simulator is
+    given when it is checked on queueing alone."""
+    out: dict[int, list[float]] = {b: [] for b in batches}
+    for _ in range(reps):
+        for b in batches:
+            t0 = time.perf_counter()
+            model.launch(b)
+            while not model.done():
+                pass
+            out[b].append(time.perf_counter() - t0)
+    return {b: np.asarray(v) for b, v in out.items()}
+
+
+@dataclass
+class ServedRun:
+    """What the server did for one load: per request, per batch (perf_counter seconds)."""
+
+    sent_s: np.ndarray
+    received_s: np.ndarray
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    batch_size: np.ndarray  # of the batch each request rode in
+
+
+def serve(conn: Connection, model: ServedModel, settings: ServerSettings, requests: int,
+          timeout_s: float) -> ServedRun:
+    """Serve ``requests`` requests arriving on ``conn`` with ``settings``; returns when all are done
+    (or raises after ``timeout_s``: a server that cannot keep up must not hang the sweep)."""
+    sent = np.full(requests, np.nan)
+    received = np.full(requests, np.nan)
+    start = np.full(requests, np.nan)
+    finish = np.full(requests, np.nan)
+    size_of = np.zeros(requests, dtype=np.int32)
+    queue: deque[int] = deque()
+    preferred = tuple(sorted(settings.preferred))
+    delay_s = settings.max_queue_delay_us * 1e-6
+    running: list[int] | None = None
+    finished = 0
+    deadline = time.perf_counter() + timeout_s
+    while finished < requests:
+        now = time.perf_counter()
+        if now > deadline:
+            raise TimeoutError(f"{model.name} {settings.name}: {finished} of {requests} requests done in {timeout_s} s")
+        while conn.poll(0):
+            stamp = time.perf_counter()
+            for index, sent_at in np.frombuffer(conn.recv_bytes(), dtype=REQUEST_DTYPE):
+                i = int(index)
+                sent[i], received[i] = sent_at, stamp
+                queue.append(i)
+        if running is not None and model.done():
+            stamp = time.perf_counter()
+            finish[running] = stamp
+            finished += len(running)
+            running = None
+        if running is None and queue:
+            now = time.perf_counter()
+            size = batch_to_send(len(queue), now - received[queue[0]], settings.max_batch, preferred, delay_s)
+            if size:
+                running = [queue.popleft() for _ in range(size)]
+                start[running] = now
+                size_of[running] = size
+                model.launch(size)
+    return ServedRun(sent, received, start, finish, size_of)

@@ -1,0 +1,131 @@
+"""Serve zoo models under Poisson load on the GPU and keep every request's times: the measurements
+the capacity simulator is scored against (``benchmarks/simulator_vs_server.py``).
+
+For each model: one CUDA graph per batch size is captured (:class:`collectors.batching_server.
+CapturedModel`); every batch size's service time is measured the way the server runs it; then for
+each batching setting and each load level the load generator (:mod:`collectors.load_client`, its
+own process) sends Poisson arrivals at ``level x capacity``, where capacity is what the setting can
+serve at most (``max over b <= max_batch of b / median service(b)``), and the server serves them.
+
+Written under ``<out>/<device>/serving/``, a pair of parquet files per (model, precision), so that a
+run stopped part way resumes with the next model: ``requests-*.parquet`` (per request: the load's
+keys, client send, server receipt, batch start and finish in microseconds from the load's start,
+and the batch size it rode in) and ``service-*.parquet`` (every timed service of every batch size).
+``meta.json`` holds the settings, levels and the device fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.batching_server import CapturedModel, CpuModel, ServedModel, ServerSettings, serve, service_times
+from collectors.fingerprint import read_fingerprint
+from collectors.load_client import client_main
+
+#: the two batching settings each model is served with: Triton's defaults at a small maximum batch,
+#: and a large maximum batch with preferred sizes and a queue delay
+SETTINGS = (
+    ServerSettings("mb8-nodelay", max_batch=8),
+    ServerSettings("mb32-pref16,32-delay1000us", max_batch=32, preferred=(16, 32), max_queue_delay_us=1000.0),
+)
+#: offered load as a fraction of the setting's capacity
+LEVELS = (0.3, 0.6, 0.7, 0.8, 0.85, 0.9)
+MODELS = ("resnet101", "densenet169", "roberta-large")
+#: each load runs this long, within these request counts (a p99 needs a few thousand)
+SECONDS_PER_LEVEL = 4.0
+MIN_REQUESTS, MAX_REQUESTS = 3000, 30000
+
+
+def capacity_qps(median_s: dict[int, float], max_batch: int) -> float:
+    """The most requests per second one instance can serve with batches up to ``max_batch``."""
+    return max(b / median_s[b] for b in range(1, max_batch + 1))
+
+
+def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = MODELS, precision: str = "fp16",
+                      settings: Sequence[ServerSettings] = SETTINGS, levels: Sequence[float] = LEVELS,
+                      seconds_per_level: float = SECONDS_PER_LEVEL, seed: int = 0,
+                      requests: tuple[int, int] = (MIN_REQUESTS, MAX_REQUESTS),
+                      reps: int = 40, say: Callable[[str], None] = lambda line: None) -> Path:
+    """Measure every (model, setting, level) not yet on disk on ``device`` ("cuda", or "cpu": eager
+    forwards on the CPU); returns the serving folder."""
+    import torch
+
+    fp = read_fingerprint(device)
+    folder = Path(out) / fp.device_id / "serving"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").write_text(json.dumps({
+        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels),
+        "seconds_per_level": seconds_per_level, "seed": seed,
+        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+    context = multiprocessing.get_context("spawn")
+    requests_recv, requests_send = context.Pipe(duplex=False)
+    control_here, control_there = context.Pipe()
+    client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
+    client.start()
+    try:
+        for name in models:
+            target = folder / f"requests-{name}-{precision}.parquet"
+            if target.exists():
+                say(f"{name}: on disk, skipped")
+                continue
+            started = time.perf_counter()
+            max_batch = max(s.max_batch for s in settings)
+            model: ServedModel = (CapturedModel if fp.kind == "cuda" else CpuModel)(name, precision, max_batch)
+            timed = service_times(model, range(1, max_batch + 1), reps)
+            median = {b: float(np.median(v)) for b, v in timed.items()}
+            say(f"{name}: captured and timed 1..{max_batch} in {time.perf_counter() - started:.0f} s; "
+                f"b1 {median[1] * 1e3:.3f} ms, b{max_batch} {median[max_batch] * 1e3:.3f} ms")
+            frames = []
+            for setting_index, setting in enumerate(settings):
+                capacity = capacity_qps(median, setting.max_batch)
+                for level_index, level in enumerate(levels):
+                    frames.append(_one_load(model, setting, level, capacity, requests_recv, control_here,
+                                            seconds_per_level, requests, seed + 1000 * setting_index + level_index,
+                                            say))
+            pd.concat(frames, ignore_index=True).to_parquet(target)
+            service = pd.DataFrame([{"model": name, "precision": precision, "batch": b, "service_s": s}
+                                    for b, v in timed.items() for s in v])
+            service.to_parquet(folder / f"service-{name}-{precision}.parquet")
+            del model
+            if fp.kind == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        control_here.send(None)
+        client.join(timeout=10)
+    return folder
+
+
+def _one_load(model: ServedModel, setting: ServerSettings, level: float, capacity: float, requests: Any,
+              control: Any, seconds: float, requests_range: tuple[int, int], seed: int,
+              say: Callable[[str], None]) -> pd.DataFrame:
+    qps = level * capacity
+    n = int(np.clip(qps * seconds, *requests_range))
+    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, n))
+    start_at = time.perf_counter() + 0.3
+    control.send((offsets, start_at))
+    run = serve(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
+    worst_late_s = control.recv()
+    latency_ms = (run.finish_s - run.received_s) * 1e3
+    tail = latency_ms[n // 10:]
+    say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, p50 {np.percentile(tail, 50):.3f} "
+        f"p99 {np.percentile(tail, 99):.3f} ms, mean batch {run.batch_size[n // 10:].mean():.1f}, "
+        f"client late by {worst_late_s * 1e3:.2f} ms at worst")
+
+    def us(values: np.ndarray) -> np.ndarray:
+        return np.round((values - start_at) * 1e6).astype(np.int64)
+
+    return pd.DataFrame({
+        "model": model.name, "precision": model.precision, "setting": setting.name, "level": level,
+        "capacity_qps": capacity, "offered_qps": qps, "index": np.arange(n, dtype=np.int32),
+        "scheduled_us": np.round(offsets * 1e6).astype(np.int64), "sent_us": us(run.sent_s),
+        "received_us": us(run.received_s), "start_us": us(run.start_s), "finish_us": us(run.finish_s),
+        "batch_size": run.batch_size.astype(np.int16),
+    })

@@ -1,0 +1,118 @@
+"""Latency against load for one batching setting: what a plan's single point does not show.
+
+A plan answers "p99 at this load"; the curve answers "how close to the knee is that?". Each
+point simulates the same setting at one offered load (:func:`predictor.capacity.simulator.simulate`,
+Poisson arrivals). Every point uses the same seed: the arrival gaps are then one draw scaled by
+the rate, so neighbouring points differ by the load and not by the luck of the draw (common random
+numbers), and the curve is smooth without simulating millions of requests. With the planner's
+request count and seed (``DEFAULT_REQUESTS``, ``DEFAULT_SEED``) the point at a plan's per-GPU load
+is the plan's own simulation, so the curve passes through the numbers the plan printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from predictor.capacity.simulator import (
+    MAX_RATE_QPS,
+    Arrivals,
+    BatchingConfig,
+    LatencyFn,
+    LatencyModel,
+    checked_latency,
+    is_finite_number,
+    is_int,
+    simulate,
+)
+
+#: Simulated requests per point and the seed: the planner's defaults (``plan(requests=, seed=)``).
+DEFAULT_REQUESTS = 20_000
+DEFAULT_SEED = 0
+#: Points on a curve from :func:`qps_range`: enough for a smooth knee, few enough for a few seconds.
+DEFAULT_POINTS = 24
+#: More points than this is a slow way to draw one line.
+MAX_POINTS = 1_000
+
+
+@dataclass(frozen=True)
+class LoadPoint:
+    """One offered load and what the simulated server did there (per the config's instances together)."""
+
+    qps: float  # the offered Poisson rate asked for (the simulation's measured rate varies around it)
+    p50_ms: float
+    p99_ms: float
+    throughput_qps: float
+    utilisation: float
+    mean_batch_size: float
+
+
+def _cached(latency: LatencyModel | LatencyFn) -> LatencyFn:
+    """``latency`` asked once per batch size over the whole curve (it may be a whole-model prediction),
+    its answer checked as the simulator checks it."""
+    answers: dict[int, tuple[float, float]] = {}
+
+    def cached(batch: int) -> tuple[float, float]:
+        if batch not in answers:
+            answers[batch] = checked_latency(latency, batch)
+        return answers[batch]
+
+    return cached
+
+
+def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig) -> float:
+    """The most requests per second ``config`` can serve: each instance sending its best batch
+    (``max over b <= max_batch of b / median(b)``) back to back. Beyond it the queue grows without
+    bound, so it is the natural right end of a latency-versus-load curve."""
+    per_instance = max(b / checked_latency(latency, b)[0] * 1e3 for b in range(1, config.max_batch + 1))
+    return per_instance * config.instances
+
+
+def qps_range(capacity: float, *, points: int = DEFAULT_POINTS, low: float = 0.05, high: float = 0.98,
+              include: Iterable[float] = ()) -> tuple[float, ...]:
+    """``points`` loads evenly spaced from ``low`` to ``high`` of ``capacity`` (requests per second),
+    with each load in ``include`` added (a plan's load, so the curve has a point exactly there;
+    one beyond ``high`` extends the curve into overload rather than leaving the mark off it)."""
+    if not is_finite_number(capacity) or capacity <= 0:
+        raise ValueError(f"capacity: must be a positive number of requests per second, not {capacity!r}")
+    if not is_int(points) or not 2 <= points <= MAX_POINTS:
+        raise ValueError(f"points: must be an integer in [2, {MAX_POINTS}], not {points!r}")
+    if not (is_finite_number(low) and is_finite_number(high) and 0 < low < high):
+        raise ValueError(f"low, high: must be fractions of capacity with 0 < low < high, not {low!r}, {high!r}")
+    step = (high - low) / (points - 1)
+    values = {capacity * (low + i * step) for i in range(points)}
+    for qps in include:
+        values.add(_checked_qps(qps, "include"))
+    return tuple(sorted(values))
+
+
+def _checked_qps(qps: float, name: str) -> float:
+    if not is_finite_number(qps) or not 0 < qps <= MAX_RATE_QPS:
+        raise ValueError(f"{name}: each load must be a positive number of requests per second up to "
+                         f"{MAX_RATE_QPS:g}, not {qps!r}")
+    return float(qps)
+
+
+def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_values: Sequence[float], *,
+               requests: int = DEFAULT_REQUESTS, seed: int = DEFAULT_SEED,
+               warmup_fraction: float = 0.1) -> list[LoadPoint]:
+    """Simulate ``config`` at each offered load in ``qps_values`` (Poisson arrivals, ``requests``
+    each, the same ``seed`` at every load: see the module docstring) and return one point per load,
+    in the order given. ``latency`` is asked once per batch size for the whole curve."""
+    values = [_checked_qps(q, "qps_values") for q in qps_values]
+    if not values:
+        raise ValueError("qps_values: must not be empty")
+    if len(values) > MAX_POINTS:
+        raise ValueError(f"qps_values: {len(values)} loads is more than {MAX_POINTS}")
+    service = _cached(latency)
+    points = []
+    for qps in values:
+        result = simulate(Arrivals("poisson", rate_qps=qps, seed=seed), config, service, requests=requests,
+                          warmup_fraction=warmup_fraction)
+        points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
+                                throughput_qps=result.throughput_qps, utilisation=result.utilisation,
+                                mean_batch_size=result.mean_batch_size))
+    return points
+
+
+__all__: Sequence[str] = ["LoadPoint", "capacity_qps", "load_curve", "qps_range"]

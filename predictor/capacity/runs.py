@@ -1,0 +1,156 @@
+"""The simulations a capacity plan asks for: given up as soon as they are out of the running,
+charged to the plan's budget, and shared by the plans of one grid.
+
+A plan (``planner.plan``) asks two questions of many (max_batch, delay, GPUs) settings: "is the
+p99 within the objective?" while it looks for the fewest GPUs, and "is the p99 below the best so
+far?" while it picks the setting. Neither needs a run to its end once enough requests have been
+late for the p99 to be above the bound (``simulator.simulate_bounded``), and a setting far from
+the bound is out after a fraction of its requests: the answers are the ones whole runs give.
+
+Runs are kept in :class:`Runs`, by (qps, max_batch, delay, GPUs), for one latency model, request
+count and seed: a run's outcome does not depend on which plan asked for it, so a spreadsheet's
+grid of objectives at one load (or loads whose split over GPUs coincides) reuses what an earlier
+cell simulated. A :class:`Search` is one plan's view of them: the requests it simulated itself
+(what its ``budget`` caps) and the settings it asked about.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from predictor.capacity.simulator import (
+    Arrivals,
+    BatchingConfig,
+    Engine,
+    LatencyFn,
+    LatencyModel,
+    SimResult,
+    checked_latency,
+    simulate,
+    simulate_bounded,
+)
+
+#: (max_batch, max_queue_delay_us)
+Setting = tuple[int, int]
+
+
+class OutOfBudget(Exception):
+    """The plan has simulated as many requests as its budget allows."""
+
+
+class Runs:
+    """Simulations of one latency model at one request count and seed, by (qps, max_batch, delay,
+    GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
+    The latency model is asked once per batch size."""
+
+    def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto") -> None:
+        self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
+        self.medians: dict[int, tuple[float, float]] = {}
+        self.results: dict[tuple[float, int, int, int], SimResult] = {}
+        self.above: dict[tuple[float, int, int, int], float] = {}
+
+    def cached_latency(self, batch: int) -> tuple[float, float]:
+        if batch not in self.medians:
+            self.medians[batch] = checked_latency(self.latency, batch)
+        return self.medians[batch]
+
+
+class Search:
+    """One plan's questions about the settings at ``qps``: answered from ``runs`` where they can be,
+    else by simulating, which counts against ``budget`` (None: no cap). The budget is checked
+    before each run, so a plan simulates at most one run's requests past it."""
+
+    def __init__(self, runs: Runs, qps: float, slo_ms: float, budget: int | None) -> None:
+        self.runs, self.qps, self.slo_ms, self.budget = runs, qps, slo_ms, budget
+        self.simulated = 0
+        self.asked: set[tuple[int, int, int]] = set()
+
+    def cached_latency(self, batch: int) -> tuple[float, float]:
+        return self.runs.cached_latency(batch)
+
+    def capacity_qps(self, max_batch: int) -> float:
+        """The most requests per second one instance can serve with batches of at most ``max_batch``."""
+        return max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1))
+
+    def fastest_ms(self, max_batch: int) -> float:
+        """The shortest median service time of any batch the setting can send: no p99 is below it
+        (at least half of the batches of each size take their median or longer)."""
+        return min(self.cached_latency(b)[0] for b in range(1, max_batch + 1))
+
+    @property
+    def evaluated(self) -> int:
+        """Settings on a GPU count this plan asked about (the same with or without shared runs)."""
+        return len(self.asked)
+
+    def finished(self) -> dict[tuple[int, int, int], SimResult]:
+        """The finished runs this plan asked about, by (max_batch, delay, GPUs)."""
+        results = self.runs.results
+        return {key: results[(self.qps, *key)] for key in self.asked if (self.qps, *key) in results}
+
+    def _charge(self, simulated: int) -> None:
+        self.simulated += simulated
+
+    def _check_budget(self) -> None:
+        if self.budget is not None and self.simulated >= self.budget:
+            raise OutOfBudget
+
+    def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[Arrivals, BatchingConfig]:
+        return (Arrivals("poisson", rate_qps=self.qps / gpus, seed=self.runs.seed),
+                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us))
+
+    def simulate(self, max_batch: int, delay_us: int, gpus: int) -> SimResult:
+        """The setting's whole run on ``gpus`` (the exhaustive search's question)."""
+        key = (self.qps, max_batch, delay_us, gpus)
+        self.asked.add(key[1:])
+        if key not in self.runs.results:
+            self._check_budget()
+            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            self.runs.results[key] = simulate(arrivals, config, self.cached_latency, requests=self.runs.requests,
+                                              engine=self.runs.engine)
+            self._charge(self.runs.requests)
+        return self.runs.results[key]
+
+    def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:
+        """The setting's run on ``gpus`` if its p99 is at most ``bound_ms``, else None; a run is
+        given up as soon as it shows a p99 above the bound (an infinite bound: a whole run)."""
+        key = (self.qps, max_batch, delay_us, gpus)
+        self.asked.add(key[1:])
+        runs = self.runs
+        if key not in runs.results:
+            if runs.above.get(key, -math.inf) >= bound_ms:
+                return None
+            if math.isinf(bound_ms):
+                return self.simulate(max_batch, delay_us, gpus)
+            self._check_budget()
+            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            run = simulate_bounded(arrivals, config, self.cached_latency, requests=runs.requests,
+                                   p99_bound_ms=bound_ms, engine=runs.engine)
+            self._charge(run.simulated)
+            if run.result is None:
+                runs.above[key] = max(bound_ms, runs.above.get(key, -math.inf))
+                return None
+            runs.results[key] = run.result
+        result = runs.results[key]
+        return result if result.p99_ms <= bound_ms else None
+
+    def best(self, settings: Sequence[Setting], gpus: int, bound_ms: float) -> tuple[Setting, SimResult] | None:
+        """The setting with the lowest p99 on ``gpus`` (then the smallest max_batch, then the shortest
+        delay) among those within ``bound_ms``, or None: branch and bound, each run given up once its
+        p99 is above the best so far, since it cannot win then. Settings with a finished run go
+        first, best first, so that the bound is tight from the start."""
+
+        def known_p99(setting: Setting) -> float:
+            result = self.runs.results.get((self.qps, *setting, gpus))
+            return result.p99_ms if result is not None else math.inf
+
+        best: tuple[Setting, SimResult] | None = None
+        for setting in sorted(settings, key=known_p99):  # stable: the others keep the caller's order
+            bound = bound_ms if best is None else min(bound_ms, best[1].p99_ms)
+            result = self.within(*setting, gpus, bound)
+            if result is not None and (best is None or (result.p99_ms, *setting) < (best[1].p99_ms, *best[0])):
+                best = (setting, result)
+        return best
+
+
+__all__: Sequence[str] = ["OutOfBudget", "Runs", "Search", "Setting"]

@@ -1,0 +1,108 @@
+"""The batcher of :mod:`predictor.capacity.simulator` with one model instance, as a plain loop.
+
+The capacity planner asks the simulator hundreds of questions per plan, each about one instance
+without preferred batch sizes (one instance per GPU), and SimPy's event loop spends 8 to 30 us per
+request on events that, with one instance, follow from each other in a fixed order: the instance
+frees, the batcher waits for the queue to fill or the oldest request's delay to run out, a batch
+goes. This module walks that order directly (a few us per *batch*), so that a plan fits in a REST
+request. It is the same rule, not a second model of the server: ``simulate`` picks it only where
+the two agree (one instance, no preferred sizes, generated arrivals; a trace's simultaneous
+finishes and arrivals are ordered by SimPy's event queue, which this loop does not reproduce),
+and ``tests/predictor/test_capacity_single_instance.py`` holds them to the same numbers.
+
+For one instance and no preferred sizes, Triton's rule (see the simulator's docstring) reads:
+when the instance is free at ``t`` and the oldest queued request arrived at ``a``, the batch goes
+at ``t`` if ``max_batch`` requests are queued or ``a + delay`` has passed; otherwise at whichever
+comes first of ``a + delay`` and the arrival that makes the queue ``max_batch`` long. It takes
+every request queued by then, up to ``max_batch``.
+
+A caller that only needs to know whether the p99 stays within a bound (the planner ruling a
+setting out) can ask the loop to give up as soon as enough measured requests have exceeded it:
+with one instance batches finish in order, so that count is known batch by batch.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Seconds of slack when comparing a clock with a deadline: the simulator's (float sums of times are not exact).
+EPS_S = 1e-12
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Stop once ``count`` requests from index ``first`` on have taken longer than ``bound_s``."""
+
+    first: int
+    bound_s: float
+    count: int
+
+
+@dataclass(frozen=True)
+class Served:
+    """Per request (in arrival order) the start and finish of its batch, in seconds, and per batch a
+    row of (start s, service s, size, index of its first request), as the simulator records them;
+    all empty when the run was given up (``complete`` False) after sending ``requests`` requests."""
+
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    batches: np.ndarray
+    requests: int
+    complete: bool = False
+
+
+def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Callable[[int], float],
+          give_up: GiveUp | None = None) -> Served:
+    """Serve ``arrival_s`` (sorted seconds) with one instance, or stop once ``give_up`` is met.
+
+    ``service_s(size)`` is asked once per batch, in the order the batches start (the order in which
+    the simulator's event loop asks it, so a seeded sampler draws the same service times).
+    """
+    arrivals: list[float] = arrival_s.tolist()  # indexing and bisect on a list: no numpy call per batch
+    n = len(arrivals)
+    starts: list[float] = []
+    services: list[float] = []
+    sizes: list[int] = []
+    free_at = 0.0
+    head = 0
+    late = 0
+    first, bound, count = (give_up.first, give_up.bound_s, give_up.count) if give_up else (n, 0.0, 0)
+    while head < n:
+        oldest = arrivals[head]
+        now = free_at if free_at > oldest else oldest
+        full = head + max_batch - 1  # the request that makes the queue max_batch long
+        if (full < n and arrivals[full] <= now) or now + EPS_S >= oldest + delay_s:
+            send = now
+        else:
+            send = oldest + delay_s
+            if full < n and arrivals[full] < send:
+                send = arrivals[full]
+        end = head + 1  # one past the batch's last request: every arrival by `send`, up to max_batch
+        if end < n and arrivals[end] <= send:  # (at light load the next request comes later: no search)
+            end = bisect_right(arrivals, send, end, full + 1 if full < n else n)
+        service = service_s(end - head)
+        starts.append(send)
+        services.append(service)
+        sizes.append(end - head)
+        free_at = send + service
+        if end > first:
+            # the earliest arrivals of a batch wait longest: count those that arrived before finish - bound
+            lo = head if head > first else first
+            if arrivals[lo] < free_at - bound:
+                late += bisect_left(arrivals, free_at - bound, lo + 1, end) - lo
+                if late >= count:
+                    return Served(np.empty(0), np.empty(0), np.empty((0, 4)), requests=end)
+        head = end
+    start = np.asarray(starts)
+    counts = np.asarray(sizes)
+    finish = start + np.asarray(services)  # send + service, as free_at was
+    firsts = np.cumsum(counts) - counts
+    batches = np.column_stack([start, np.asarray(services), counts, firsts]).astype(float).reshape(-1, 4)
+    return Served(np.repeat(start, counts), np.repeat(finish, counts), batches, requests=n, complete=True)
+
+
+__all__: Sequence[str] = ["GiveUp", "Served", "serve"]

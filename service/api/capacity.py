@@ -1,0 +1,257 @@
+"""``GET /v1/capacity``: how many GPUs, and which Triton batching settings, serve a load at a p99 objective.
+
+``latpred capacity`` for spreadsheets, in a URL: a sheet lists loads and objectives and gets the GPU
+count, the ``max_batch_size`` and queue delay, the simulated p50/p99 and the ``config.pbtxt`` block
+for each combination. The model's latency at every batch size the planner weighs (1 to 128) is
+predicted here as ``/v1/latency`` predicts it (and cached with its predictions); queueing is
+simulated by ``predictor.capacity`` (``grid.plan_grid``). No plan is computed in this module.
+
+A request's work has two bounds, both checked before it can run long: its predictions by the
+work budget (``LATPRED_MAX_WORK``, as every predicting endpoint), its simulations by
+``LATPRED_MAX_SIMULATED`` simulated requests for the whole grid. An objective that no number of GPUs
+up to ``max_gpus`` meets is answered (``meets`` false, with the reason and the nearest plan),
+not refused: "you cannot have that" is the answer a capacity sheet needs to show.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from dataclasses import replace
+from typing import Any
+
+from flask import Response, jsonify, request
+from flask_openapi3 import APIBlueprint, Tag
+from pydantic import ValidationError
+
+from predictor.capacity.grid import GridOverBudget, plan_grid
+from predictor.capacity.planner import (
+    DEFAULT_BUDGET,
+    DELAY_US_CHOICES,
+    MAX_BATCH_CHOICES,
+    REQUESTS,
+    SEED,
+    Plan,
+    triton_config,
+)
+from predictor.capacity.service_time import DEFAULT_SIGMA
+from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel
+from predictor.graph import Graph
+from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
+from predictor.validation import validation_message
+from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
+from service import predictions, work_budget
+from service.etags import etag_of, matches
+from service.openapi import budgeted, documents, problems
+from service.predictions import ResolvedVariant
+from service.problems import TITLES, ProblemError
+from service.schemas.capacity import (
+    CSV_COLUMNS,
+    MAX_COMBINATIONS,
+    MAX_SLO_MS,
+    MAX_VALUES,
+    MIN_QPS,
+    MIN_SLO_MS,
+    QPS_ITEM,
+    SLO_ITEM,
+    CapacityPlan,
+    CapacityQuery,
+)
+from service.state import ServiceState, state
+
+api = APIBlueprint("capacity", __name__, url_prefix="/v1",
+                   abp_tags=[Tag(name="capacity", description="GPUs and batching settings for a load and a p99 "
+                                                              "objective, as GET URLs for spreadsheets")])
+
+#: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
+#: and how answers are written.
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-1"
+GRAPH_ID = re.compile(r"[0-9a-f]{64}")
+
+OK_RESPONSE = {
+    "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
+                   "combination; txt: one number (`value`) per combination, one per line",
+    "content": {
+        "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/CapacityPlan"}}},
+        "text/csv": {"schema": {"type": "string"}},
+        "text/plain": {"schema": {"type": "string"}},
+    },
+}
+
+
+@api.get("/capacity", responses={200: OK_RESPONSE, 304: {"description": "Not Modified (ETag matched)"},
+                                 **problems(400, 404, 503)})
+@documents(CapacityPlan)
+@budgeted(400)
+def capacity(query: CapacityQuery) -> Response:
+    """Capacity plan for spreadsheets: GPUs and Triton dynamic batching for a load at a p99 objective.
+
+    For `model` (a zoo name or a stored graph's id) on `device` at `precision` (default fp16) and
+    `mode` (default cudagraph; `host` names the host profile of an eager plan), every combination
+    of the comma-separated `qps` (requests per second, one sample each) and `slo_p99_ms` values
+    (up to 16 each, 64 combinations) gets the fewest GPUs up to `max_gpus` (one model instance each,
+    the load split evenly) and the `max_batch_size` and `max_queue_delay_microseconds` whose
+    simulated p99 meets the objective at a load below 95% of each GPU's capacity, with the
+    simulated p50/p99, throughput and utilisation and the `config.pbtxt` lines. An objective no
+    plan meets is answered with `meets` false, the reason and the lowest p99 found on `max_gpus`
+    GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
+    (Poisson arrivals, 20,000 requests a setting): see `latpred capacity --help`.
+
+    `format=csv` answers the columns model, device, precision, mode, qps, slo_p99_ms, gpus,
+    instances_per_gpu, max_batch, max_queue_delay_us, p50_ms, p99_ms, throughput_qps, utilisation,
+    meets, reason, triton_config (on one line, as protobuf text allows), model_version, host (an
+    eager plan's host profile; empty for a CUDA graph), one row per combination, qps first;
+    `format=txt` one number per combination (`value`, default gpus; meets as 1 or 0) in that order.
+    A request whose predictions are over the server's work budget (`LATPRED_MAX_WORK`), or whose
+    plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
+    problem: ask for fewer combinations at a time.
+    """
+    try:
+        return _capacity(query)
+    except ProblemError as exc:
+        if exc.status == 422:  # a query string's bad value is a Bad Request, whatever shared code said
+            exc.status, exc.title = 400, TITLES[400]
+        raise
+
+
+def _capacity(query: CapacityQuery) -> Response:
+    st = state()
+    name = query.model.strip(" ")
+    graph = st.resolver.from_id(name, "model") if GRAPH_ID.fullmatch(name) else st.resolver.from_zoo(name, "model")
+    device = predictions.resolve_device_id(st.registry, query.device.strip(" ") if query.device else None)
+    precision = _variant_field("precision", query.precision, DEFAULT_PRECISION)
+    mode = _variant_field("mode", query.mode, DEFAULT_MODE)
+    base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
+                                       host=query.host.strip(" ") if query.host else None, store=st.host_store)
+    loads = _numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
+    objectives = _numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
+    if len(loads) * len(objectives) > MAX_COMBINATIONS:
+        raise ProblemError(400, f"{len(loads)} qps x {len(objectives)} slo_p99_ms values make "
+                                f"{len(loads) * len(objectives)} combinations; at most {MAX_COMBINATIONS} a request",
+                           field="qps" if len(loads) >= len(objectives) else "slo_p99_ms",
+                           kind="too-many-combinations")
+    eager_host = base.host_key if mode == "eager" else None
+    content = st.resolver.zoo_digest(name) if not GRAPH_ID.fullmatch(name) else name
+    etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
+                               query.max_gpus, query.format, query.value, base.predictor.bundle.version,
+                               st.config.max_simulated, PLANNER]))
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
+    if matches(request.headers.get("If-None-Match"), etag):
+        return Response(status=304, headers=headers)
+
+    latency = _latency(st, graph, base)
+    try:
+        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated)
+    except GridOverBudget as exc:
+        raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
+                           max_simulated=exc.budget, simulated=exc.simulated) from None
+    host = base.host.id if mode == "eager" and base.host is not None else None
+    rows = [_row(p, graph, base, host) for p in plans]
+    response = _render(rows, query.format, query.value)
+    response.headers.update(headers)
+    return response
+
+
+def _variant_field(field: str, value: str | None, default: str) -> str:
+    """A precision or mode, case-insensitive (sheets are typed by hand), checked by predictor's Variant."""
+    if value is None:
+        return default
+    try:
+        return str(getattr(Variant.model_validate({field: value.strip(" ").lower()}), field))
+    except ValidationError as exc:
+        raise ProblemError(400, validation_message(exc), field=field) from None
+
+
+def _numbers(value: str, field: str, pattern: str, low: float, high: float) -> list[float]:
+    """A comma-separated list of plain decimals from ``low`` to ``high`` (at most ``MAX_VALUES``),
+    each refused with what is wrong with it: the document's pattern says the same, without the why."""
+    items = [item.strip(" ") for item in value.split(",")]
+    if len(items) > MAX_VALUES:
+        raise ProblemError(400, f"{field}: {len(items)} values; at most {MAX_VALUES} a request", field=field,
+                           kind="too-many-combinations")
+    numbers = []
+    for item in items:
+        if not item:
+            raise ProblemError(400, f"{field}: an empty item in {value!r}", field=field)
+        try:
+            number = float(item) if item.isascii() else math.nan
+        except ValueError:
+            number = math.nan
+        if math.isnan(number) or math.isinf(number):
+            problem = "is not a number"
+        elif number <= 0:
+            problem = "must be positive"
+        elif number < low or number > high:
+            problem = f"must be from {low:g} to {high:.0f}"
+        elif not re.fullmatch(pattern, item):
+            problem = "must be written as a plain decimal (digits, one point; no sign, exponent or separators)"
+        else:
+            numbers.append(number)
+            continue
+        raise ProblemError(400, f"{field}: {item!r} {problem}", field=field)
+    return numbers
+
+
+def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:
+    """The predicted median of every batch size a plan weighs (from the prediction cache where it can
+    be), and the spread of the measured runs in this mode (``service_time.DEFAULT_SIGMA``); the
+    predictions' work is checked against the budget first."""
+    variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
+    work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
+                      status=400)
+    try:
+        medians = {v.batch: predictions.predict(graph, v, "model", cache=st.predictions, layers=False).total_ms
+                   for v in variants}
+    except ProblemError as exc:  # a batch the graph cannot take is the model's problem: no batch was asked for
+        if exc.field and exc.field.startswith("model"):
+            exc.field = "model"
+        raise
+    return LatencyModel(medians.__getitem__, sigma=DEFAULT_SIGMA[base.mode])
+
+
+def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None) -> dict[str, Any]:
+    return CapacityPlan(
+        model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
+        qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
+        max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
+        p99_ms=result.p99_ms, throughput_qps=result.throughput_qps, utilisation=result.utilisation,
+        mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
+        triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
+        candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
+    ).model_dump()
+
+
+def _cell(row: dict[str, Any], column: str) -> Any:
+    """A CSV cell: decimals fixed (bare, so a sheet reads a number), the config on one line."""
+    value = row[column]
+    if column == "triton_config":
+        return " ".join(line.strip() for line in value.splitlines())
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return fixed(value)
+    return "" if value is None else value
+
+
+def _txt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _render(rows: list[dict[str, Any]], fmt: str, value: str) -> Response:
+    """The plans as ``fmt``; CSV and txt cells escaped as ``/v1/latency``'s (``spreadsheet_cells``:
+    a stored graph's name is whatever stored it chose)."""
+    if fmt == "txt":
+        return Response("\n".join(safe_cell(_txt(row[value])) for row in rows), mimetype="text/plain")
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = SpreadsheetWriter(out, lineterminator="\r\n")
+        writer.writerow(CSV_COLUMNS)
+        for row in rows:
+            writer.writerow([_cell(row, c) for c in CSV_COLUMNS])
+        return Response(out.getvalue(), mimetype="text/csv")
+    return jsonify(rows)
+

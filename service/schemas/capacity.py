@@ -1,0 +1,129 @@
+"""``GET /v1/capacity``: a capacity plan (GPUs and Triton dynamic batching) addressed by a short URL.
+
+``qps`` and ``slo_p99_ms`` may each list several comma-separated values; the grid of their
+combinations is answered (rows in the order qps, then objective), so one ``IMPORTDATA`` cell
+fills a table of loads by objectives. The model, device, precision, mode and host take one value
+each: a grid over those would multiply plans, each seconds of simulation, past what one request
+may cost. Numbers are plain decimals (``2500``, ``7.5``), which is what a sheet's ``&`` of a number
+writes; their patterns hold the bounds the planner takes, so the document rejects what the view
+would refuse.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import Field
+
+from predictor.capacity.planner import MAX_GPUS
+from predictor.compose import MODES
+from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
+from predictor.precision import PRECISIONS
+from service.schemas.common import RequestModel, ResponseModel
+from service.schemas.latency import NAME_ITEM, any_case
+
+#: values one list may hold, and combinations one grid may have
+MAX_VALUES = 16
+MAX_COMBINATIONS = 64
+#: the smallest load and objective taken: below them the numbers underflow (a gap of 1e300 s)
+MIN_QPS = 0.001
+MIN_SLO_MS = 0.001
+#: an objective above this (about 17 minutes) is a unit mistake, not an inference service
+MAX_SLO_MS = 1_000_000
+#: the default of ``max_gpus``, as ``latpred capacity`` has it
+DEFAULT_MAX_GPUS = 64
+
+_FRACTION = r"(\.[0-9]+)?"
+#: 0.001 to 10,000,000 requests per second (the simulator's MAX_RATE_QPS) as a plain decimal
+QPS_ITEM = rf"(0*[1-9][0-9]{{0,6}}{_FRACTION}|0*\.(0{{0,2}}[1-9])[0-9]*|0*10000000(\.0+)?)"
+#: 0.001 to 1,000,000 ms as a plain decimal
+SLO_ITEM = rf"(0*[1-9][0-9]{{0,5}}{_FRACTION}|0*\.(0{{0,2}}[1-9])[0-9]*|0*1000000(\.0+)?)"
+
+#: what ``format=txt`` can answer, one value per combination (booleans as 1 and 0)
+TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation",
+                   "meets"]
+TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
+CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
+               "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
+               "triton_config", "model_version", "host")
+
+
+def one_of(item: str) -> str:
+    """One value, spaces allowed around it (as around each of ``/v1/latency``'s)."""
+    return f"^ *{item} *$"
+
+
+def list_of(item: str, most: int = MAX_VALUES) -> str:
+    """Up to ``most`` comma-separated values, spaces allowed around each."""
+    return f"^ *{item} *(, *{item} *){{0,{most - 1}}}$"
+
+
+def Text(pattern: str, max_length: int, required: bool = False, **extra: Any) -> Any:  # noqa: N802 (reads as a type)
+    """A text parameter whose pattern is documented but checked by the view (``api.capacity``),
+    which says what is wrong with a value where a pattern mismatch could not; both take the same
+    strings. The lengths keep every URL the document allows under gunicorn's request-line limit."""
+    return Field(... if required else None, max_length=max_length, json_schema_extra={"pattern": pattern, **extra})
+
+
+class CapacityQuery(RequestModel):
+    """Query parameters of ``GET /v1/capacity``."""
+
+    LOCATION = "query"
+
+    model: str = Text(one_of(NAME_ITEM), 200, required=True, example="resnet50",
+                      description="a zoo graph name (GET /v1/models) or a stored graph's id (POST /v1/graphs)")
+    device: str | None = Text(one_of("[A-Za-z0-9][A-Za-z0-9 ._-]*"), 100, example="h200",
+                              description="device id or part of a name (default: the only one)")
+    precision: str | None = Text(one_of(f"({'|'.join(any_case(p) for p in PRECISIONS)})"), 30, example="fp16",
+                                 description="fp32, tf32, fp16 or bf16 (default fp16)")
+    mode: str | None = Text(one_of(f"({'|'.join(any_case(m) for m in MODES)})"), 30, example="cudagraph",
+                            description="cudagraph or eager (default cudagraph): how each GPU runs the model")
+    host: str | None = Text(one_of(HOST_ID_PATTERN.strip("^$")), 100, example="h200-a1b2c3d4e5",
+                            description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
+    qps: str = Text(list_of(QPS_ITEM), 400, required=True, example="500,2000,8000",
+                    description=f"the load(s) to serve, requests per second of one sample each: up to "
+                                f"{MAX_VALUES} plain decimals from {MIN_QPS:g} to 10000000")
+    slo_p99_ms: str = Text(list_of(SLO_ITEM), 400, required=True, example="10,25",
+                           description=f"the p99 latency objective(s), ms from arrival to answer (queueing "
+                                       f"included): up to {MAX_VALUES} plain decimals from {MIN_SLO_MS:g} to "
+                                       f"{MAX_SLO_MS}; at most {MAX_COMBINATIONS} (qps, slo_p99_ms) "
+                                       "combinations a request")
+    max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
+                          description="the most GPUs a plan may use (one model instance each)")
+    format: Literal["json", "csv", "txt"] = Field(
+        "json", description="json: a list of plans; csv: a header and one row per combination; txt: one number "
+                            "per combination (`value`), one per line in the csv's row order")
+    value: TxtValue = Field(
+        "gpus", description="the number `format=txt` answers (meets: 1 or 0)")
+
+
+class CapacityPlan(ResponseModel):
+    """One (qps, objective) combination's plan: the fewest GPUs, one model instance each, and the
+    dynamic-batching settings whose simulated p99 meets the objective; or, when none does
+    (`meets` false), the lowest p99 found on `max_gpus` GPUs and why it falls short."""
+
+    model: str
+    device: str
+    precision: str
+    mode: str
+    qps: float = Field(description="the load asked for, requests per second")
+    slo_p99_ms: float = Field(description="the p99 objective asked for, ms")
+    gpus: int = Field(description="GPUs to deploy, each serving qps / gpus")
+    instances_per_gpu: Literal[1] = Field(1, description="model instances per GPU (Triton's instance_group count)")
+    max_batch: int = Field(description="Triton's max_batch_size")
+    max_queue_delay_us: int = Field(description="Triton's dynamic_batching max_queue_delay_microseconds")
+    per_gpu_qps: float
+    p50_ms: float = Field(description="simulated median latency, ms")
+    p99_ms: float = Field(description="simulated p99 latency, ms")
+    throughput_qps: float = Field(description="simulated requests served per second, all GPUs together")
+    utilisation: float = Field(description="share of the time each GPU is busy")
+    mean_batch_size: float
+    meets: bool = Field(description="whether the plan meets the objective")
+    reason: str = Field(description="why not, when it does not (or that the search stopped at its budget); "
+                                    "empty otherwise")
+    triton_config: str = Field(description="the config.pbtxt lines: max_batch_size and the dynamic_batching block")
+    model_version: str = Field(description="the version of the bundle that predicted the latency per batch")
+    host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
+    candidates_evaluated: int = Field(description="settings on a GPU count the search asked about")
+    simulated_requests: int = Field(description="requests this plan simulated (runs shared with an earlier "
+                                                "combination of the grid are not counted again)")

@@ -1,0 +1,171 @@
+"""GET /v1/capacity: a real plan for resnet50 on the H200 (the planner's own answer for the bundle's
+predictions), the csv grid and txt numbers, GPUs and p99 that grow with the load, an objective out of
+reach answered with 200, each refusal naming its field, the grid's simulation budget, ETags."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from service_helpers import DEVICE, assert_problem, bundle_version
+
+from predictor.capacity.planner import DELAY_US_CHOICES, MAX_BATCH_CHOICES, plan
+from predictor.capacity.service_time import predicted_service_time
+from predictor.zoo import load_zoo_graph
+from service.schemas.capacity import CSV_COLUMNS
+
+URL = "/v1/capacity?model=resnet50&device=h200"
+
+
+def rows_of(response: Any) -> list[dict[str, str]]:
+    assert response.status_code == 200 and response.mimetype == "text/csv", response.get_data(as_text=True)[:500]
+    return list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+
+
+def test_a_real_plan_for_resnet50_on_the_h200_is_the_planners_answer_for_the_predicted_latency(
+        client: Any, registry: Any) -> None:
+    response = client.get(f"{URL}&qps=2000&slo_p99_ms=10")
+    assert response.status_code == 200 and response.mimetype == "application/json"
+    [served] = response.get_json()
+    assert served["meets"] is True and served["reason"] == ""
+    assert (served["model"], served["device"], served["precision"], served["mode"]) == (
+        "resnet50", DEVICE, "fp16", "cudagraph")
+    assert served["model_version"] == bundle_version() and served["host"] is None
+    assert served["instances_per_gpu"] == 1 and served["gpus"] >= 1
+    assert served["max_batch"] in MAX_BATCH_CHOICES and served["max_queue_delay_us"] in DELAY_US_CHOICES
+    assert 0 < served["p50_ms"] <= served["p99_ms"] <= 10
+    assert served["throughput_qps"] == pytest.approx(2000, rel=0.05)
+    assert 0 < served["utilisation"] <= 1
+    assert served["triton_config"].splitlines() == [
+        f"max_batch_size: {served['max_batch']}", "dynamic_batching {",
+        f"  max_queue_delay_microseconds: {served['max_queue_delay_us']}", "}"]
+    # the same plan in process, from the same bundle's predictions: the service adds nothing to it
+    latency = predicted_service_time(registry.predictor(DEVICE), load_zoo_graph("resnet50"), "fp16", "cudagraph")
+    expected = plan(latency, 2000, 10)
+    assert (served["gpus"], served["max_batch"], served["max_queue_delay_us"]) == (
+        expected.gpus, expected.max_batch, expected.max_queue_delay_us)
+    assert served["p99_ms"] == pytest.approx(expected.p99_ms, rel=1e-9)
+    assert served["simulated_requests"] == expected.simulated_requests
+
+
+def test_csv_is_a_header_and_one_row_per_qps_and_objective_in_order(client: Any) -> None:
+    rows = rows_of(client.get(f"{URL}&qps=500, 5000&slo_p99_ms=5,20&format=csv"))
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    assert [(float(r["qps"]), float(r["slo_p99_ms"])) for r in rows] == [(500, 5), (500, 20), (5000, 5), (5000, 20)]
+    for row in rows:
+        assert row["meets"] == "true" and row["reason"] == "" and row["host"] == ""
+        assert float(row["p50_ms"]) <= float(row["p99_ms"]) <= float(row["slo_p99_ms"])
+        assert row["triton_config"] == (f"max_batch_size: {row['max_batch']} dynamic_batching {{ "
+                                        f"max_queue_delay_microseconds: {row['max_queue_delay_us']} }}")
+        assert int(row["instances_per_gpu"]) == 1 and row["model_version"] == bundle_version()
+    # a looser objective at the same load never needs more GPUs
+    assert int(rows[1]["gpus"]) <= int(rows[0]["gpus"]) and int(rows[3]["gpus"]) <= int(rows[2]["gpus"])
+
+
+def test_txt_is_one_number_per_combination_in_the_csvs_order(client: Any) -> None:
+    query = f"{URL}&qps=500,5000&slo_p99_ms=5,20"
+    rows = rows_of(client.get(f"{query}&format=csv"))
+    gpus = client.get(f"{query}&format=txt")
+    assert gpus.status_code == 200 and gpus.mimetype == "text/plain"
+    assert gpus.get_data(as_text=True).split("\n") == [r["gpus"] for r in rows]
+    batches = client.get(f"{query}&format=txt&value=max_batch").get_data(as_text=True).split("\n")
+    assert batches == [r["max_batch"] for r in rows]
+    p99 = client.get(f"{query}&format=txt&value=p99_ms").get_data(as_text=True).split("\n")
+    assert [float(v) for v in p99] == pytest.approx([float(r["p99_ms"]) for r in rows], abs=1e-4)
+    assert client.get(f"{query}&format=txt&value=meets").get_data(as_text=True).split("\n") == ["1"] * 4
+
+
+def test_gpus_and_p99_never_fall_as_the_load_grows_at_one_objective(client: Any) -> None:
+    loads = [250, 1000, 4000, 16000, 64000]
+    rows = rows_of(client.get(f"{URL}&qps={','.join(map(str, loads))}&slo_p99_ms=10&format=csv"))
+    assert [float(r["qps"]) for r in rows] == loads
+    assert all(r["meets"] == "true" for r in rows)
+    gpus = [int(r["gpus"]) for r in rows]
+    p99 = [float(r["p99_ms"]) for r in rows]
+    assert gpus == sorted(gpus) and gpus[-1] > gpus[0]
+    assert p99 == sorted(p99) and p99[-1] > p99[0]
+    assert [float(r["throughput_qps"]) for r in rows] == pytest.approx(loads, rel=0.05)
+
+
+def test_an_objective_nobody_meets_is_answered_with_the_reason_and_the_nearest_plan(client: Any) -> None:
+    # resnet50 takes about 0.9 ms at batch 1: no number of GPUs gets a p99 of 0.5 ms
+    response = client.get(f"{URL}&qps=1000&slo_p99_ms=0.5&max_gpus=4")
+    assert response.status_code == 200
+    [best] = response.get_json()
+    assert best["meets"] is False and "fastest batch" in best["reason"] and "0.5 ms" in best["reason"]
+    assert best["gpus"] == 4 and best["p99_ms"] > 0.5 and "max_batch_size" in best["triton_config"]
+    # a load more GPUs than max_gpus could serve
+    [short] = client.get(f"{URL}&qps=1000000&slo_p99_ms=10&max_gpus=2").get_json()
+    assert short["meets"] is False and "max_gpus=2" in short["reason"] and short["gpus"] == 2
+    assert client.get(f"{URL}&qps=1000&slo_p99_ms=0.5&max_gpus=4&format=txt&value=meets").get_data(
+        as_text=True) == "0"
+
+
+def test_an_eager_plan_names_its_host_and_a_stored_graph_is_planned_by_its_id(client: Any) -> None:
+    [eager] = client.get(f"{URL}&qps=300&slo_p99_ms=20&mode=EAGER").get_json()
+    assert eager["mode"] == "eager" and eager["host"] and eager["meets"] is True
+    ir = load_zoo_graph("mobilenet_v2").to_json()
+    ir["name"] = "my_mobilenet"
+    gid = client.post("/v1/graphs", json=ir).get_json()["id"]
+    by_id = rows_of(client.get(f"/v1/capacity?model={gid}&qps=1000&slo_p99_ms=10&format=csv"))
+    by_name = rows_of(client.get("/v1/capacity?model=mobilenet_v2&qps=1000&slo_p99_ms=10&format=csv"))
+    assert by_id[0]["model"] == "my_mobilenet"
+    assert {k: v for k, v in by_id[0].items() if k != "model"} == {k: v for k, v in by_name[0].items() if k != "model"}
+
+
+@pytest.mark.parametrize("query, status, field", [
+    ("qps=0&slo_p99_ms=10", 400, "qps"),
+    ("qps=-5&slo_p99_ms=10", 400, "qps"),
+    ("qps=nan&slo_p99_ms=10", 400, "qps"),
+    ("qps=20000000&slo_p99_ms=10", 400, "qps"),  # above the simulator's MAX_RATE_QPS
+    ("qps=1e3&slo_p99_ms=10", 400, "qps"),  # not a plain decimal
+    ("qps=100,,200&slo_p99_ms=10", 400, "qps"),
+    ("qps=" + ",".join(["100"] * 17) + "&slo_p99_ms=10", 400, "qps"),
+    ("qps=" + ",".join(["100"] * 9) + "&slo_p99_ms=" + ",".join(["10"] * 8), 400, "qps"),  # 72 combinations
+    ("qps=100&slo_p99_ms=" + ",".join(["10"] * 9) + "&max_gpus=2&model=resnet50", 200, None),  # 9: within
+    ("qps=100&slo_p99_ms=0", 400, "slo_p99_ms"),
+    ("qps=100&slo_p99_ms=-1", 400, "slo_p99_ms"),
+    ("qps=100&slo_p99_ms=inf", 400, "slo_p99_ms"),
+    ("qps=100&slo_p99_ms=5000000", 400, "slo_p99_ms"),  # over an hour: a unit mistake
+    ("slo_p99_ms=10", 400, "qps"),
+    ("qps=100", 400, "slo_p99_ms"),
+    ("qps=100&slo_p99_ms=10&max_gpus=0", 400, "max_gpus"),
+    ("qps=100&slo_p99_ms=10&max_gpus=100001", 400, "max_gpus"),
+    ("qps=100&slo_p99_ms=10&precision=fp8", 400, "precision"),
+    ("qps=100&slo_p99_ms=10&mode=jit", 400, "mode"),
+    ("qps=100&slo_p99_ms=10&format=xml", 400, "format"),
+    ("qps=100&slo_p99_ms=10&value=cost", 400, "value"),
+    ("qps=100&slo_p99_ms=10&model=no-such-net", 404, "model"),
+    ("qps=100&slo_p99_ms=10&model=" + "f" * 64, 404, "model"),
+    ("qps=100&slo_p99_ms=10&device=tpu", 404, "device"),
+    ("qps=100&slo_p99_ms=10&mode=eager&host=no-such-host-1", 404, "host"),
+])
+def test_each_refusal_names_its_field(client: Any, query: str, status: int, field: str | None) -> None:
+    if "model=" not in query:
+        query += "&model=resnet50"
+    response = client.get(f"/v1/capacity?{query}")
+    if status == 200:
+        assert response.status_code == 200 and len(response.get_json()) == 9
+        return
+    assert_problem(response, status, field)
+
+
+def test_a_grid_over_the_simulation_budget_is_refused_naming_the_budget(registry: Any, tmp_path: Any) -> None:
+    from service.app import create_app
+    from service.config import ServiceConfig
+
+    small = create_app(ServiceConfig(data_dir=tmp_path, max_simulated=200_000), registry=registry).test_client()
+    body = assert_problem(small.get(f"{URL}&qps=500,2000&slo_p99_ms=10"), 400, "qps")
+    assert body["type"].endswith(":work-budget") and body["max_simulated"] == 200_000
+    assert "LATPRED_MAX_SIMULATED" in body["detail"] and body["simulated"] >= 200_000
+
+
+def test_etag_and_cache_control_and_304(client: Any) -> None:
+    url = f"{URL}&qps=800&slo_p99_ms=10&format=csv"
+    first = client.get(url)
+    etag = first.headers["ETag"]
+    assert etag.startswith('"') and "max-age=" in first.headers["Cache-Control"]
+    assert client.get(url, headers={"If-None-Match": etag}).status_code == 304
+    assert client.get(f"{URL}&qps=800&slo_p99_ms=20&format=csv").headers["ETag"] != etag
