@@ -154,3 +154,41 @@ def test_interleaved_replays_agree_with_one_model_timed_alone() -> None:
         x = zoo.example_input(8, torch.device("cuda"), torch.float16)
         alone = statistics.median(time_cudagraph(lambda: model(x)))
     assert 0.8 < rows[1]["latency_ms"] / alone < 1.25
+
+
+def test_a_partition_runs_kernels_and_graphs_on_its_own_sms() -> None:
+    """``--sms`` in a process of its own (a green context per process): the SMs are counted from
+    the kernels' SM ids, graphs replay on the partition (eager and replayed GEMM alike), and the
+    fingerprint names the partition."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json; from collectors.partition import enter_partition; "
+            "from collectors.fingerprint import read_fingerprint; p = enter_partition(40); "
+            "f = read_fingerprint('cuda'); "
+            "print(json.dumps([p.sms, p.counted_by, p.gemm_eager_us, p.gemm_graph_us, f.device_id, f.sm_count]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    sms, counted_by, eager_us, graph_us, device_id, sm_count = json.loads(out.stdout.strip().splitlines()[-1])
+    assert counted_by == "smid" and 40 <= sms < 132 and sm_count == sms and device_id.endswith(f"-sm{sms}")
+    assert abs(graph_us / eager_us - 1) < 0.1  # a graph that escaped the partition would run near 207 us
+    assert graph_us > 300  # the whole H200 takes about 207 us
+
+
+def test_the_batching_server_serves_a_poisson_load(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A short real run of ``latpred collect serving``'s server and client: every request served,
+    batches within the setting's maximum, latency at least the batch-1 service time."""
+    import pandas as pd
+
+    from collectors.batching_server import ServerSettings
+    from collectors.serving_check import run_serving_check
+
+    folder = run_serving_check(tmp_path, "cuda", ["resnet34"], "fp16",
+                               settings=(ServerSettings("mb4", max_batch=4),), levels=(0.5,),
+                               seconds_per_level=1.0, requests=(500, 2000), reps=5)
+    rows = pd.read_parquet(folder / "requests-resnet34-fp16.parquet")
+    service = pd.read_parquet(folder / "service-resnet34-fp16.parquet")
+    assert len(rows) >= 500 and rows["finish_us"].notna().all() and rows["batch_size"].between(1, 4).all()
+    b1 = service.loc[service["batch"] == 1, "service_s"].median() * 1e6
+    assert ((rows["finish_us"] - rows["received_us"]) >= 0.8 * b1).all()
+    assert (rows["start_us"] >= rows["received_us"]).all()

@@ -1,0 +1,222 @@
+"""The capacity simulator against a real dynamic-batching server on the H200 (issue #14).
+
+Reads the committed measurements (``datasets/nvidia-h200/serving/``: three models, two batching
+settings, six Poisson load levels each, every request's times) and simulates every load with
+``training/serving_check.py``: with the measured service times (the simulator alone on trial) and
+with the shipped bundle's predicted ones (what ``latpred capacity`` gives a user). Prints, per load,
+measured p50 / p99 / throughput / GPU busy share and the simulated ones as ratios (simulated /
+measured), the spread a measurement of that length has (short simulated runs, 20 seeds) and where
+the measured p99 falls among them, and a replay of the measured arrivals; then what the server adds
+that the simulator leaves out (pipe, client lateness, the batcher loop's dispatch delay); then the
+most qps under p99 objectives; then the predicted service times against the measured ones; then
+issue #14's targets, met or not.
+
+Run: .venv/bin/python benchmarks/simulator_vs_server.py [--requests 200000] [--seeds 20] [--no-predicted]
+(a minute or two on two cores). Saved: results/simulator_vs_server.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from training.serving_check import (
+    NOISE_SEEDS,
+    OBJECTIVE_LEVELS,
+    SEED,
+    SERVING_DIR,
+    SIM_REQUESTS,
+    TARGET,
+    TARGET_LEVEL,
+    LoadComparison,
+    MaxQpsComparison,
+    TableLatency,
+    TargetCheck,
+    bundle_predictor,
+    check_targets,
+    compare_loads,
+    compare_max_qps,
+    independent_schedules,
+    load_serving,
+    measured_service,
+    predicted_service,
+)
+
+RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
+SHORT = {"mb8-nodelay": "mb8", "mb32-pref16,32-delay1000us": "mb32p"}
+
+
+def ratio(sim: float, measured: float) -> str:
+    return f"{sim / measured:5.2f}" if measured and math.isfinite(sim) else "  -  "
+
+
+def load_table(rows: Sequence[LoadComparison]) -> list[str]:
+    """Per load: measured, then measured-service and predicted-service simulations as ratios."""
+    head = (f"{'model':<13} {'set':<5} {'level':>5} {'qps':>6} {'n':>6} {'busy':>5} | {'p50':>6} {'p99':>6} "
+            f"{'thr':>6} | {'p50':>5} {'p99':>5} {'thr':>5} {'band p99 rank':>16} {'trace':>5} | "
+            f"{'p50':>5} {'p99':>5} {'thr':>5}")
+    over = (f"{'':<45} | {'measured (ms, qps)':<20} | {'sim, measured service (sim/measured)':<41} | "
+            f"{'sim, predicted'}")
+    lines = [over, head, "-" * len(head)]
+    for r in rows:
+        m, s = r.measured, r.measured.stats
+        sm, p = r.sim_measured, r.sim_predicted
+        lo, hi = r.short.band()
+        band = f"{lo / s.p99_ms:.2f}-{hi / s.p99_ms:.2f} {r.short.rank(s.p99_ms):4.2f}"
+        pred = (f"{ratio(p.p50_ms, s.p50_ms)} {ratio(p.p99_ms, s.p99_ms)} {ratio(p.throughput_qps, s.throughput_qps)}"
+                if p is not None else "")
+        mark = "*" if m.level <= TARGET_LEVEL + 1e-9 and abs(sm.p99_ms / s.p99_ms - 1) > TARGET else " "
+        sim = (f"{ratio(sm.p50_ms, s.p50_ms)} {ratio(sm.p99_ms, s.p99_ms)}{mark}"
+               f"{ratio(sm.throughput_qps, s.throughput_qps)}")
+        lines.append(
+            f"{m.model:<13} {SHORT.get(m.setting, m.setting):<5} {m.level:5.2f} {m.offered_qps:6.0f} {s.requests:6d} "
+            f"{s.utilisation:5.3f} | {s.p50_ms:6.2f} {s.p99_ms:6.2f} {s.throughput_qps:6.0f} | "
+            f"{sim} {band:>16} {ratio(r.sim_trace.p99_ms, s.p99_ms)} | {pred}")
+    return lines
+
+
+def overhead_table(rows: Sequence[LoadComparison]) -> list[str]:
+    """What the server did beside the simulator's model of it, per load (microseconds)."""
+    head = (f"{'model':<13} {'set':<5} {'level':>5} | {'pipe p50':>8} {'p99':>5} | {'late p50':>8} {'p99':>5} | "
+            f"{'dispatch p50':>12} {'p99':>5} | {'p50 share':>9} | {'service/timed p50':>17} {'p99':>5}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        m = r.measured
+        share = m.dispatch_us[0] * 1e-3 / m.stats.p50_ms
+        lines.append(
+            f"{m.model:<13} {SHORT.get(m.setting, m.setting):<5} {m.level:5.2f} | "
+            f"{m.pipe_us[0]:8.0f} {m.pipe_us[1]:5.0f} | {m.late_us[0]:8.0f} {m.late_us[1]:5.0f} | "
+            f"{m.dispatch_us[0]:12.0f} {m.dispatch_us[1]:5.0f} | "
+            f"{share:9.2%} | {m.service_ratio[0]:17.3f} {m.service_ratio[1]:5.3f}")
+    return lines
+
+
+def qps(value: float, bound: bool) -> str:
+    return ("  none" if math.isnan(value) else f"{value:6.0f}") + ("+" if bound else " ")
+
+
+def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
+    """The most qps under each p99 objective, measured and simulated (curves over the same loads)."""
+    head = (f"{'model':<13} {'set':<5} {'objective':>18} | {'measured':>9} | {'sim, measured service':>22} | "
+            f"{'sim, predicted':>16}")
+    lines = [head, "-" * len(head)]
+    for a in answers:
+        objective = f"p99@{a.objective_level:g}: {a.objective_ms:.2f} ms"
+        lines.append(
+            f"{a.model:<13} {SHORT.get(a.setting, a.setting):<5} {objective:>18} | "
+            f"{qps(a.measured_qps, a.measured_bound):>9} | {qps(a.sim_measured_qps, a.sim_measured_bound):>13} "
+            f"{ratio(a.sim_measured_qps, a.measured_qps):>8} | {qps(a.sim_predicted_qps, a.sim_predicted_bound):>8} "
+            f"{ratio(a.sim_predicted_qps, a.measured_qps):>7}")
+    return lines
+
+
+def service_table(measured: dict[str, TableLatency], predicted: dict[str, TableLatency]) -> list[str]:
+    """The predicted service time of each model over the measured one (median of 40 timed runs)."""
+    batches = (1, 2, 4, 8, 16, 24, 32)
+    head = f"{'model':<13} {'b1 ms':>6} {'b32 ms':>7} | " + " ".join(f"{f'b{b}':>5}" for b in batches)
+    lines = [head, "-" * len(head)]
+    for model, table in measured.items():
+        cells = " ".join(f"{predicted[model].medians_ms[b] / table.medians_ms[b]:5.2f}" for b in batches)
+        lines.append(f"{model:<13} {table.medians_ms[1]:6.3f} {table.medians_ms[32]:7.3f} | {cells}")
+    return lines
+
+
+def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], schedules: int) -> list[str]:
+    lines = []
+    for c in checks:
+        lines.append(f"{c.latency_model}: p99 within +-{TARGET:.0%} at levels <= {TARGET_LEVEL:g}: "
+                     f"{c.p99_within}/{c.p99_loads} loads (worst ratio {c.worst_p99_ratio:.2f}); max qps within "
+                     f"+-{TARGET:.0%}: {c.qps_within}/{c.qps_answers} (worst {c.worst_qps_ratio:.2f}): "
+                     f"{'MET' if c.met else 'NOT MET'}")
+    inside = sum(r.short.band()[0] <= r.measured.stats.p99_ms <= r.short.band()[1] for r in rows)
+    ranks = [r.short.rank(r.measured.stats.p99_ms) for r in rows]
+    lines.append(f"measured p99 inside the band of short simulated runs (their 10th-90th percentile: 80% of "
+                 f"independent draws would be, but the loads are {schedules} schedules' draws): {inside}/{len(rows)} "
+                 f"loads; median rank {np.median(ranks):.2f}, {sum(x >= 0.9 for x in ranks)} at 0.9 or above")
+    return lines
+
+
+def machine() -> str:
+    """This machine in a few words: CPU model, cores, Python, how busy it was (others share it)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, python {platform.python_version()}, load average "
+            f"{os.getloadavg()[0]:.2f} at the start")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--folder", type=Path, default=SERVING_DIR, help="the serving measurements")
+    parser.add_argument("--requests", type=int, default=SIM_REQUESTS, help="requests in each long simulated run")
+    parser.add_argument("--seeds", type=int, default=len(NOISE_SEEDS),
+                        help="short runs of the measured length per load, for the band (0: none)")
+    parser.add_argument("--no-predicted", action="store_true", help="leave out the bundle's predicted service")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the table is written")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    header = [f"# .venv/bin/python benchmarks/simulator_vs_server.py {' '.join(sys.argv[1:])}".rstrip()
+              + f"   ({datetime.date.today().isoformat()}, {machine()})"]
+    data = load_serving(args.folder)
+    fp = data.meta["fingerprint"]
+    header.append(f"# measured on {fp['name']} ({fp['device_id']}, torch {fp['torch_version']}, driver "
+                  f"{fp['driver_version']}), {data.meta['precision']}, {data.meta['seconds_per_level']:g} s a load; "
+                  f"latency = GPU finish - server receipt, first 10% of each load skipped, as the simulator does")
+    header.append(f"# simulated: Poisson at the measured offered qps, {args.requests:,} requests a run (seed {SEED}); "
+                  f"band: p99 of {args.seeds} runs of the measured length (seeds {NOISE_SEEDS[0]}..), their "
+                  "10th-90th percentile over the measured p99, and rank: the share of them below the measured p99; "
+                  "trace: the measured receipt times replayed")
+    schedules = independent_schedules(data)
+    header.append(f"# the {sum(1 for _ in data.loads())} loads rode {schedules} distinct Poisson "
+                  "schedules: the collector seeded each by (setting, level), so the models at one (setting, level) "
+                  "share one schedule, scaled to their rates")
+    measured = {m: measured_service(data.service[data.service["model"] == m]) for m in data.models}
+    predicted: dict[str, TableLatency] = {}
+    if not args.no_predicted:
+        predictor = bundle_predictor(fp["device_id"])
+        predicted = {m: predicted_service(predictor, m, data.meta["precision"], sorted(measured[m].medians_ms))
+                     for m in data.models}
+        header.append(f"# predicted: bundle {predictor.bundle.version}'s CUDA-graph predictions, lognormal sigma "
+                      f"{next(iter(predicted.values())).sigmas[1]:g} (the planner's DEFAULT_SIGMA)")
+    seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
+    rows = compare_loads(data, predicted or None, args.requests, seeds)
+    answers = compare_max_qps(rows)
+    levels = ", ".join(map(str, OBJECTIVE_LEVELS))
+    out = [*header, "",
+           "== per load: level = offered / the setting's capacity; n = measured requests (after the first 10%); busy =",
+           "GPU busy share measured; ratios are simulated / measured; * = p99 off by more than "
+           f"{TARGET:.0%} at a level <= {TARGET_LEVEL:g}", *load_table(rows), "",
+           "== what the server adds that the simulator does not model (us; p50 and p99 over the measured requests or",
+           "batches). pipe: server receipt - client send (outside the measured latency: it delays arrivals); late:",
+           "client send - Poisson schedule; dispatch: a batch's start after the instance was free and the rule let it",
+           "go (the polling loop's own time, zero in the simulator); p50 share: dispatch p50 over the measured p50;",
+           "service/timed: each batch's service in the load over the timed median of its size",
+           *overhead_table(rows), "",
+           f"== most qps with p99 <= objective (objectives: the measured p99 at levels {levels}; linear between the",
+           "six loads; + = never crossed, a lower bound)", *max_qps_table(answers)]
+    if predicted:
+        out += ["", "== predicted / measured service time (measured: median of 40 timed services, one CUDA-graph "
+                "replay then an event wait)", *service_table(measured, predicted)]
+    out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, schedules),
+            f"({time.perf_counter() - started:.0f} s)"]
+    text = "\n".join(out) + "\n"
+    print(text, end="")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
