@@ -23,12 +23,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "capacity": ("predictor", "Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms."),
     "collect": ("collectors", "Measure operators and whole models into a dataset."),
     "device": ("collectors", "Fingerprint the GPU (or, without one, the CPU) that a sweep would measure."),
-    "devices": ("predictor", "List the devices latpred knows, and which have a trained bundle."),
+    "devices": ("predictor", "List the devices latpred knows, whether measured, and which bundle predicts each."),
     "host": ("collectors", "Probe this host's per-call costs: the host profile eager predictions are made for."),
     "predict": ("predictor", "Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."),
+    "select": ("predictor", "Rank the devices for PATH (zoo name, ONNX or JSON graph) by cost per million "
+                            "inferences."),
     "serve": ("service", "Serve the REST API with Flask's development server (docs at /docs, spec at "
                          "/openapi.json)."),
     "train": ("training", "Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."),
+    "transfer": ("training", "Fit the transfer model across the measured GPUs, score it leave-one-device-out, "
+                             "export it."),
     "validate": ("training", "Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs "
                              "baselines; or, with --suite, score the zoo or a NAS suite through every importer."),
 }

@@ -200,6 +200,30 @@ class Bundle:
     def composition(self) -> dict[str, Any]:
         return self.metadata.get("composition", {})
 
+    @property
+    def transfer(self) -> dict[str, Any] | None:
+        """What a transfer bundle (training/transfer.py: one kernel model across devices, which
+        takes a device's specs as features) says of itself: the devices it was trained on and the
+        composition fitted on each measured one's runs; None for a bundle of one device."""
+        value = self.metadata.get("transfer")
+        return value if isinstance(value, dict) else None
+
+    def measured_on(self, device_id: str) -> bool:
+        """Whether this bundle was fitted on ``device_id``'s own measurements: its own device, or a
+        device a transfer bundle has runs of (others it predicts from their specs alone)."""
+        if self.transfer is None:
+            return device_id == self.device_id
+        return device_id in self.transfer.get("devices", {})
+
+    def composition_for(self, device_id: str) -> dict[str, Any]:
+        """The composition (constants, interval widths) to predict ``device_id`` with: a transfer
+        bundle's own fit for a device it measured, its fit across them for any other."""
+        if self.transfer is not None:
+            own = self.transfer.get("devices", {}).get(device_id)
+            if isinstance(own, dict):
+                return own
+        return self.composition
+
     @staticmethod
     def load(directory: Path) -> Bundle:
         directory = Path(directory)

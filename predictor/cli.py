@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError, bundle_dirs
+from predictor import device_bundles
+from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError, bundle_dirs
 from predictor.compose import MODES
-from predictor.devices import DEVICES, resolve_device
+from predictor.devices import DEVICES
 from predictor.graph_sources import load_graph
 from predictor.host_lookup import resolve_host, user_store
 from predictor.host_profile import HostProfile
 from predictor.precision import PRECISIONS
 from predictor.predict import Predictor
+from predictor.select_cli import select_command
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import MAX_BATCH
 
@@ -39,19 +41,20 @@ def commands() -> None:
 @commands.command()
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
 def devices(bundles: Path) -> None:
-    """List the devices latpred knows, and which have a trained bundle."""
+    """List the devices latpred knows, whether measured, and which bundle predicts each."""
     trained = bundle_dirs(bundles)
+    transfer = device_bundles.TRANSFER_BUNDLE in trained
     for spec in DEVICES.values():
-        state = f"bundle {trained[spec.device_id].name}" if spec.device_id in trained else "no bundle"
+        state = (f"bundle {spec.device_id}" if spec.device_id in trained
+                 else "transfer bundle" if transfer else "no bundle")
         price = "price unknown" if spec.price_per_hour is None else f"${spec.price_per_hour:.2f}/h"
         click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{spec.provenance}\t{price}\t{state}")
 
 
 def load_predictor(device: str, bundle: Path | None) -> Predictor:
-    """The predictor for ``device`` from ``bundle``, or from the shipped bundle of that device."""
-    spec = resolve_device(device)
-    directory = bundle or DEFAULT_BUNDLE_DIR / spec.device_id
-    return Predictor(Bundle.load(directory), spec)
+    """The predictor for ``device`` from ``bundle``, or from the shipped bundle that predicts it:
+    its own, or the transfer bundle (predictor.device_bundles)."""
+    return device_bundles.load_predictor(device, DEFAULT_BUNDLE_DIR, bundle)
 
 
 def predictor_and_host(device: str, bundle: Path | None,
@@ -237,3 +240,6 @@ def write_load_curve(path: Path, service: LatencyFn, result: Plan, title: str) -
                            xlabel="offered load per GPU (requests/s)")
     except OSError as exc:
         raise click.ClickException(f"--plot: could not write {path}: {exc.strerror or exc}") from None
+
+
+commands.add_command(select_command)

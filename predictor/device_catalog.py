@@ -49,6 +49,37 @@ ID_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 Provenance = Literal["measured", "transferred"]
 
 
+def _check_tensor_flops(value: dict[str, float]) -> dict[str, float]:
+    """Known precisions only, fp16 present, each rate a FLOP/s in range."""
+    unknown = sorted(set(value) - set(TENSOR_PRECISIONS))
+    if unknown:
+        raise ValueError(f"unknown precision(s) {', '.join(map(repr, unknown))}: expected some of "
+                         f"{', '.join(TENSOR_PRECISIONS)} (leave out one the hardware lacks)")
+    missing = [p for p in REQUIRED_TENSOR_PRECISIONS if p not in value]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} is required")
+    for precision, rate in value.items():
+        if not math.isfinite(rate) or not 0 < rate <= MAX_FLOPS:
+            raise ValueError(f"{precision} = {rate!r} is not a FLOP/s in (0, {MAX_FLOPS:g}]")
+    return value
+
+
+class Datasheet(BaseModel):
+    """A measured device's datasheet ceilings, beside the measured ones its entry states: the basis
+    on which the transfer model compares it with devices known only from their datasheets."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+    memory_bandwidth: float = Field(gt=0, le=MAX_BANDWIDTH, description="bytes per second")
+    tensor_flops: dict[str, float] = Field(description="precision -> dense tensor-core FLOP/s")
+    vector_flops: float = Field(gt=0, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
+
+    @field_validator("tensor_flops")
+    @classmethod
+    def _tensor_flops(cls, value: dict[str, float]) -> dict[str, float]:
+        return _check_tensor_flops(value)
+
+
 class CatalogEntry(BaseModel):
     """One device as the catalog states it. ``provenance`` is 'measured' where the repository
     holds a dataset and bundle for it (its ceilings were measured), 'transferred' where its
@@ -69,6 +100,8 @@ class CatalogEntry(BaseModel):
     price_per_hour: float | None = Field(default=None, ge=0)
     source: str = Field(min_length=1, description="where the specs come from")
     price_source: str | None = None
+    #: the datasheet's ceilings where those above were measured (None: those above are the datasheet's)
+    datasheet: Datasheet | None = None
 
     @field_validator("name", "source")
     @classmethod
@@ -80,17 +113,7 @@ class CatalogEntry(BaseModel):
     @field_validator("tensor_flops")
     @classmethod
     def _tensor_flops(cls, value: dict[str, float]) -> dict[str, float]:
-        unknown = sorted(set(value) - set(TENSOR_PRECISIONS))
-        if unknown:
-            raise ValueError(f"unknown precision(s) {', '.join(map(repr, unknown))}: expected some of "
-                             f"{', '.join(TENSOR_PRECISIONS)} (leave out one the hardware lacks)")
-        missing = [p for p in REQUIRED_TENSOR_PRECISIONS if p not in value]
-        if missing:
-            raise ValueError(f"{', '.join(missing)} is required")
-        for precision, rate in value.items():
-            if not math.isfinite(rate) or not 0 < rate <= MAX_FLOPS:
-                raise ValueError(f"{precision} = {rate!r} is not a FLOP/s in (0, {MAX_FLOPS:g}]")
-        return value
+        return _check_tensor_flops(value)
 
     @model_validator(mode="after")
     def _l2_below_memory(self) -> CatalogEntry:

@@ -10,7 +10,7 @@ datasheet figures and have no bundle of their own yet.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from predictor.device_catalog import CatalogEntry, Provenance, load_catalog, user_catalog_path
 
@@ -38,6 +38,9 @@ class DeviceSpec:
     provenance: Provenance = "transferred"
     source: str = ""  # where the specs come from
     price_source: str | None = None  # where the price comes from
+    #: the datasheet's (memory_bandwidth, tensor_flops, vector_flops) where the ceilings above were
+    #: measured; None where they are the datasheet's already
+    datasheet: tuple[float, dict[str, float], float] | None = None
 
     @classmethod
     def from_entry(cls, device_id: str, entry: CatalogEntry) -> DeviceSpec:
@@ -46,7 +49,19 @@ class DeviceSpec:
                    memory_bandwidth=entry.memory_bandwidth, tensor_flops=dict(entry.tensor_flops),
                    vector_flops=entry.vector_flops, price_per_hour=entry.price_per_hour,
                    memory_bytes=entry.memory_bytes, tdp_w=entry.tdp_w, provenance=entry.provenance,
-                   source=entry.source, price_source=entry.price_source)
+                   source=entry.source, price_source=entry.price_source,
+                   datasheet=None if entry.datasheet is None else (
+                       entry.datasheet.memory_bandwidth, dict(entry.datasheet.tensor_flops),
+                       entry.datasheet.vector_flops))
+
+    def datasheet_spec(self) -> DeviceSpec:
+        """This device with its datasheet's ceilings in place of measured ones: the one basis on
+        which every device can be compared (a device never measured has only its datasheet), as
+        the transfer model compares them. Itself where its ceilings are the datasheet's."""
+        if self.datasheet is None:
+            return self
+        bandwidth, tensor, vector = self.datasheet
+        return replace(self, memory_bandwidth=bandwidth, tensor_flops=dict(tensor), vector_flops=vector, datasheet=None)
 
     def peak_flops(self, family: str, precision: str, allow_tf32_cudnn: bool = True,
                    allow_tf32_matmul: bool = False) -> float:
@@ -86,7 +101,8 @@ def _has_words(words: list[str], text: str) -> bool:
 def resolve_device(query: str) -> DeviceSpec:
     """A device by id, or by a case-insensitive part of its name ('h200'), naming the choices.
     Whole words win over parts of words: 'l4' is the L4 even though 'L40S' contains it too, and
-    'a10' the A10, while 'a100' matches both A100s and is refused as ambiguous."""
+    'a10' the A10, while 'a100' matches both A100s and is refused as ambiguous; a name that is the
+    query and no more wins over those that add to it ('h200' is the H200, not a partition of it)."""
     wanted = query.strip().lower()
     if wanted in DEVICES:
         return DEVICES[wanted]
@@ -94,6 +110,11 @@ def resolve_device(query: str) -> DeviceSpec:
     whole = [d for d in DEVICES.values() if words and (_has_words(words, d.name) or _has_words(words, d.device_id))]
     if len(whole) == 1:
         return whole[0]
+    # A name that is all the query says, but for the vendor, wins over names that say more: 'h200'
+    # is the NVIDIA H200, not one of its partitions ('NVIDIA H200 (72 SMs)').
+    exact = [d for d in whole if [t for t in _tokens(d.name) if t != "nvidia"] == [w for w in words if w != "nvidia"]]
+    if len(exact) == 1:
+        return exact[0]
     matches = whole or [d for d in DEVICES.values() if wanted and (wanted in d.name.lower() or wanted in d.device_id)]
     if len(matches) == 1:
         return matches[0]

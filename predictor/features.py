@@ -158,5 +158,5 @@ def feature_frame(rows: pd.DataFrame, device: DeviceSpec) -> pd.DataFrame:
     for r in rows.itertuples(index=False):
         family = r.family
         params = {p: int(getattr(r, p)) for p in get_family(family).params}
-        records.append(feature_row(family, params, r.variant, r.layout, int(r.batch), r.precision, device))
+        records.append(feature_values(family, params, r.variant, r.layout, int(r.batch), r.precision, device))
     return pd.DataFrame.from_records(records, columns=list(FEATURE_COLUMNS))

@@ -90,12 +90,17 @@ def _columns(features: np.ndarray, columns: list[str]) -> np.ndarray:
     return features[:, [FEATURE_COLUMNS.index(c) for c in columns]]
 
 
+#: What a prediction says of where its device's numbers come from: 'measured' where the bundle was
+#: fitted on the device's own runs, 'transferred' where a transfer bundle predicts it from its specs.
+MEASURED, TRANSFERRED = "measured", "transferred"
+
+
 class Predictor:
     """Predicts graphs on one device with one bundle."""
 
     def __init__(self, bundle: Bundle, device: DeviceSpec, constants: CompositionConstants | None = None) -> None:
         """``constants`` overrides the bundle's composition constants (training refits them)."""
-        if bundle.device_id != device.device_id:
+        if bundle.transfer is None and bundle.device_id != device.device_id:
             raise ValueError(f"bundle was trained on {bundle.device_id}, not {device.device_id}")
         missing = [c for c in bundle.metadata.get("feature_columns", []) if c not in FEATURE_COLUMNS]
         if missing:
@@ -106,10 +111,18 @@ class Predictor:
                               "or variant was added since): retrain it with 'latpred train'")
         self.bundle = bundle
         self.device = device
+        #: 'measured' or 'transferred' (a transfer bundle on a device it has no runs of)
+        self.provenance = MEASURED if bundle.measured_on(device.device_id) else TRANSFERRED
+        #: the composition fitted for this device (a transfer bundle holds one per measured device)
+        self.composition = bundle.composition_for(device.device_id)
+        # A transfer bundle computes every call's features (roofline, waves over the SMs, what
+        # fits in L2) from the device's datasheet: the only figures a device never measured has,
+        # so the basis every device shares (DeviceSpec.datasheet_spec).
+        self._feature_device = device.datasheet_spec() if bundle.transfer is not None else device
         #: how the bundle's trees run ('compiled (lleaves)' or 'booster (why)'): compiled on the
         #: first predictor over a bundle (seconds per model where the cache lacks it)
         self.trees = bundle.compile_trees()
-        self.constants = constants or CompositionConstants(**bundle.composition.get("constants", {}))
+        self.constants = constants or CompositionConstants(**self.composition.get("constants", {}))
         #: the host an eager prediction is for when none is asked: the one that measured the
         #: bundle's whole-model runs (None for a bundle fitted in memory, which training predicts
         #: run by run, each with its own host)
@@ -167,9 +180,10 @@ class Predictor:
             cache = self._cache = dict(found)
         if wanted:
             rows, cold = [], []
+            device = self._feature_device
             for c, batch, precision in wanted:
                 row, read = features_and_cold_weight(c.family, c.params, c.variant, c.layout, batch, precision,
-                                                     self.device)
+                                                     device)
                 rows.append(row)
                 cold.append(read)
             features = np.array(rows, dtype=np.float64)
@@ -294,7 +308,7 @@ class Predictor:
                                                                                  lambda: _node_kinds(graph))
         values = np.array(rows).reshape(len(keys), 5).T
         is_kernel = np.array([key is not None for key in keys], dtype=bool)
-        bytes_per_us = FALLBACK_BANDWIDTH_SHARE * self.device.memory_bandwidth / 1e6 / prec.element_bytes
+        bytes_per_us = FALLBACK_BANDWIDTH_SHARE * self._feature_device.memory_bandwidth / 1e6 / prec.element_bytes
         kernel = np.where(is_fallback, fallback_elements * batch / bytes_per_us, values[0])
         return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
                            is_fallback, is_launched & is_kernel, kinds)
@@ -327,10 +341,10 @@ class Predictor:
                   for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),
                                                  times.high_us.tolist(), times.host_us.tolist())] \
             if with_layers and times is not None else []
-        q = self.bundle.composition.get("interval_log", {}).get(mode, 0.25)
+        q = self.composition.get("interval_log", {}).get(mode, 0.25)
         if eager and host is not None and host.label == "estimated":
             # what scaling a measured profile by the CPU's speed missed on the measured hosts
-            q += self.bundle.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
+            q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
         unsupported = []
         warnings = []
         if fallbacks and times is not None:
@@ -343,10 +357,13 @@ class Predictor:
         # What an importer had to assume about what PyTorch runs (an ONNX file cannot show a folded
         # BatchNorm's bias, or whether a mask reaches attention under capture): said, not hidden.
         warnings += [f"assumed: {a}" for a in graph.meta.get("assumptions", []) if isinstance(a, str)]
+        if self.provenance == TRANSFERRED:
+            warnings.append(f"transferred: {self.device.name} was never measured; its latency is predicted from its "
+                            "datasheet by the transfer model trained on the measured devices, with a wider interval")
         return Prediction(
             model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
             high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
-            host=host.summary() if eager and host is not None else None,
+            host=host.summary() if eager and host is not None else None, provenance=self.provenance,
             layers=layers, unsupported=unsupported, warnings=warnings,
         )

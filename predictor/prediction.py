@@ -51,6 +51,9 @@ class Prediction:
     host: Annotated[str | None, Field(description="the host profile an eager prediction is for: id, whether "
                                                   "measured or estimated, CPU (none for a CUDA graph, which "
                                                   "no host issues kernel by kernel)")] = None
+    provenance: Annotated[str, Field(description=(
+        "'measured': the models were fitted on this device's own runs; 'transferred': the device was never "
+        "measured, and the transfer model predicts it from its datasheet (a wider interval)"))] = "measured"
     layers: Annotated[list[LayerPrediction], Field(
         description="per-layer breakdown (absent when the request asked for none)")] = field(default_factory=list)
     unsupported: Annotated[list[UnsupportedOp], Field(

@@ -66,9 +66,9 @@ def create_app(config: ServiceConfig | None = None, registry: ModelRegistry | No
 
 
 def _register_blueprints(app: LatpredOpenAPI) -> None:
-    from service.api import capacity, devices, graphs, health, hosts, latency, models, predict
+    from service.api import capacity, devices, graphs, health, hosts, latency, models, predict, select
 
-    for module in (health, predict, latency, capacity, graphs, hosts, devices, models):
+    for module in (health, predict, latency, capacity, select, graphs, hosts, devices, models):
         app.register_api(module.api)
 
 

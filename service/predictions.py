@@ -60,16 +60,17 @@ def not_ready(detail: str) -> ProblemError:
 
 
 def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = "device") -> DeviceSpec:
-    """A device by id or part of its name; without one, the only device that has a bundle."""
+    """A device by id or part of its name; without one, the only device that has a bundle of its
+    own (the devices the transfer bundle predicts are asked for by name)."""
     if device is None:
         registry.wait_first_load(registry.load_wait_s)
         snapshot = registry.snapshot
-        loaded = list(snapshot.predictors)
-        if not snapshot.loaded or not loaded:
+        if not snapshot.loaded or not snapshot.predictors:
             raise not_ready(registry.state_detail())
-        if len(loaded) != 1:
-            raise ProblemError(422, f"name a device: one of {', '.join(loaded) or 'none loaded'}", field=field)
-        return DEVICES[loaded[0]]
+        own = [d for d, p in snapshot.predictors.items() if p.bundle.transfer is None]
+        if len(own) != 1:
+            raise ProblemError(422, f"name a device: one of {', '.join(snapshot.predictors)}", field=field)
+        return DEVICES[own[0]]
     try:
         return resolve_device(device)
     except ValueError as exc:

@@ -25,9 +25,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from predictor.bundle import BundleError, bundle_dirs
+from predictor.bundle import Bundle, BundleError, bundle_dirs, read_metadata
 from predictor.bundle_check import load_verified
-from predictor.devices import DEVICES, DeviceSpec
+from predictor.device_bundles import TRANSFER_BUNDLE, expand_transfer, is_transfer, verification_device
+from predictor.devices import DeviceSpec
 from predictor.predict import Predictor
 from service.last_good import LastGoodStore, bundle_id
 
@@ -41,7 +42,9 @@ class NotReady(Exception):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """What one load produced: predictors by device id, and the bundles that failed."""
+    """What one load produced: predictors by device id (over their own bundles, and over the
+    transfer bundle for every other catalog device), and the bundles that failed. ``errors``,
+    ``fallbacks`` and ``ids`` are keyed by bundle folder: a device id, or ``transfer``."""
 
     predictors: dict[str, Predictor] = field(default_factory=dict)
     #: device -> why its bundle folder was not loaded (it may still be served, see ``fallbacks``)
@@ -53,7 +56,21 @@ class Snapshot:
     ids: dict[str, str] = field(default_factory=dict)
 
     def versions(self) -> dict[str, str]:
-        return {device: p.bundle.version for device, p in self.predictors.items()}
+        """Bundle folder -> the version it serves (a device id, or ``transfer`` once for every
+        device the transfer bundle predicts)."""
+        versions = {}
+        for device, p in self.predictors.items():
+            versions[TRANSFER_BUNDLE if p.bundle.transfer is not None else device] = p.bundle.version
+        return versions
+
+
+def _metadata_only(directory: Path) -> Bundle | None:
+    """A bundle folder's metadata as a Bundle without models (which device to verify it on); None
+    where it cannot be read, which the verification then reports."""
+    try:
+        return Bundle(directory, read_metadata(directory), {})
+    except BundleError:
+        return None
 
 
 class ModelRegistry:
@@ -111,8 +128,9 @@ class ModelRegistry:
             errors: dict[str, str] = {}
             fallbacks: dict[str, str] = {}
             ids: dict[str, str] = {}
-            for device_id, directory in self._device_dirs().items():
-                spec = DEVICES.get(device_id)
+            folders = self._device_dirs()
+            for device_id, directory in folders.items():
+                spec = verification_device(device_id, _metadata_only(directory) if is_transfer(device_id) else None)
                 if spec is None:
                     errors[device_id] = f"{directory}: no device spec named {device_id!r} in predictor.devices"
                     continue
@@ -125,7 +143,8 @@ class ModelRegistry:
                     if instead is not None:
                         predictors[device_id], ids[device_id], fallbacks[device_id] = instead
                         log.warning("%s: %s", device_id, fallbacks[device_id])
-            new = Snapshot(predictors, errors, loaded=True, fallbacks=fallbacks, ids=ids)
+            own = [key for key in folders if not is_transfer(key)]
+            new = Snapshot(expand_transfer(predictors, own), errors, loaded=True, fallbacks=fallbacks, ids=ids)
             self._snapshot = new
         log.info("model bundles loaded: %s", new.versions() or "none")
         for listener in list(self.listeners):
@@ -164,6 +183,8 @@ class ModelRegistry:
         saying so: the last good bundle, from memory when this worker serves it already, else
         loaded (and verified) from its copy; the bundle this worker served where there is none."""
         kept, kept_id = old.predictors.get(device_id), old.ids.get(device_id)
+        if is_transfer(device_id):  # served under every device it predicts: any of them holds the bundle
+            kept = next((p for p in old.predictors.values() if p.bundle.transfer is not None), None)
         good_id = self.last_good.current_id(device_id) if self.last_good is not None else None
         if kept is not None and kept_id is not None and good_id in (None, kept_id):
             what = "its last good bundle" if good_id else "the bundle it served before"

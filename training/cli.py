@@ -92,6 +92,24 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
 
 
 @commands.command()
+@click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
+              help="where the bundle is exported (as <bundles>/transfer)")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/transfer"), show_default=True,
+              help="the validation's tables (held-out devices' operators and runs, each device's own runs)")
+@click.option("--holdout", "holdouts", multiple=True,
+              help="a device scored leave-one-device-out (repeatable; default: every partition)")
+def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
+    """Fit the transfer model across the measured GPUs, score it leave-one-device-out, export it."""
+    from training.transfer import TransferSettings, report_text, train_transfer, write_tables
+
+    with _reported():
+        report = train_transfer(TransferSettings(bundle_root=bundles, holdouts=holdouts or None, say=click.echo))
+    write_tables(report, out)
+    click.echo(report_text(report.held_out_ops, report.held_out_runs, report.own_runs))
+    click.echo(f"bundle: {report.bundle_dir} ({report.seconds:.0f} s); tables in {out}")
+
+
+@commands.command()
 @click.option("--device", default="h200", show_default=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/nvidia-h200"), show_default=True)

@@ -66,8 +66,9 @@ class OpData:
 
 
 def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | None = None,
-             seed: int = 0) -> OpData:
-    """The ok operator rows of a dataset (optionally a family subset or a random sample)."""
+             seed: int = 0, transfer: bool = False) -> OpData:
+    """The ok operator rows of a dataset (optionally a family subset or a random sample). With
+    ``transfer`` their features are the transfer model's: computed on the device's datasheet."""
     dataset_dir = Path(dataset_dir)
     fingerprint = json.loads((dataset_dir / "fingerprint.json").read_text())
     device = resolve_device(fingerprint["device_id"])
@@ -78,7 +79,9 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
     if limit is not None and len(rows) > limit:
         rows = rows.sample(n=limit, random_state=seed)
     rows = rows.reset_index(drop=True)
-    return OpData(rows, feature_frame(rows, device), shape_group(rows), device, host_costs(rows, dataset_dir))
+    basis = device.datasheet_spec() if transfer else device
+    return OpData(rows, feature_frame(rows, basis), shape_group(rows), device,
+                  host_costs(rows, dataset_dir))
 
 
 def host_costs(rows: pd.DataFrame, dataset_dir: Path) -> np.ndarray:

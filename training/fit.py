@@ -12,6 +12,7 @@ residuals give each family's conformal interval.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,20 +66,24 @@ class FitResult:
 
 
 def fit_booster(library: str, x: pd.DataFrame, y: np.ndarray, threads: int, seed: int,
-                scale: float = 1.0) -> Any:
-    """One XGBoost or LightGBM booster fitted to ``y``, with the library's tree count times ``scale``
-    (at least 50 trees); the bare booster, which saves in the library's own format."""
-    trees = max(50, int(scale * (XGB_PARAMS if library == "xgboost" else LGBM_PARAMS)["n_estimators"]))
+                scale: float = 1.0, params: Mapping[str, Any] | None = None,
+                weight: np.ndarray | None = None) -> Any:
+    """One XGBoost or LightGBM booster fitted to ``y`` (rows weighted by ``weight``, if given), with
+    the library's tree count times ``scale`` (at least 50 trees) and ``params`` over its defaults;
+    the bare booster, which saves in the library's own format."""
+    defaults = XGB_PARAMS if library == "xgboost" else LGBM_PARAMS
+    settings = {**defaults, **(params or {})}
+    settings["n_estimators"] = max(50, int(scale * settings["n_estimators"]))
     if library == "xgboost":
         import xgboost
 
-        model = xgboost.XGBRegressor(**{**XGB_PARAMS, "n_estimators": trees}, n_jobs=threads, random_state=seed)
-        model.fit(x, y)
+        model = xgboost.XGBRegressor(**settings, n_jobs=threads, random_state=seed)
+        model.fit(x, y, sample_weight=weight)
         return model.get_booster()
     import lightgbm
 
-    model = lightgbm.LGBMRegressor(**{**LGBM_PARAMS, "n_estimators": trees}, n_jobs=threads, random_state=seed)
-    model.fit(x, y)
+    model = lightgbm.LGBMRegressor(**settings, n_jobs=threads, random_state=seed)
+    model.fit(x, y, sample_weight=weight)
     return model.booster_
 
 
@@ -88,17 +93,20 @@ TARGET_SCALE = {"kernel": 1.0, "dispatch": 0.15}
 
 
 def fit_target(data: OpData, target: str, library: str, threads: int = 2, seed: int = 0,
-               scale: float = 1.0, structure: str = "single") -> FitResult:
+               scale: float = 1.0, structure: str = "single", params: Mapping[str, Any] | None = None,
+               weight: np.ndarray | None = None) -> FitResult:
     """Fit ``target`` ('kernel' or 'dispatch') with ``library`` on the train fold, score on test.
 
     ``structure`` is one model with the family as a feature ('single'), or one model per
     operator family ('per_family'); ``train`` fits both and keeps whichever validates better.
+    ``params`` replace the library's defaults where given, ``weight`` weights the rows (None: all
+    alike): the transfer model's forest is smaller, and its devices' rows are weighted.
     """
     measured, offset, y = _target(data, target)
     usable = np.isfinite(y)
     test = test_mask(data.groups) & usable
     x = data.features[list(FEATURE_COLUMNS)]
-    booster = _fit_structure(data, target, library, structure, ~test & usable, threads, seed, scale)
+    booster = _fit_structure(data, target, library, structure, ~test & usable, threads, seed, scale, params, weight)
     model = TargetModel(library, booster, {}, list(FEATURE_COLUMNS))
     log_pred = model.predict_log(x[test]) + offset[test]
     errors = ape(np.exp(log_pred), measured[test])
@@ -119,7 +127,8 @@ def _target(data: OpData, target: str) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def _fit_structure(data: OpData, target: str, library: str, structure: str, rows: np.ndarray,
-                   threads: int, seed: int, scale: float) -> Any:
+                   threads: int, seed: int, scale: float, params: Mapping[str, Any] | None = None,
+                   weight: np.ndarray | None = None) -> Any:
     """One booster ('single') or one per family ('per_family') fitted on the ``rows`` mask."""
     _, _, y = _target(data, target)
     rows = rows & np.isfinite(y)
@@ -130,21 +139,24 @@ def _fit_structure(data: OpData, target: str, library: str, structure: str, rows
     x = data.features[list(FEATURE_COLUMNS)]
     trees = scale * TARGET_SCALE[target]
     if structure == "single":
-        return fit_booster(library, x[rows], y[rows], threads, seed, trees)
+        return fit_booster(library, x[rows], y[rows], threads, seed, trees, params,
+                           None if weight is None else weight[rows])
     if structure == "per_family":
         families = data.rows["family"].to_numpy()
-        return {f: fit_booster(library, x[rows & (families == f)], y[rows & (families == f)], threads, seed,
-                               trees * PER_FAMILY_SCALE) for f in sorted(set(families[rows]))}
+        masks = {f: rows & (families == f) for f in sorted(set(families[rows]))}
+        return {f: fit_booster(library, x[m], y[m], threads, seed, trees * PER_FAMILY_SCALE, params,
+                               None if weight is None else weight[m]) for f, m in masks.items()}
     raise ValueError(f"unknown model structure {structure!r}: expected one of {STRUCTURES}")
 
 
 def refit_on_all_rows(data: OpData, fit: FitResult, threads: int = 2, seed: int = 0,
-                      scale: float = 1.0) -> FitResult:
+                      scale: float = 1.0, params: Mapping[str, Any] | None = None,
+                      weight: np.ndarray | None = None) -> FitResult:
     """The chosen fit again on every row: the held-out fold chose the library and structure and
     measured the error and the interval (kept from ``fit``), and is too valuable to leave out of
     the shipped model; a fifth of the zoo's own layer shapes fall in it."""
     booster = _fit_structure(data, fit.target, fit.library, fit.structure, np.ones(len(data.rows), bool),
-                             threads, seed, scale)
+                             threads, seed, scale, params, weight)
     return FitResult(fit.target, fit.library, booster, fit.overall, fit.per_family, fit.interval_log)
 
 

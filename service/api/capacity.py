@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 from dataclasses import replace
 from typing import Any
 
 from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
-from pydantic import ValidationError
 
 from predictor.capacity.grid import GridOverBudget, plan_grid
 from predictor.capacity.planner import (
@@ -40,18 +38,17 @@ from predictor.capacity.service_time import DEFAULT_SIGMA
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
-from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
 from service.etags import etag_of, matches
 from service.openapi import budgeted, documents, problems
 from service.predictions import ResolvedVariant
 from service.problems import TITLES, ProblemError
+from service.query_values import numbers, variant_field
 from service.schemas.capacity import (
     CSV_COLUMNS,
     MAX_COMBINATIONS,
     MAX_SLO_MS,
-    MAX_VALUES,
     MIN_QPS,
     MIN_SLO_MS,
     QPS_ITEM,
@@ -121,12 +118,12 @@ def _capacity(query: CapacityQuery) -> Response:
     name = query.model.strip(" ")
     graph = st.resolver.from_id(name, "model") if GRAPH_ID.fullmatch(name) else st.resolver.from_zoo(name, "model")
     device = predictions.resolve_device_id(st.registry, query.device.strip(" ") if query.device else None)
-    precision = _variant_field("precision", query.precision, DEFAULT_PRECISION)
-    mode = _variant_field("mode", query.mode, DEFAULT_MODE)
+    precision = variant_field("precision", query.precision, DEFAULT_PRECISION)
+    mode = variant_field("mode", query.mode, DEFAULT_MODE)
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
                                        host=query.host.strip(" ") if query.host else None, store=st.host_store)
-    loads = _numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
-    objectives = _numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
+    loads = numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
+    objectives = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
     if len(loads) * len(objectives) > MAX_COMBINATIONS:
         raise ProblemError(400, f"{len(loads)} qps x {len(objectives)} slo_p99_ms values make "
                                 f"{len(loads) * len(objectives)} combinations; at most {MAX_COMBINATIONS} a request",
@@ -152,46 +149,6 @@ def _capacity(query: CapacityQuery) -> Response:
     response = _render(rows, query.format, query.value)
     response.headers.update(headers)
     return response
-
-
-def _variant_field(field: str, value: str | None, default: str) -> str:
-    """A precision or mode, case-insensitive (sheets are typed by hand), checked by predictor's Variant."""
-    if value is None:
-        return default
-    try:
-        return str(getattr(Variant.model_validate({field: value.strip(" ").lower()}), field))
-    except ValidationError as exc:
-        raise ProblemError(400, validation_message(exc), field=field) from None
-
-
-def _numbers(value: str, field: str, pattern: str, low: float, high: float) -> list[float]:
-    """A comma-separated list of plain decimals from ``low`` to ``high`` (at most ``MAX_VALUES``),
-    each refused with what is wrong with it: the document's pattern says the same, without the why."""
-    items = [item.strip(" ") for item in value.split(",")]
-    if len(items) > MAX_VALUES:
-        raise ProblemError(400, f"{field}: {len(items)} values; at most {MAX_VALUES} a request", field=field,
-                           kind="too-many-combinations")
-    numbers = []
-    for item in items:
-        if not item:
-            raise ProblemError(400, f"{field}: an empty item in {value!r}", field=field)
-        try:
-            number = float(item) if item.isascii() else math.nan
-        except ValueError:
-            number = math.nan
-        if math.isnan(number) or math.isinf(number):
-            problem = "is not a number"
-        elif number <= 0:
-            problem = "must be positive"
-        elif number < low or number > high:
-            problem = f"must be from {low:g} to {high:.0f}"
-        elif not re.fullmatch(pattern, item):
-            problem = "must be written as a plain decimal (digits, one point; no sign, exponent or separators)"
-        else:
-            numbers.append(number)
-            continue
-        raise ProblemError(400, f"{field}: {item!r} {problem}", field=field)
-    return numbers
 
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:

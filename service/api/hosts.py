@@ -16,6 +16,7 @@ from flask import request
 from flask_openapi3 import APIBlueprint, Tag
 from flask_openapi3.types import ResponseDict
 
+from predictor.device_bundles import TRANSFER_BUNDLE
 from predictor.host_lookup import bundle_profiles
 from predictor.host_profile import HostConflictError, HostProfile, HostProfileError, UnknownHostError, parse_profile
 from service import predictions
@@ -41,8 +42,9 @@ def _url(host_id: str) -> str:
 
 
 def _carried() -> list[tuple[str, HostProfile, bool]]:
-    """(device, profile, whether it is the bundle's default) for every profile the served
-    bundles carry, each bundle's default first. Waits for the first load: before it, a listing
+    """(bundle, profile, whether it is the bundle's default) for every profile the served
+    bundles carry, each bundle's default first; a bundle is named by its device, or 'transfer'.
+    Waits for the first load: before it, a listing
     would say the bundles carry nothing, and a POST could take an id a bundle is about to bring."""
     registry = state().registry
     registry.wait_first_load(registry.load_wait_s)
@@ -50,9 +52,14 @@ def _carried() -> list[tuple[str, HostProfile, bool]]:
     if not snapshot.loaded:
         raise predictions.not_ready(registry.state_detail())
     found: list[tuple[str, HostProfile, bool]] = []
+    seen: set[int] = set()
     for device, predictor in snapshot.predictors.items():
+        if id(predictor.bundle) in seen:  # the transfer bundle predicts many devices: its profiles once
+            continue
+        seen.add(id(predictor.bundle))
+        owner = TRANSFER_BUNDLE if predictor.bundle.transfer is not None else device
         default = predictor.host.id if predictor.host is not None else None
-        found.extend((device, p, p.id == default) for p in bundle_profiles(predictor.bundle).values())
+        found.extend((owner, p, p.id == default) for p in bundle_profiles(predictor.bundle).values())
     return found
 
 

@@ -35,7 +35,7 @@ api = APIBlueprint("latency", __name__, url_prefix="/v1",
 
 #: How answers are written, in the ETag: a cache that kept an answer written before CSV cells were
 #: escaped (``spreadsheet_cells``) must not be told with a 304 that it is still good.
-RENDERING = "escaped-cells-1"
+RENDERING = "escaped-cells-1 provenance"
 
 OK_RESPONSE = {
     "description": "json: a list of predictions (without layers); csv: a header and one row per combination; "
@@ -86,7 +86,8 @@ def latency(query: LatencyQuery) -> Response:
     `precision` (default fp16), `mode` (default cudagraph), `host` (host profile ids for eager
     rows; default: the bundle's). `format=csv` answers the columns model, device, batch,
     precision, mode, total_ms, low_ms, high_ms, model_version, host (the profile of an eager row,
-    empty for a CUDA graph); `format=txt` one number (total_ms), or for a grid one per line in
+    empty for a CUDA graph), provenance (measured, or transferred: a device never measured,
+    predicted from its datasheet); `format=txt` one number (total_ms), or for a grid one per line in
     the CSV's row order. A grid whose estimated work is over the server's budget
     (`LATPRED_MAX_WORK`) is a 400 `work-budget` problem, before anything is predicted: ask for
     fewer combinations a URL.

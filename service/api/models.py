@@ -42,7 +42,7 @@ def reload_models() -> dict[str, Any]:
     """
     registry = state().registry
     snap = registry.load()
-    if set(snap.predictors) - set(snap.fallbacks):  # something verified: the other workers take it too
+    if set(snap.ids) - set(snap.fallbacks):  # some bundle verified: the other workers take it too
         registry.announce_reload()
     if snap.errors:
         reasons = "; ".join(f"{device}: {why}" for device, why in snap.errors.items())

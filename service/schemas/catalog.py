@@ -27,8 +27,10 @@ class DeviceOut(ResponseModel):
                                                      "LATPRED_DEVICE_CATALOG); null where unknown")
     source: str = Field(description="where the specs come from")
     price_source: str | None = Field(description="where the price comes from")
-    bundle_loaded: bool
+    bundle_loaded: bool = Field(description="whether a loaded bundle predicts it (its own, or the transfer bundle)")
     model_version: str | None
+    predicted_by: str | None = Field(description="the bundle that predicts it: its own device id, 'transfer' (the "
+                                                 "transfer model, from its datasheet), or null (none loaded)")
 
 
 class DevicesResponse(ResponseModel):
@@ -36,13 +38,15 @@ class DevicesResponse(ResponseModel):
 
 
 class BundleOut(ResponseModel):
-    device: str
+    device: str = Field(description="the device a one-device bundle was trained on, or 'transfer': the transfer "
+                                    "bundle, which predicts every catalog device without a bundle of its own")
     version: str
 
 
 class ModelsResponse(ResponseModel):
     zoo: list[str] = Field(description="graph names usable as 'model'")
-    bundles: list[BundleOut] = Field(description="loaded model bundles, one per device")
+    bundles: list[BundleOut] = Field(description="loaded model bundles: one per device trained alone, and the "
+                                                 "transfer bundle")
     errors: dict[str, str] = Field(description="bundle folders that did not verify (checksums, load, a smoke "
                                                "prediction), and why")
     fallbacks: dict[str, str] = Field(default_factory=dict, description=(

@@ -20,7 +20,7 @@ from predictor.precision import PRECISIONS
 from service.schemas.common import RequestModel
 
 CSV_COLUMNS = ("model", "device", "batch", "precision", "mode", "total_ms", "low_ms", "high_ms", "model_version",
-               "host")
+               "host", "provenance")
 
 
 def any_case(word: str) -> str:

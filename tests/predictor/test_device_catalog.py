@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: the GPUs issue #14 asked for, by the id CUDA's name for each slugifies to
 NAMED = {
-    "nvidia-h200": "NVIDIA H200", "nvidia-a100-sxm4-40gb": "NVIDIA A100 40GB SXM",
+    "nvidia-h200": "NVIDIA H200", "nvidia-h200-sm104": "NVIDIA H200 (104 SMs)",
+    "nvidia-h200-sm72": "NVIDIA H200 (72 SMs)", "nvidia-h200-sm40": "NVIDIA H200 (40 SMs)",
+    "nvidia-a100-sxm4-40gb": "NVIDIA A100 40GB SXM",
     "nvidia-a100-sxm4-80gb": "NVIDIA A100 80GB SXM", "nvidia-h100-80gb-hbm3": "NVIDIA H100 SXM",
     "nvidia-h100-pcie": "NVIDIA H100 PCIe", "nvidia-l4": "NVIDIA L4", "nvidia-l40s": "NVIDIA L40S",
     "tesla-t4": "NVIDIA T4", "nvidia-a10": "NVIDIA A10", "nvidia-geforce-rtx-4090": "NVIDIA GeForce RTX 4090",
@@ -61,11 +63,14 @@ def test_the_shipped_catalog_holds_the_named_devices_in_order() -> None:
         assert spec.source.strip() and spec.price_per_hour is not None and spec.price_source
 
 
-def test_measured_means_a_bundle_and_a_dataset_in_the_repository() -> None:
-    """'measured' is a claim about this repository: it holds the device's dataset and bundle."""
-    with_bundle = set(bundle_dirs(DEFAULT_BUNDLE_DIR))
+def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() -> None:
+    """'measured' is a claim about this repository: it holds the device's dataset, and a bundle
+    fitted on it (its own, or the transfer bundle, which lists the devices whose runs it fitted)."""
+    folders = bundle_dirs(DEFAULT_BUNDLE_DIR)
+    transfer = json.loads((folders["transfer"] / "metadata.json").read_text())["transfer"]["devices"]
     measured = {d for d, spec in DEVICES.items() if spec.provenance == "measured"}
-    assert measured == with_bundle == {"nvidia-h200"}
+    assert measured == (set(folders) - {"transfer"}) | set(transfer)
+    assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40"}
     assert all((REPO / "datasets" / d / "fingerprint.json").is_file() for d in measured)
     assert {spec.provenance for d, spec in DEVICES.items() if d not in measured} == {"transferred"}
 

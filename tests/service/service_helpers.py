@@ -35,17 +35,25 @@ TEST_HOST: dict[str, Any] = {
 }
 
 
+def transfer_version() -> str:
+    """The shipped transfer bundle's version."""
+    return str(json.loads((DEFAULT_BUNDLE_DIR / "transfer" / "metadata.json").read_text())["version"])
+
+
 def host_profile(**changes: Any) -> dict[str, Any]:
     """A copy of ``TEST_HOST`` with ``changes`` (top-level fields) applied."""
     return {**copy.deepcopy(TEST_HOST), **changes}
 
 
-def bundles_with_host(root: Path, profile: dict[str, Any] | None = None) -> Path:
-    """A copy of the shipped bundles under ``root`` in which each carries a default host profile:
-    its own where it has one (a bundle trained with host profiles), else ``profile`` (default
-    ``TEST_HOST``). Eager predictions need one, and the service's tests must pass on the shipped
-    bundle, and on a bundle trained before host profiles existed, which names none."""
+def bundles_with_host(root: Path, profile: dict[str, Any] | None = None, only: tuple[str, ...] | None = None) -> Path:
+    """A copy of the shipped bundles (``only`` these folders, if given) under ``root`` in which
+    each carries a default host profile: its own where it has one (a bundle trained with host
+    profiles), else ``profile`` (default ``TEST_HOST``). Eager predictions need one, and the
+    service's tests must pass on the shipped bundle, and on a bundle trained before host profiles
+    existed, which names none."""
     for device, source in bundle_dirs(DEFAULT_BUNDLE_DIR).items():
+        if only is not None and device not in only:
+            continue
         target = root / device
         shutil.copytree(source, target)
         meta_path = target / "metadata.json"

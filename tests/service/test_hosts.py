@@ -56,7 +56,10 @@ def test_a_posted_profile_is_stored_listed_and_served(client: Any, config: Servi
     assert stored[0]["cpu_cores"] == 16 and stored[0]["gpu"] == "NVIDIA H200"
     assert stored[0]["costs_us"] == profile["costs_us"] and stored[0]["default"] is False
     carried = [h for h in hosts if h["source"] == "bundle"]
-    assert [h["default"] for h in carried].count(True) == 1 and carried[0]["default"]  # its default first
+    for bundle in {h["device"] for h in carried}:  # each bundle's default first (the transfer bundle's too)
+        own = [h for h in carried if h["device"] == bundle]
+        assert [h["default"] for h in own].count(True) == 1 and own[0]["default"]
+    assert {h["device"] for h in carried} == {DEVICE, "transfer"}
     got = client.get("/v1/hosts/ci-box-1").get_json()
     assert got["profile"] == body["profile"] and got["source"] == "stored"
 
@@ -247,7 +250,7 @@ def test_the_python_client_posts_lists_and_predicts_with_a_host(registry: Any, t
 def test_a_bundle_without_a_default_host_needs_one_named_for_eager(tmp_path: Path) -> None:
     from service.registry import ModelRegistry
 
-    root = bundles_with_host(tmp_path / "bundles")
+    root = bundles_with_host(tmp_path / "bundles", only=(DEVICE,))
     meta_path = root / DEVICE / "metadata.json"
     meta = json.loads(meta_path.read_text())
     meta.pop("host_profile")

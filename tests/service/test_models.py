@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_helpers import DEVICE, assert_problem, bundle_version
+from service_helpers import DEVICE, assert_problem, bundle_version, bundles_with_host, transfer_version
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
 from predictor.devices import DEVICES, resolve_device
@@ -28,21 +28,49 @@ def test_devices_say_which_have_a_bundle(client: Any) -> None:
     assert h200["price_per_hour"] == DEVICES[DEVICE].price_per_hour and h200["price_source"]
 
 
-def test_devices_list_the_catalog_devices_never_measured(client: Any) -> None:
+def test_devices_say_which_were_measured_and_which_bundle_predicts_each(client: Any) -> None:
     devices = {d["id"]: d for d in client.get("/v1/devices").get_json()["devices"]}
     assert len(devices) == len(DEVICES) > 10
-    unmeasured = [d for i, d in devices.items() if i != DEVICE]
-    assert all(d["provenance"] == "transferred" and d["bundle_loaded"] is False and d["model_version"] is None
-               for d in unmeasured)
+    measured = {i for i, d in devices.items() if d["provenance"] == "measured"}
+    assert measured == {DEVICE, "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40"}
+    assert all(d["bundle_loaded"] for d in devices.values())
+    assert devices[DEVICE]["predicted_by"] == DEVICE and devices[DEVICE]["model_version"] == bundle_version()
+    assert {d["predicted_by"] for i, d in devices.items() if i != DEVICE} == {"transfer"}
+    assert {d["model_version"] for i, d in devices.items() if i != DEVICE} == {transfer_version()}
     l4 = devices["nvidia-l4"]
     assert (l4["name"], l4["sm_count"], l4["memory_bytes"], l4["tdp_w"]) == ("NVIDIA L4", 58, 24 * 2**30, 72)
-    assert l4["price_per_hour"] > 0 and "datasheet" in l4["source"]
+    assert l4["provenance"] == "transferred" and l4["price_per_hour"] > 0 and "datasheet" in l4["source"]
     assert set(devices["tesla-t4"]["tensor_flops"]) == {"fp16"}  # no bf16 or tf32 tensor cores on a T4
 
 
 @pytest.mark.parametrize("device", ["l4", "nvidia-b200", "NVIDIA A10"])
-def test_a_device_without_a_bundle_is_a_404_naming_it(client: Any, device: str) -> None:
+def test_a_device_never_measured_is_predicted_from_its_datasheet_on_every_path(client: Any, device: str) -> None:
+    spec = resolve_device(device)
+    body = client.post("/v1/predict", json={"model": "resnet18", "device": device}).get_json()
+    assert body["device"] == spec.device_id and body["provenance"] == "transferred"
+    assert body["model_version"] == transfer_version() and body["warnings"][-1].startswith("transferred:")
+    rows = client.get(f"/v1/latency?model=resnet18&device={device}&format=csv").get_data(as_text=True).splitlines()
+    assert rows[1].endswith('"transferred"')
+    h200 = client.post("/v1/predict", json={"model": "resnet18", "device": "h200"}).get_json()
+    assert h200["provenance"] == "measured" and not any(w.startswith("transferred") for w in h200["warnings"])
+    # the interval of a device never measured is wider than the H200's
+    assert body["high_ms"] / body["total_ms"] > h200["high_ms"] / h200["total_ms"]
+
+
+@pytest.fixture(scope="module")
+def h200_only(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An app over the H200's bundle alone: no transfer bundle to predict the other devices."""
+    tmp = tmp_path_factory.mktemp("h200-only")
+    registry = ModelRegistry(bundles_with_host(tmp / "bundles", only=(DEVICE,)))
+    registry.load()
+    return create_app(ServiceConfig(data_dir=tmp, graph_store=tmp / "graphs", host_store=tmp / "hosts"),
+                      registry=registry).test_client()
+
+
+@pytest.mark.parametrize("device", ["l4", "nvidia-b200", "NVIDIA A10"])
+def test_without_the_transfer_bundle_a_device_never_measured_is_a_404_naming_it(h200_only: Any, device: str) -> None:
     """The catalog knows it, no bundle serves it: a clear not-found on every path, never a 500."""
+    client = h200_only
     spec = resolve_device(device)
     body = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "device": device}), 404, "device")
     assert spec.device_id in body["detail"] and "no model bundle" in body["detail"]
@@ -55,6 +83,8 @@ def test_a_device_without_a_bundle_is_a_404_naming_it(client: Any, device: str) 
     assert ok["prediction"]["total_ms"] > 0
     assert refused["problem"]["status"] == 404 and refused["problem"]["field"] == "variants[1].device"
     assert spec.device_id in refused["problem"]["detail"]
+    listed = {d["id"]: d for d in client.get("/v1/devices").get_json()["devices"]}
+    assert listed[spec.device_id]["bundle_loaded"] is False and listed[spec.device_id]["predicted_by"] is None
 
 
 def test_a_name_two_catalog_devices_share_is_a_404_listing_both(client: Any) -> None:
@@ -65,7 +95,8 @@ def test_a_name_two_catalog_devices_share_is_a_404_listing_both(client: Any) -> 
 def test_models_lists_the_zoo_and_the_bundles(client: Any) -> None:
     body = client.get("/v1/models").get_json()
     assert body["zoo"] == zoo_names() and "resnet50" in body["zoo"]
-    assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()}]
+    assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()},
+                               {"device": "transfer", "version": transfer_version()}]
     assert body["errors"] == {}
 
 

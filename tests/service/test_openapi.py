@@ -28,8 +28,8 @@ def test_the_document_is_valid_openapi_3_1(spec: dict[str, Any]) -> None:
 
 def test_every_endpoint_is_documented(spec: dict[str, Any]) -> None:
     assert set(spec["paths"]) == {"/livez", "/readyz", "/metrics", "/v1/predict", "/v1/predict/batch",
-                                  "/v1/latency", "/v1/capacity", "/v1/graphs", "/v1/graphs/{graph_id}", "/v1/devices",
-                                  "/v1/models", "/v1/models/reload", "/v1/hosts", "/v1/hosts/{host_id}"}
+                                  "/v1/latency", "/v1/capacity", "/v1/select", "/v1/graphs", "/v1/graphs/{graph_id}",
+                                  "/v1/devices", "/v1/models", "/v1/models/reload", "/v1/hosts", "/v1/hosts/{host_id}"}
     ids = [op["operationId"] for item in spec["paths"].values() for op in item.values()]
     assert len(ids) == len(set(ids)) and "predict_batch" in ids
 

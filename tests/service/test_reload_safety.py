@@ -37,7 +37,7 @@ BROKEN = "2099-broken"
 
 
 def _setup(tmp_path: Path) -> tuple[Path, ServiceConfig]:
-    root = bundles_with_host(tmp_path / "bundles")
+    root = bundles_with_host(tmp_path / "bundles", only=(DEVICE,))
     return root, ServiceConfig(bundle_dir=root, data_dir=tmp_path / "data", open_writes=True)
 
 
@@ -221,7 +221,7 @@ def _kill_and_wait_for_respawn(master: int, victim: int, timeout_s: float = 60) 
 @pytest.mark.timeout(240)
 def test_gunicorn_workers_killed_after_a_failed_reload_still_answer(tmp_path: Path) -> None:
     pytest.importorskip("gunicorn")
-    root = bundles_with_host(tmp_path / "bundles")
+    root = bundles_with_host(tmp_path / "bundles", only=(DEVICE,))
     env = {"LATPRED_WORKERS": "2", "LATPRED_THREADS": "2", "LATPRED_BUNDLES": str(root),
            "LATPRED_DATA_DIR": str(tmp_path / "data"), "LATPRED_API_KEY": "rk"}
     with gunicorn_server(env, tmp_path / "gunicorn.log", api_key="rk") as (client, proc):

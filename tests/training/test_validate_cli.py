@@ -35,7 +35,9 @@ def test_devices_lists_the_h200_with_its_bundle(tmp_path: Path) -> None:
     assert "NVIDIA H200" in line and "132 SMs" in line and "bundle nvidia-h200" in line
     assert "\tmeasured\t" in line and "/h\t" in line  # provenance and price
     l4 = next(x for x in result.stdout.splitlines() if x.startswith("nvidia-l4\t"))
-    assert "\ttransferred\t" in l4 and l4.endswith("no bundle")
+    assert "\ttransferred\t" in l4 and l4.endswith("transfer bundle")
+    partition = next(x for x in result.stdout.splitlines() if x.startswith("nvidia-h200-sm72\t"))
+    assert "\tmeasured\t" in partition and partition.endswith("transfer bundle")
     empty = run("devices", "--bundles", str(tmp_path))
     assert empty.exit_code == 0 and "no bundle" in empty.stdout
 
@@ -102,10 +104,12 @@ def test_an_unknown_device_fails_naming_the_known_ones() -> None:
     assert "mi300x" in result.output and "nvidia-h200" in result.output
 
 
-def test_a_catalog_device_without_a_bundle_fails_clearly() -> None:
-    result = run("predict", "resnet50", "--device", "l4")
-    assert result.exit_code != 0
-    assert "no model bundle" in result.output and "nvidia-l4" in result.output and "Traceback" not in result.output
+def test_a_catalog_device_never_measured_is_predicted_from_its_datasheet() -> None:
+    result = run("predict", "resnet50", "--device", "l4", "--format", "json")
+    assert result.exit_code == 0, result.output
+    (data,) = json_lines(result)
+    assert data["device"] == "nvidia-l4" and data["provenance"] == "transferred"
+    assert any(w.startswith("transferred:") for w in data["warnings"])
 
 
 def test_a_missing_bundle_fails_clearly(tmp_path: Path) -> None:

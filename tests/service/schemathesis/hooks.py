@@ -11,7 +11,9 @@ that take a graph, and only when the problem names one of those rules: a refusal
 kind: its ``qps`` and ``slo_p99_ms`` lists may hold 16 values each but make at most 64 combinations
 together (JSON Schema bounds each list, not their product), and a grid's plans may together need
 more simulated requests than one request may make (``work-budget``, which no schema could predict);
-a 400 naming either is allowed there. Every other operation keeps the stock check.
+a 400 naming either is allowed there. ``GET /v1/select`` ranks a stored graph too, whose content
+may be one of those rules' (a graph that runs nothing, or is past the work budget): a 400 naming a
+rule of a graph's content is allowed there. Every other operation keeps the stock check.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-GRAPH_OPERATIONS = {"POST /v1/predict", "POST /v1/predict/batch", "POST /v1/graphs"}
+GRAPH_OPERATIONS = {"POST /v1/predict", "POST /v1/predict/batch", "POST /v1/graphs", "POST /v1/select"}
 #: problem types GET /v1/capacity may refuse a schema-valid query with (see the module's docstring)
 CAPACITY_GRID_KINDS = {"too-many-combinations", "work-budget"}
 #: problem types that are about a graph's or ONNX file's content
@@ -56,12 +58,15 @@ def _problem(response: Any) -> dict[str, Any]:
 
 @schemathesis.check
 def graph_content_refusals(ctx: Any, response: Any, case: Any) -> bool | None:
-    """positive_data_acceptance, except a 422 about a graph's content on the graph operations, and a
-    400 about the size of a capacity grid."""
+    """positive_data_acceptance, except a 422 about a graph's content on the graph operations, a 400
+    about the size of a capacity grid, and a 400 about a stored graph's content when it is ranked."""
     if case.operation.label in GRAPH_OPERATIONS and response.status_code == 422:
         if _about_content(_problem(response)):
             return None
     if case.operation.label == "GET /v1/capacity" and response.status_code == 400:
         if str(_problem(response).get("type", "")).rsplit(":", 1)[-1] in CAPACITY_GRID_KINDS:
+            return None
+    if case.operation.label == "GET /v1/select" and response.status_code == 400:
+        if str(_problem(response).get("type", "")).rsplit(":", 1)[-1] in CONTENT_KINDS:
             return None
     return positive_data_acceptance(ctx, response, case)

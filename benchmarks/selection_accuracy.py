@@ -1,0 +1,89 @@
+"""Hardware selection against measurements (issue #14): is the chosen device within 5% of the best?
+
+    .venv/bin/python benchmarks/selection_accuracy.py [--no-held-out]   # results/selection_accuracy.txt
+
+Cases: the zoo's 27 models at fp16, CUDA graph, batch 1/8/32, on the four measured devices (the
+H200 and its 104-, 72- and 40-SM partitions), each at five p99 objectives (none, 1.1x, 1.5x, 2x and
+3x the fastest device's measured p99); the truth is the cheapest device per inference among those
+whose measured p99 meets the objective (training/selection_check.py). Two sets of predictors:
+
+- shipped: the H200's own bundle and the transfer bundle with each partition's own composition. A
+  development figure: the models were fitted on these devices' rows and runs.
+- held out: the same, but the 72-SM partition predicted by the transfer model fitted without its
+  rows and runs (leave-one-device-out, as a device never measured is), about two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from predictor import device_bundles  # noqa: E402
+from predictor.devices import DEVICES  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+from training.composition import fit_constants  # noqa: E402
+from training.selection_check import OBJECTIVE_FACTORS, TOLERANCE, measured_units, score, summary  # noqa: E402
+from training.transfer import (  # noqa: E402
+    GPU_DATASETS,
+    TransferSettings,
+    device_arrays,
+    fit_models,
+    graph_only,
+    load_device,
+    memory_bundle,
+    pooled,
+)
+
+HELD = "nvidia-h200-sm72"
+RESULTS = Path(__file__).resolve().parent / "results" / "selection_accuracy.txt"
+
+
+def held_out_predictor(held: str) -> Predictor:
+    """``held`` predicted as a device never measured: the transfer model and constants fitted on the
+    other measured GPUs alone."""
+    settings = TransferSettings()
+    devices = [load_device(d) for d in GPU_DATASETS]
+    train = [d for d in devices if d.device_id != held]
+    fits = fit_models(pooled([d.ops for d in train]), settings)
+    bundle = memory_bundle(fits, [d.device_id for d in train])
+    constants = fit_constants([r for d in train for r in graph_only(device_arrays(bundle, d, settings.suites).fitted)])
+    return Predictor(bundle, DEVICES[held], constants)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-held-out", action="store_true", help="skip the leave-one-device-out predictors")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    started = time.perf_counter()
+    units = measured_units(GPU_DATASETS)
+    shipped = {d: p for d, p in device_bundles.load_all().items() if d in set(units["device"])}
+    sets = {"shipped (development)": shipped}
+    if not args.no_held_out:
+        sets[f"{HELD} held out"] = {**shipped, HELD: held_out_predictor(HELD)}
+    lines = [f"# .venv/bin/python benchmarks/selection_accuracy.py  ({time.strftime('%Y-%m-%d')}, "
+             f"{len(units)} measured runs, devices {', '.join(sorted(set(units['device'])))})",
+             f"# a choice is right when it meets the objective by measurement and costs at most {TOLERANCE:.0%} more "
+             f"per inference than the measured best; objectives: "
+             f"{', '.join('none' if f is None else f'{f}x' for f in OBJECTIVE_FACTORS)} the fastest measured p99"]
+    for name, predictors in sets.items():
+        cases = score(units, predictors)
+        table = summary(cases)
+        lines += ["", f"## {name}", table.to_string(index=False, float_format=lambda v: f"{v:.3f}")]
+        wrong = [c for c in cases if not c.right]
+        lines += [f"  wrong: {c.model} b{c.batch} {'none' if c.factor is None else f'{c.factor}x'}: chose "
+                  f"{c.chosen}, best {c.best}, cost ratio {c.cost_ratio:.3f}" for c in wrong[:20]]
+    lines.append(f"\n({time.perf_counter() - started:.0f} s)")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""``latpred select``: which device should serve this model, ranked by cost per million inferences.
+
+The command-line form of ``POST /v1/select`` (predictor.selection does the ranking): every device
+a shipped bundle predicts (its own bundle, or the transfer bundle from its datasheet), or those
+``--devices`` names, as a table, CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from predictor import device_bundles
+from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
+from predictor.compose import MODES
+from predictor.devices import resolve_device
+from predictor.graph_sources import load_graph
+from predictor.host_lookup import resolve_host, user_store
+from predictor.precision import PRECISIONS
+from predictor.selection import Constraints, Selection, select
+from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
+from predictor.variant import MAX_BATCH
+
+CSV_COLUMNS = ("rank", "device", "provenance", "meets", "latency_ms", "p99_ms", "throughput_qps", "memory_gib",
+               "price_per_hour", "cost_per_million", "reasons")
+
+
+@click.command("select")
+@click.argument("path")
+@click.option("--batch", type=click.IntRange(min=1, max=MAX_BATCH), default=None,
+              help="batch size (default: the graph's own)")
+@click.option("--precision", type=click.Choice(list(PRECISIONS)), default="fp16", show_default=True)
+@click.option("--mode", type=click.Choice(list(MODES)), default="cudagraph", show_default=True)
+@click.option("--slo-p99-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="p99 objective of one batch's latency, ms")
+@click.option("--min-throughput", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="inferences a second one device must serve")
+@click.option("--devices", default="", help="comma-separated devices to choose among (default: every device a "
+                                            "bundle predicts)")
+@click.option("--host", "host_spec", default=None, metavar="PROFILE.json|ID",
+              help="the host that issues an eager forward (as for 'latpred predict')")
+@click.option("--dim", "dim_items", multiple=True, metavar="NAME=SIZE", help="an ONNX symbolic dim (repeatable)")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+@click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
+def select_command(path: str, batch: int | None, precision: str, mode: str, slo_p99_ms: float | None,
+                   min_throughput: float | None, devices: str, host_spec: str | None, dim_items: tuple[str, ...],
+                   fmt: str, bundles: Path) -> None:
+    """Rank the devices for PATH (zoo name, ONNX or JSON graph) by cost per million inferences.
+
+    Devices that fit the model in memory and meet --slo-p99-ms and --min-throughput come first,
+    cheapest per inference first (unpriced ones after, fastest first); then the others, nearest
+    first, with the reasons. Each says whether it was measured or transferred (never measured:
+    predicted from its datasheet, with a wider interval)."""
+    from predictor.importers.onnx_dims import parse_dims
+
+    try:
+        predictors = device_bundles.load_all(bundles)
+        if devices.strip():
+            wanted = [resolve_device(d).device_id for d in devices.split(",") if d.strip()]
+            missing = [d for d in wanted if d not in predictors]
+            if missing:
+                raise click.BadParameter(f"no bundle predicts {', '.join(missing)}", param_hint="--devices")
+            predictors = {d: predictors[d] for d in wanted}
+        if not predictors:
+            raise click.ClickException(f"no bundle under {bundles}")
+    except (ValueError, BundleError) as exc:
+        raise click.ClickException(str(exc)) from None
+    first = next(iter(predictors.values()))
+    try:
+        host = resolve_host(host_spec, first.bundle, [user_store()]) if host_spec else None
+    except (ValueError, KeyError) as exc:
+        raise click.BadParameter(str(exc), param_hint="--host") from None
+    try:
+        dims = parse_dims(",".join(dim_items)) if dim_items else {}
+        graph = load_graph(path, batch, dims)
+    except ValueError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+    try:
+        selection = select(graph, predictors, graph.batch if batch is None else batch, precision, mode,
+                           Constraints(slo_p99_ms, min_throughput), host)
+    except ValueError as exc:
+        raise click.ClickException(f"{path}: {exc}") from None
+    if fmt == "json":
+        click.echo(json.dumps({**dataclasses.asdict(selection), "best": selection.best.device if selection.best
+                               else None, "verdict": selection.verdict}))
+    elif fmt == "csv":
+        write_csv(selection)
+    else:
+        echo_table(selection)
+
+
+def write_csv(selection: Selection) -> None:
+    """One row per device in rank order (text cells escaped for spreadsheets)."""
+    writer = SpreadsheetWriter(sys.stdout, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for rank, c in enumerate(selection.ranked, 1):
+        writer.writerow([rank, c.device, c.provenance, "true" if c.meets else "false", fixed(c.latency_ms),
+                         fixed(c.p99_ms), fixed(c.throughput_qps, 1), fixed(c.memory_bytes / 2**30, 2),
+                         "" if c.price_per_hour is None else fixed(c.price_per_hour, 2),
+                         "" if c.cost_per_million is None else fixed(c.cost_per_million), "; ".join(c.reasons)])
+
+
+def echo_table(selection: Selection) -> None:
+    """The verdict, then one line per device."""
+    s = selection
+    click.echo(f"{s.model} at batch {s.batch}, {s.precision}, {s.mode}: {s.verdict}")
+    click.echo(f"{'#':>2} {'device':<26} {'provenance':<11} {'latency ms':>10} {'p99 ms':>9} {'per s':>10} "
+               f"{'GiB':>6} {'$/h':>6} {'$/M inf':>9}  why not")
+    for rank, c in enumerate(s.ranked, 1):
+        price = "-" if c.price_per_hour is None else f"{c.price_per_hour:.2f}"
+        cost = "-" if c.cost_per_million is None else f"{c.cost_per_million:.4g}"
+        click.echo(f"{rank:>2} {c.device:<26} {c.provenance:<11} {c.latency_ms:>10.3f} {c.p99_ms:>9.3f} "
+                   f"{c.throughput_qps:>10.1f} {c.memory_bytes / 2**30:>6.2f} {price:>6} {cost:>9}  "
+                   f"{'; '.join(c.reasons)}")
+    for device, why in s.skipped.items():
+        click.echo(f"   {device}: skipped ({why})")

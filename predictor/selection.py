@@ -1,0 +1,180 @@
+"""Hardware selection: which device should serve this model, ranked by what an inference costs.
+
+For one graph at a batch size, precision and execution mode, every candidate device's latency is
+predicted (by its own bundle, or by the transfer bundle from its datasheet: ``provenance``), and
+from it:
+
+- **p99** of one batch's latency: the predicted median with the run-to-run spread of the mode
+  (``capacity.service_time.DEFAULT_SIGMA``: lognormal 0.01 for CUDA graphs, 0.15 eager), at the
+  99th percentile. Back-to-back batches on an idle device; queueing under load is capacity
+  planning's question (``predictor.capacity``), not this one.
+- **throughput**: batch / median latency, one model instance running batches back to back.
+- **memory**: weights, peak activations and the runtime's allowance (``predictor.memory``) against
+  the device's memory.
+- **cost per million inferences**: the device's price per hour over the inferences it serves in an
+  hour (``price / (throughput * 3600) * 1e6``), where the catalog knows a price.
+
+Constraints (all optional): a p99 objective, a minimum throughput per device, and that the model
+fits in memory (always checked). Devices that meet every constraint come first, cheapest per
+inference first (by latency where a price is missing: such devices follow the priced ones, fastest
+first); then those that do not, nearest first, each with the reasons. When none meets them the
+answer says so and names the nearest: "you cannot have that" is an answer, not an error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from predictor.capacity.service_time import DEFAULT_SIGMA
+from predictor.graph import Graph
+from predictor.host_profile import HostProfile
+from predictor.memory import memory_estimate
+from predictor.predict import Predictor
+from predictor.variant import check_variant
+
+#: the standard normal's 99th percentile: a lognormal's p99 is its median times exp(Z99 * sigma)
+Z99 = 2.3263478740408408
+#: an objective or throughput beyond these is a unit mistake (a week; a billion inferences a second)
+MAX_SLO_MS = 6.048e8
+MAX_THROUGHPUT_QPS = 1e9
+
+
+class NothingToRun(ValueError):
+    """The graph launches nothing (every node free), so no device is faster or cheaper than another."""
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """What a user asks of the device beside fitting the model: both optional."""
+
+    slo_p99_ms: float | None = None
+    min_throughput_qps: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, value, high in (("slo_p99_ms", self.slo_p99_ms, MAX_SLO_MS),
+                                  ("min_throughput_qps", self.min_throughput_qps, MAX_THROUGHPUT_QPS)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{name}: must be a finite number, not {value!r}")
+            if not 0 < value <= high:
+                raise ValueError(f"{name}: must be positive and at most {high:g}, not {value!r}")
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """One device's numbers for the graph, and whether it meets the constraints (why not, if not)."""
+
+    device: str
+    name: str
+    provenance: str  # 'measured' or 'transferred' (predicted from the datasheet)
+    latency_ms: float  # predicted median of one batch
+    low_ms: float  # the prediction's ~90% interval
+    high_ms: float
+    p99_ms: float  # of one batch, with the mode's run-to-run spread
+    throughput_qps: float  # inferences (samples) a second, batches back to back
+    memory_bytes: int  # what the model needs at this batch and precision
+    device_memory_bytes: int
+    price_per_hour: float | None
+    cost_per_million: float | None  # USD per million inferences; None without a price
+    meets: bool
+    reasons: tuple[str, ...] = ()
+    model_version: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Devices ranked for a graph (see the module docstring for the order), and the inputs."""
+
+    model: str
+    batch: int
+    precision: str
+    mode: str
+    constraints: Constraints
+    ranked: list[DeviceChoice] = field(default_factory=list)
+    #: devices no prediction could be made for (a precision the hardware lacks), with why
+    skipped: dict[str, str] = field(default_factory=dict)
+    host: str | None = None
+
+    @property
+    def best(self) -> DeviceChoice | None:
+        """The top device that meets every constraint, or None."""
+        return self.ranked[0] if self.ranked and self.ranked[0].meets else None
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: the choice, or that none meets the constraints and which comes nearest."""
+        if self.best is not None:
+            return f"{self.best.name} ({self.best.device})"
+        if not self.ranked:
+            return "no device could be predicted"
+        near = self.ranked[0]
+        return f"none meets the constraints; nearest: {near.name} ({near.device}): {'; '.join(near.reasons)}"
+
+
+def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode: str,
+            host: HostProfile | None, constraints: Constraints, memory_bytes: int) -> DeviceChoice:
+    spec = predictor.device
+    out = predictor.predict(graph, batch, precision, mode, with_layers=False, host=host)
+    if not out.total_ms > 0:
+        raise NothingToRun(f"{graph.name!r} runs nothing on {spec.name} ({out.total_ms} ms): with no latency to "
+                           "compare, there is no device to choose")
+    p99 = out.total_ms * math.exp(Z99 * DEFAULT_SIGMA[mode])
+    throughput = batch / out.total_ms * 1e3
+    cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
+    reasons = []
+    if memory_bytes > spec.memory_bytes:
+        reasons.append(f"needs {memory_bytes / 2**30:.1f} GiB, has {spec.memory_bytes / 2**30:.0f} GiB")
+    if constraints.slo_p99_ms is not None and p99 > constraints.slo_p99_ms:
+        reasons.append(f"p99 {p99:.3g} ms is over the objective of {constraints.slo_p99_ms:g} ms")
+    if constraints.min_throughput_qps is not None and throughput < constraints.min_throughput_qps:
+        reasons.append(f"serves {throughput:.4g}/s, under the {constraints.min_throughput_qps:g}/s asked")
+    return DeviceChoice(spec.device_id, spec.name, predictor.provenance, out.total_ms, out.low_ms, out.high_ms,
+                        p99, throughput, memory_bytes, spec.memory_bytes, spec.price_per_hour, cost,
+                        not reasons, tuple(reasons), out.model_version, tuple(out.warnings))
+
+
+def _shortfall(c: DeviceChoice, constraints: Constraints) -> float:
+    """How far a device is from meeting the constraints: the largest ratio by which it misses one."""
+    misses = [c.memory_bytes / c.device_memory_bytes]
+    if constraints.slo_p99_ms is not None:
+        misses.append(c.p99_ms / constraints.slo_p99_ms)
+    if constraints.min_throughput_qps is not None:
+        misses.append(constraints.min_throughput_qps / c.throughput_qps)
+    return max(misses)
+
+
+def rank_key(c: DeviceChoice, constraints: Constraints) -> tuple[float, ...]:
+    """Meeting devices first, by cost per inference (unpriced ones after, by latency); the others
+    after, nearest first. Ties go to the lower latency, then the id, so the order is total."""
+    if c.meets:
+        if c.cost_per_million is not None:
+            return (0.0, 0.0, c.cost_per_million, c.latency_ms)
+        return (0.0, 1.0, c.latency_ms, c.latency_ms)
+    return (1.0, _shortfall(c, constraints), c.latency_ms, 0.0)
+
+
+def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predictor], batch: int, precision: str,
+           mode: str, constraints: Constraints = Constraints(), host: HostProfile | None = None) -> Selection:
+    """Every device of ``predictors`` ranked for ``graph`` at ``batch``, ``precision`` and ``mode``
+    under ``constraints`` (an eager forward issued by ``host``, default each bundle's). A device
+    that cannot run the precision (no bf16 tensor cores on a T4) is listed in ``skipped``; a graph
+    that runs nothing is refused (``NothingToRun``)."""
+    check_variant(batch, precision, mode)
+    memory = memory_estimate(graph, batch, precision).total_bytes
+    choices, skipped = [], {}
+    items = predictors.values() if isinstance(predictors, Mapping) else predictors
+    for predictor in items:
+        try:
+            choices.append(_choice(predictor, graph, batch, precision, mode, host, constraints, memory))
+        except NothingToRun:
+            raise
+        except ValueError as exc:  # a precision the device lacks: the others can still be ranked
+            skipped[predictor.device.device_id] = str(exc)
+    choices.sort(key=lambda c: (rank_key(c, constraints), c.device))
+    eager_host = host or next((p.host for p in items if p.host is not None), None)
+    return Selection(graph.name, batch, precision, mode, constraints, choices, skipped,
+                     eager_host.id if mode == "eager" and eager_host is not None else None)

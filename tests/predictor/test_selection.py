@@ -1,0 +1,124 @@
+"""predictor.selection over the shipped bundles: the ranking, each constraint, an objective no device
+meets, a precision a device lacks, and the refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from predictor import device_bundles
+from predictor.devices import DEVICES
+from predictor.predict import Predictor
+from predictor.selection import Constraints, Selection, select
+from predictor.zoo import load_zoo_graph
+
+
+@pytest.fixture(scope="module")
+def predictors() -> dict[str, Predictor]:
+    return device_bundles.load_all()
+
+
+@pytest.fixture(scope="module")
+def resnet50(predictors: dict[str, Predictor]) -> Selection:
+    return select(load_zoo_graph("resnet50"), predictors, 8, "fp16", "cudagraph")
+
+
+def test_every_catalog_device_is_ranked_and_says_where_its_numbers_come_from(resnet50: Selection) -> None:
+    ranked = {c.device: c for c in resnet50.ranked}
+    assert set(ranked) == set(DEVICES)
+    for device, choice in ranked.items():
+        assert choice.provenance == DEVICES[device].provenance, device
+        transferred = any(w.startswith("transferred:") for w in choice.warnings)
+        assert transferred == (choice.provenance == "transferred"), device
+
+
+def test_without_constraints_devices_come_cheapest_per_inference_first(resnet50: Selection) -> None:
+    assert all(c.meets for c in resnet50.ranked)  # resnet50 at batch 8 fits every catalog GPU
+    costs = [c.cost_per_million for c in resnet50.ranked]
+    priced = [c for c in costs if c is not None]
+    assert priced == sorted(priced) and costs[:len(priced)] == priced  # unpriced ones, if any, after
+    best = resnet50.best
+    assert best is resnet50.ranked[0] and resnet50.verdict.startswith(best.name)
+    for c in resnet50.ranked:
+        assert math.isclose(c.throughput_qps, 8 / c.latency_ms * 1e3)
+        if c.price_per_hour is not None:
+            assert math.isclose(c.cost_per_million, c.price_per_hour / (c.throughput_qps * 3600) * 1e6)
+        assert c.low_ms < c.latency_ms < c.p99_ms < c.latency_ms * 1.03 and c.latency_ms < c.high_ms
+
+
+def test_a_p99_objective_keeps_only_devices_fast_enough(predictors: dict[str, Predictor],
+                                                        resnet50: Selection) -> None:
+    latencies = sorted(c.p99_ms for c in resnet50.ranked)
+    objective = latencies[len(latencies) // 2]  # about half the devices are fast enough
+    tight = select(load_zoo_graph("resnet50"), predictors, 8, "fp16", "cudagraph", Constraints(slo_p99_ms=objective))
+    meeting = [c for c in tight.ranked if c.meets]
+    assert meeting and len(meeting) < len(tight.ranked)
+    assert all(c.p99_ms <= objective for c in meeting)
+    assert all(c.p99_ms > objective and "over the objective" in c.reasons[0] for c in tight.ranked if not c.meets)
+    assert tight.ranked[:len(meeting)] == meeting  # meeting devices first
+    assert tight.best is not None and tight.best.p99_ms <= objective
+    cheaper_but_slow = [c for c in resnet50.ranked if c.cost_per_million is not None and c.p99_ms > objective
+                        and c.cost_per_million < tight.best.cost_per_million]
+    assert cheaper_but_slow  # the objective changed the choice: the cheapest devices were too slow
+
+
+def test_a_throughput_floor_is_per_device(predictors: dict[str, Predictor], resnet50: Selection) -> None:
+    fastest = max(c.throughput_qps for c in resnet50.ranked)
+    result = select(load_zoo_graph("resnet50"), predictors, 8, "fp16", "cudagraph",
+                    Constraints(min_throughput_qps=fastest * 0.99))
+    assert [c.device for c in result.ranked if c.meets] == [max(resnet50.ranked, key=lambda c: c.throughput_qps).device]
+
+
+def test_an_objective_no_device_meets_is_answered_with_the_nearest(predictors: dict[str, Predictor],
+                                                                   resnet50: Selection) -> None:
+    quickest = min(c.p99_ms for c in resnet50.ranked)
+    result = select(load_zoo_graph("resnet50"), predictors, 8, "fp16", "cudagraph",
+                    Constraints(slo_p99_ms=quickest / 2))
+    assert result.best is None and not any(c.meets for c in result.ranked)
+    nearest = result.ranked[0]
+    assert nearest.p99_ms == quickest
+    assert result.verdict.startswith("none meets the constraints; nearest: ") and nearest.device in result.verdict
+
+
+def test_a_model_too_large_for_a_device_is_kept_off_it(predictors: dict[str, Predictor]) -> None:
+    """qwen2-0.5b at batch 8192: about 54 GiB (predictor.memory), more than a 16-48 GiB card holds."""
+    result = select(load_zoo_graph("qwen2-0.5b"), predictors, 8192, "fp16", "cudagraph")
+    small = {d for d, spec in DEVICES.items() if spec.memory_bytes <= 48 * 2**30}
+    for c in result.ranked:
+        fits = c.memory_bytes <= c.device_memory_bytes
+        assert c.meets == fits
+        if not fits:
+            assert "GiB" in c.reasons[0]
+    assert small and all(not c.meets for c in result.ranked if c.device in small)
+    assert any(c.meets for c in result.ranked)
+
+
+def test_a_precision_a_device_lacks_skips_it_by_name(predictors: dict[str, Predictor]) -> None:
+    result = select(load_zoo_graph("resnet18"), predictors, 1, "bf16", "cudagraph")
+    assert "tesla-t4" in result.skipped and "bf16" in result.skipped["tesla-t4"]
+    assert "tesla-t4" not in {c.device for c in result.ranked}
+
+
+def test_eager_selection_names_its_host(predictors: dict[str, Predictor]) -> None:
+    result = select(load_zoo_graph("resnet18"), predictors, 1, "fp16", "eager")
+    assert result.host is not None and result.best is not None
+    h200 = next(p for p in predictors.values() if p.device.device_id == "nvidia-h200")
+    assert result.host == h200.host.id  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("constraints", "field"), [
+    (dict(slo_p99_ms=0.0), "slo_p99_ms"), (dict(slo_p99_ms=-1.0), "slo_p99_ms"),
+    (dict(slo_p99_ms=math.nan), "slo_p99_ms"), (dict(slo_p99_ms=1e12), "slo_p99_ms"),
+    (dict(min_throughput_qps=math.inf), "min_throughput_qps"), (dict(min_throughput_qps=True), "min_throughput_qps"),
+])
+def test_bad_constraints_are_refused_naming_the_field(constraints: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{field}:"):
+        Constraints(**constraints)  # type: ignore[arg-type]
+
+
+def test_a_bad_variant_is_refused_before_anything_is_predicted(predictors: dict[str, Predictor]) -> None:
+    with pytest.raises(ValueError, match="batch"):
+        select(load_zoo_graph("resnet18"), predictors, 0, "fp16", "cudagraph")
+    with pytest.raises(ValueError, match="precision"):
+        select(load_zoo_graph("resnet18"), predictors, 1, "fp8", "cudagraph")

@@ -1,0 +1,105 @@
+"""POST /v1/select and GET /v1/select through the real app over the shipped bundles: every catalog
+device ranked (measured and transferred), constraints, an objective no device meets, spreadsheet
+formats, and the refusals, each naming its field."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from service_helpers import assert_problem
+
+from predictor.devices import DEVICES
+
+
+def _select(client: Any, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/select", json={"model": "resnet50", "batch": 8, **body})
+    assert response.status_code == 200, response.get_data(as_text=True)[:500]
+    return response.get_json()
+
+
+def test_every_catalog_device_is_ranked_cheapest_first(client: Any) -> None:
+    body = _select(client)
+    ranked = body["ranked"]
+    assert {d["device"] for d in ranked} == set(DEVICES)
+    assert [d["rank"] for d in ranked] == list(range(1, len(ranked) + 1))
+    costs = [d["cost_per_million"] for d in ranked if d["cost_per_million"] is not None]
+    assert costs == sorted(costs)
+    assert body["best"] == ranked[0]["device"] and body["verdict"].startswith(ranked[0]["name"])
+    provenance = {d["device"]: d["provenance"] for d in ranked}
+    assert provenance["nvidia-h200"] == "measured" and provenance["nvidia-h200-sm72"] == "measured"
+    assert provenance["nvidia-l4"] == "transferred"
+    assert (body["model"], body["batch"], body["precision"], body["mode"]) == ("resnet50", 8, "fp16", "cudagraph")
+
+
+def test_an_objective_changes_the_choice_and_one_none_meets_is_answered(client: Any) -> None:
+    ranked = _select(client)["ranked"]
+    quickest = min(d["p99_ms"] for d in ranked)
+    tight = _select(client, slo_p99_ms=quickest * 1.01)
+    assert tight["best"] == min(ranked, key=lambda d: d["p99_ms"])["device"]
+    assert [d["meets"] for d in tight["ranked"]].count(True) >= 1
+    none = _select(client, slo_p99_ms=quickest / 2)
+    assert none["best"] is None and none["verdict"].startswith("none meets the constraints")
+    assert all(d["reasons"] for d in none["ranked"])
+
+
+def test_devices_narrow_the_choice(client: Any) -> None:
+    body = _select(client, devices=["nvidia-h200", "nvidia-l4"], min_throughput_qps=1.0)
+    assert [d["device"] for d in body["ranked"]] == sorted(["nvidia-h200", "nvidia-l4"],
+                                                           key=lambda d: [x["device"] for x in body["ranked"]].index(d))
+    assert {d["device"] for d in body["ranked"]} == {"nvidia-h200", "nvidia-l4"}
+
+
+def test_bf16_skips_a_device_without_bf16_tensor_cores(client: Any) -> None:
+    body = _select(client, precision="bf16")
+    assert "tesla-t4" in body["skipped"] and "tesla-t4" not in {d["device"] for d in body["ranked"]}
+
+
+def test_the_spreadsheet_get_answers_csv_and_txt(client: Any) -> None:
+    url = "/v1/select?model=resnet50&batch=8&precision=FP16&slo_p99_ms=50"
+    as_json = client.get(url).get_json()
+    response = client.get(url + "&format=csv")
+    assert response.status_code == 200 and response.mimetype == "text/csv"
+    rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
+    assert [r["device"] for r in rows] == [d["device"] for d in as_json["ranked"]]
+    assert rows[0]["meets"] == "true" and float(rows[0]["latency_ms"]) == pytest.approx(
+        as_json["ranked"][0]["latency_ms"], abs=1e-4)
+    txt = client.get(url + "&format=txt")
+    assert txt.mimetype == "text/plain" and txt.get_data(as_text=True) == as_json["best"]
+    none = client.get("/v1/select?model=resnet50&batch=8&slo_p99_ms=0.001&format=txt")
+    assert none.get_data(as_text=True) == "none"
+
+
+@pytest.mark.parametrize(("url", "field"), [
+    ("/v1/select?model=resnet50&slo_p99_ms=-1", "slo_p99_ms"),
+    ("/v1/select?model=resnet50&slo_p99_ms=1e3", "slo_p99_ms"),
+    ("/v1/select?model=resnet50&min_throughput_qps=abc", "min_throughput_qps"),
+    ("/v1/select?model=resnet50&devices=Not%20An%20Id", "devices"),
+    ("/v1/select?model=resnet50&precision=fp8", "precision"),
+    ("/v1/select?model=resnet50&batch=0", "batch"),
+])
+def test_bad_query_values_are_a_400_naming_the_field(client: Any, url: str, field: str) -> None:
+    assert_problem(client.get(url), 400, field)
+
+
+@pytest.mark.parametrize(("body", "status", "field"), [
+    ({"model": "no-such-model"}, 404, "model"),
+    ({"model": "resnet50", "devices": ["nvidia-h900"]}, 404, "devices"),
+    ({"model": "resnet50", "slo_p99_ms": "5"}, 422, "slo_p99_ms"),
+    ({"model": "resnet50", "slo_p99_ms": 0}, 422, "slo_p99_ms"),
+    ({"model": "resnet50", "min_throughput_qps": True}, 422, "min_throughput_qps"),
+    ({"model": "resnet50", "batch": "8"}, 422, "batch"),
+    ({"model": "resnet50", "mode": "eager", "host": "no-such-host"}, 404, "host"),
+    ({"model": "resnet50", "graph_id": "0" * 64}, 422, ""),
+])
+def test_bad_bodies_are_refused_naming_the_field(client: Any, body: dict[str, Any], status: int, field: str) -> None:
+    assert_problem(client.post("/v1/select", json=body), status, field or None)
+
+
+def test_a_graph_that_runs_nothing_is_refused_naming_it(client: Any) -> None:
+    """Every node free (a view): 0 ms on every device, so nothing to rank them by."""
+    graph = {"name": "views-only", "batch": 1, "nodes": [{"name": "v", "op": "view", "kind": "free"}]}
+    body = assert_problem(client.post("/v1/select", json={"graph": graph}), 422, "graph")
+    assert "runs nothing" in body["detail"]
