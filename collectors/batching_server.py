@@ -26,14 +26,14 @@ from __future__ import annotations
 import functools
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 
+from collectors.forward_timing import capture
 from collectors.model_runs import ModelSource
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import precision_flags, torch_dtype
@@ -88,7 +88,7 @@ class CapturedModel:
             self.module = self.module.to(device="cuda", dtype=dtype).eval()
             self.inputs = {b: zoo.example_input(b, torch.device("cuda"), dtype) for b in range(1, max_batch + 1)}
             for batch, x in self.inputs.items():
-                self.graphs[batch] = _capture(functools.partial(self.module, x))
+                self.graphs[batch] = capture(functools.partial(self.module, x))
         self.event = torch.cuda.Event()
 
     def launch(self, batch: int) -> None:
@@ -120,21 +120,6 @@ class CpuModel:
 
     def done(self) -> bool:
         return True
-
-
-def _capture(forward: Callable[[], Any]) -> torch.cuda.CUDAGraph:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            forward()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        forward()
-    graph.replay()
-    torch.cuda.synchronize()
-    return graph
 
 
 def service_times(model: ServedModel, batches: range, reps: int = 40) -> dict[int, np.ndarray]:

@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from pydantic import ValidationError
 
 from predictor.validation import validation_message
 from predictor.variant import Variant
-from service.problems import ProblemError
+from service.problems import TITLES, ProblemError
 from service.schemas.capacity import MAX_VALUES
+
+
+@contextmanager
+def as_bad_request() -> Iterator[None]:
+    """A query string's bad value is a Bad Request (400), whatever status the shared code it went
+    through (a body's 422) raised it with."""
+    try:
+        yield
+    except ProblemError as exc:
+        if exc.status == 422:
+            exc.status, exc.title = 400, TITLES[400]
+        raise
 
 
 def variant_field(field: str, value: str | None, default: str) -> str:

@@ -63,6 +63,10 @@ class GraphResolver:
                 graph = self._zoo.setdefault(canonical, loaded)
         return graph
 
+    def from_name(self, name: str, field: str = "model") -> Graph:
+        """A spreadsheet GET's ``model``: a stored graph's id (64 hex digits) or a zoo name."""
+        return self.from_id(name, field) if ID_PATTERN.match(name) else self.from_zoo(name, field)
+
     def zoo_digest(self, name: str) -> str:
         """sha256 of a zoo graph's IR, for ETags: re-traced graphs must not keep old ETags."""
         graph = self.from_zoo(name)

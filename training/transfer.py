@@ -245,7 +245,6 @@ def device_composition(arrays: DeviceArrays, general: CompositionConstants,
 @dataclass
 class TransferReport:
     bundle_dir: Path
-    kernel: FitResult
     #: leave-one-device-out, per held-out device: operator rows and whole-model runs
     held_out_ops: pd.DataFrame
     held_out_runs: pd.DataFrame
@@ -306,7 +305,7 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
         composition["estimated_host_extra_log"] = hosts.estimated_extra_log
     bundle_dir = export_bundle(Path(settings.bundle_root) / BUNDLE_NAME, BUNDLE_NAME, fits, metadata)
     Bundle.load(bundle_dir)  # refuse to report success on a bundle that does not load
-    return TransferReport(bundle_dir, fits["kernel"], held_out_ops, held_out_runs,
+    return TransferReport(bundle_dir, held_out_ops, held_out_runs,
                           pd.concat(own_tables, ignore_index=True), metadata, time.perf_counter() - started)
 
 

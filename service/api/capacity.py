@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from dataclasses import replace
 from typing import Any
 
@@ -41,10 +40,11 @@ from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
 from service.etags import etag_of, matches
+from service.graph_store import ID_PATTERN
 from service.openapi import budgeted, documents, problems
 from service.predictions import ResolvedVariant
-from service.problems import TITLES, ProblemError
-from service.query_values import numbers, variant_field
+from service.problems import ProblemError
+from service.query_values import as_bad_request, numbers, variant_field
 from service.schemas.capacity import (
     CSV_COLUMNS,
     MAX_COMBINATIONS,
@@ -65,7 +65,6 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
 PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-1"
-GRAPH_ID = re.compile(r"[0-9a-f]{64}")
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -105,18 +104,14 @@ def capacity(query: CapacityQuery) -> Response:
     plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
     problem: ask for fewer combinations at a time.
     """
-    try:
+    with as_bad_request():
         return _capacity(query)
-    except ProblemError as exc:
-        if exc.status == 422:  # a query string's bad value is a Bad Request, whatever shared code said
-            exc.status, exc.title = 400, TITLES[400]
-        raise
 
 
 def _capacity(query: CapacityQuery) -> Response:
     st = state()
     name = query.model.strip(" ")
-    graph = st.resolver.from_id(name, "model") if GRAPH_ID.fullmatch(name) else st.resolver.from_zoo(name, "model")
+    graph = st.resolver.from_name(name, "model")
     device = predictions.resolve_device_id(st.registry, query.device.strip(" ") if query.device else None)
     precision = variant_field("precision", query.precision, DEFAULT_PRECISION)
     mode = variant_field("mode", query.mode, DEFAULT_MODE)
@@ -130,7 +125,7 @@ def _capacity(query: CapacityQuery) -> Response:
                            field="qps" if len(loads) >= len(objectives) else "slo_p99_ms",
                            kind="too-many-combinations")
     eager_host = base.host_key if mode == "eager" else None
-    content = st.resolver.zoo_digest(name) if not GRAPH_ID.fullmatch(name) else name
+    content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
                                query.max_gpus, query.format, query.value, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))

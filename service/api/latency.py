@@ -26,7 +26,8 @@ from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
 from service.etags import etag_of, matches
 from service.openapi import budgeted, documents, problems
-from service.problems import TITLES, ProblemError
+from service.problems import ProblemError
+from service.query_values import as_bad_request
 from service.schemas.latency import CSV_COLUMNS, LatencyQuery
 from service.state import state
 
@@ -92,12 +93,8 @@ def latency(query: LatencyQuery) -> Response:
     (`LATPRED_MAX_WORK`) is a 400 `work-budget` problem, before anything is predicted: ask for
     fewer combinations a URL.
     """
-    try:
+    with as_bad_request():
         return _latency(query)
-    except ProblemError as exc:
-        if exc.status == 422:  # a query string's bad value is a Bad Request, whatever shared code said
-            exc.status, exc.title = 400, TITLES[400]
-        raise
 
 
 def _latency(query: LatencyQuery) -> Response:

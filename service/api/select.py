@@ -23,11 +23,10 @@ from predictor.selection import Constraints, DeviceChoice, Selection, select
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION
 from service import predictions, work_budget
-from service.api.capacity import GRAPH_ID
 from service.openapi import budgeted, problems, request_bodies
 from service.predictions import ResolvedVariant
-from service.problems import TITLES, ProblemError
-from service.query_values import numbers, variant_field
+from service.problems import ProblemError
+from service.query_values import as_bad_request, numbers, variant_field
 from service.request_body import json_body
 from service.schemas.capacity import QPS_ITEM, SLO_ITEM
 from service.schemas.select import (
@@ -77,9 +76,8 @@ def select_post() -> dict[str, Any]:
     body = json_body(SelectRequest)
     graph = st.resolver.resolve(body)
     source = "graph" if body.graph is not None else "model" if body.model is not None else "graph_id"
-    constraints = _constraints(body.slo_p99_ms, body.min_throughput_qps, 422)
-    selection = _select(st, graph, body.batch, body.precision, body.mode, body.host, constraints, body.devices,
-                        source, 422)
+    constraints = _constraints(body.slo_p99_ms, body.min_throughput_qps)
+    selection = _select(st, graph, body.batch, body.precision, body.mode, body.host, constraints, body.devices, source)
     return _json(selection)
 
 
@@ -95,10 +93,10 @@ def select_get(query: SelectQuery) -> Response:
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
     the constraints.
     """
-    try:
+    with as_bad_request():
         st = state()
         name = query.model.strip(" ")
-        graph = st.resolver.from_id(name, "model") if GRAPH_ID.fullmatch(name) else st.resolver.from_zoo(name, "model")
+        graph = st.resolver.from_name(name, "model")
         precision = variant_field("precision", query.precision, DEFAULT_PRECISION)
         mode = variant_field("mode", query.mode, DEFAULT_MODE)
         slo = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, 0.001, MAX_QUERY_SLO_MS)[0] \
@@ -107,11 +105,7 @@ def select_get(query: SelectQuery) -> Response:
                              MAX_QUERY_THROUGHPUT)[0] if query.min_throughput_qps is not None else None
         devices = _device_list(query.devices) if query.devices is not None else None
         selection = _select(st, graph, query.batch, precision, mode, query.host.strip(" ") if query.host else None,
-                            _constraints(slo, throughput, 400), devices, "model", 400)
-    except ProblemError as exc:
-        if exc.status == 422:  # a query string's bad value is a Bad Request, whatever shared code said
-            exc.status, exc.title = 400, TITLES[400]
-        raise
+                            _constraints(slo, throughput), devices, "model")
     if query.format == "txt":
         return Response(selection.best.device if selection.best else "none", mimetype="text/plain")
     if query.format == "csv":
@@ -130,15 +124,15 @@ def _device_list(value: str) -> list[str]:
     return list(dict.fromkeys(items))
 
 
-def _constraints(slo: float | None, throughput: float | None, status: int) -> Constraints:
+def _constraints(slo: float | None, throughput: float | None) -> Constraints:
     try:
         return Constraints(slo_p99_ms=slo, min_throughput_qps=throughput)
     except ValueError as exc:  # the schemas bound both; this names the field should they ever disagree
         field = str(exc).split(":", 1)[0]
-        raise ProblemError(status, str(exc), field=field) from None
+        raise ProblemError(422, str(exc), field=field) from None
 
 
-def _candidates(st: ServiceState, devices: list[str] | None, status: int) -> list[Predictor]:
+def _candidates(st: ServiceState, devices: list[str] | None) -> list[Predictor]:
     """The predictors to rank: every device a bundle predicts, or those named (each must be)."""
     st.registry.wait_first_load(st.registry.load_wait_s)
     snapshot = st.registry.snapshot
@@ -162,17 +156,17 @@ def _host(st: ServiceState, candidates: list[Predictor], host: str | None, mode:
 
 
 def _select(st: ServiceState, graph: Graph, batch: int | None, precision: str, mode: str, host: str | None,
-            constraints: Constraints, devices: list[str] | None, source: str, status: int) -> Selection:
-    candidates = _candidates(st, devices, status)
+            constraints: Constraints, devices: list[str] | None, source: str) -> Selection:
+    """The selection, or a problem (422; the GET answers it as a 400, ``as_bad_request``)."""
+    candidates = _candidates(st, devices)
     profile = _host(st, candidates, host, mode)
     batch = graph.batch if batch is None else batch
     variants = [ResolvedVariant(p, p.device, batch, precision, mode, profile) for p in candidates]
-    work_budget.check([graph], variants, st.config.max_work, field=source, max_results=st.config.max_results,
-                      status=status)
+    work_budget.check([graph], variants, st.config.max_work, field=source, max_results=st.config.max_results)
     try:
         return select(graph, candidates, batch, precision, mode, constraints, profile)
     except ValueError as exc:  # the graph cannot take the batch, or its sizes are out of the models' range
-        raise ProblemError(status, f"{source}: {exc}", field=source, kind="cannot-predict") from None
+        raise ProblemError(422, f"{source}: {exc}", field=source, kind="cannot-predict") from None
 
 
 def _choice_out(rank: int, c: DeviceChoice) -> DeviceChoiceOut:

@@ -65,21 +65,40 @@ def Text(pattern: str, max_length: int, required: bool = False, **extra: Any) ->
     return Field(... if required else None, max_length=max_length, json_schema_extra={"pattern": pattern, **extra})
 
 
+def graph_name_text() -> Any:
+    """A spreadsheet GET's ``model``: a zoo name or a stored graph's id (``/v1/capacity``, ``/v1/select``)."""
+    return Text(one_of(NAME_ITEM), 200, required=True, example="resnet50",
+                description="a zoo graph name (GET /v1/models) or a stored graph's id (POST /v1/graphs)")
+
+
+def precision_text() -> Any:
+    """One precision, in any letter case (a sheet is typed by hand)."""
+    return Text(one_of(f"({'|'.join(any_case(p) for p in PRECISIONS)})"), 30, example="fp16",
+                description="fp32, tf32, fp16 or bf16 (default fp16)")
+
+
+def mode_text(description: str) -> Any:
+    """One execution mode, in any letter case."""
+    return Text(one_of(f"({'|'.join(any_case(m) for m in MODES)})"), 30, example="cudagraph", description=description)
+
+
+def host_text() -> Any:
+    """One host profile id, for eager."""
+    return Text(one_of(HOST_ID_PATTERN.strip("^$")), 100, example="h200-a1b2c3d4e5",
+                description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
+
+
 class CapacityQuery(RequestModel):
     """Query parameters of ``GET /v1/capacity``."""
 
     LOCATION = "query"
 
-    model: str = Text(one_of(NAME_ITEM), 200, required=True, example="resnet50",
-                      description="a zoo graph name (GET /v1/models) or a stored graph's id (POST /v1/graphs)")
+    model: str = graph_name_text()
     device: str | None = Text(one_of("[A-Za-z0-9][A-Za-z0-9 ._-]*"), 100, example="h200",
                               description="device id or part of a name (default: the only one)")
-    precision: str | None = Text(one_of(f"({'|'.join(any_case(p) for p in PRECISIONS)})"), 30, example="fp16",
-                                 description="fp32, tf32, fp16 or bf16 (default fp16)")
-    mode: str | None = Text(one_of(f"({'|'.join(any_case(m) for m in MODES)})"), 30, example="cudagraph",
-                            description="cudagraph or eager (default cudagraph): how each GPU runs the model")
-    host: str | None = Text(one_of(HOST_ID_PATTERN.strip("^$")), 100, example="h200-a1b2c3d4e5",
-                            description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
+    precision: str | None = precision_text()
+    mode: str | None = mode_text("cudagraph or eager (default cudagraph): how each GPU runs the model")
+    host: str | None = host_text()
     qps: str = Text(list_of(QPS_ITEM), 400, required=True, example="500,2000,8000",
                     description=f"the load(s) to serve, requests per second of one sample each: up to "
                                 f"{MAX_VALUES} plain decimals from {MIN_QPS:g} to 10000000")

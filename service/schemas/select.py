@@ -13,15 +13,22 @@ from typing import Annotated, Literal
 
 from pydantic import Field, Strict
 
-from predictor.compose import MODES
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
-from predictor.precision import PRECISIONS
 from predictor.selection import MAX_SLO_MS, MAX_THROUGHPUT_QPS
 from predictor.validation import INTEGRAL_FLOAT
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, MAX_BATCH, Mode, Precision
-from service.schemas.capacity import QPS_ITEM, SLO_ITEM, Text, list_of, one_of
+from service.schemas.capacity import (
+    QPS_ITEM,
+    SLO_ITEM,
+    Text,
+    graph_name_text,
+    host_text,
+    list_of,
+    mode_text,
+    one_of,
+    precision_text,
+)
 from service.schemas.common import RequestModel, ResponseModel
-from service.schemas.latency import NAME_ITEM, any_case
 from service.schemas.predict import GraphSource
 
 #: devices one request may name (the catalog holds a few dozen)
@@ -68,15 +75,11 @@ class SelectQuery(RequestModel):
 
     LOCATION = "query"
 
-    model: str = Text(one_of(NAME_ITEM), 200, required=True, example="resnet50",
-                      description="a zoo graph name (GET /v1/models) or a stored graph's id (POST /v1/graphs)")
+    model: str = graph_name_text()
     batch: int | None = Field(default=None, ge=1, le=MAX_BATCH, description="batch size (default: the graph's own)")
-    precision: str | None = Text(one_of(f"({'|'.join(any_case(p) for p in PRECISIONS)})"), 30, example="fp16",
-                                 description="fp32, tf32, fp16 or bf16 (default fp16)")
-    mode: str | None = Text(one_of(f"({'|'.join(any_case(m) for m in MODES)})"), 30, example="cudagraph",
-                            description="cudagraph or eager (default cudagraph)")
-    host: str | None = Text(one_of(HOST_ID_PATTERN.strip("^$")), 100, example="h200-a1b2c3d4e5",
-                            description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
+    precision: str | None = precision_text()
+    mode: str | None = mode_text("cudagraph or eager (default cudagraph)")
+    host: str | None = host_text()
     slo_p99_ms: str | None = Text(one_of(SLO_ITEM), 40, example="5",
                                   description=f"p99 objective of one batch's latency, ms (a plain decimal up to "
                                               f"{MAX_QUERY_SLO_MS})")
