@@ -356,3 +356,35 @@ def collect_shapes(root: Path, device: str, models: list[str]) -> dict[str, Any]
             "transformers": transformers.__version__}
     save_shapes(shapes, shapes_path(root), meta)
     return {"shapes": len(shapes), **meta}
+
+
+def collect_nas_shapes(root: Path, seeds: list[int], say: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    """Write the layer shapes of NAS architectures ``seeds`` (batch 1, their torch traces, each
+    node in its own layout) as ``<root>/layer_shapes.json``: a catalogue for an operator sweep at
+    the scales the NAS spaces draw, which the zoo's shapes do not reach.
+
+    Only training seeds are accepted: a shape taken from a ``nas-dev`` or ``nas-test``
+    architecture would put the suites' own layers into the per-layer models' training rows.
+    """
+    import torch
+
+    from collectors.layer_shapes import graph_shapes, merge_shapes, save_shapes
+    from collectors.nas_space import TRAIN_SEEDS_FROM, format_seeds, split
+    from collectors.nas_suite import trace_arch
+
+    scored = [s for s in seeds if split(s) != "nas-train"]
+    if scored:
+        raise ValueError(f"seeds {format_seeds(scored)} belong to the scored suites (nas-dev, nas-test): "
+                         f"a shape catalogue takes training seeds only, {TRAIN_SEEDS_FROM} and up")
+    if not seeds:
+        raise ValueError("no seeds given: pass --nas-seeds, e.g. 1000-1287")
+    per_model = []
+    for seed in seeds:
+        graph = trace_arch(seed)
+        per_model.append((model_name(seed), graph_shapes(graph)))
+        say(f"{model_name(seed)} ({graph.meta['space']}): {len(per_model[-1][1])} costed nodes")
+    shapes = merge_shapes(per_model)
+    meta = {"nas_seeds": format_seeds(seeds), "torch": torch.__version__,
+            "made_by": f"latpred collect shapes --nas-seeds {format_seeds(seeds)}"}
+    save_shapes(shapes, shapes_path(root), meta)
+    return {"shapes": len(shapes), **meta}

@@ -46,7 +46,7 @@ def card_text(directory: Path) -> str:
     """The card as Markdown."""
     fingerprint = json.loads((directory / "fingerprint.json").read_text())
     ops = ShardStore(directory / "ops", validate_rows).read()
-    runs = ShardStore(directory / MODEL_RUNS_FOLDER, validate_model_runs).read()
+    runs = ShardStore(directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id").read()
     log = _sweep_log(directory)
     op_log, model_log = log[log["kind"] == "ops"], log[log["kind"] == "models"]
     op_seconds, model_seconds = float(op_log["seconds"].sum()), float(model_log["seconds"].sum())
@@ -141,7 +141,7 @@ def _nas_runs_section(directory: Path) -> list[str]:
     folder = directory / NAS_RUNS_FOLDER
     if not any(folder.glob("part-*.parquet")):
         return []
-    runs = ShardStore(folder, validate_model_runs).read()
+    runs = ShardStore(folder, validate_model_runs, key="run_id").read()
     ok_runs = runs[runs["status"] == "ok"]
     median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in ("eager", "cudagraph")}
     spaces = ok_runs.groupby("model_kind")["model"].nunique()
@@ -174,7 +174,7 @@ def _hosts_section(directory: Path) -> list[str]:
         lines += ["", f"Whole-model runs under other host conditions, in `{HOST_RUNS_FOLDER}/<condition>/` (scored by "
                   "`latpred validate --hosts`; training never reads them):", ""]
         for folder in conditions:
-            runs = ShardStore(folder, validate_model_runs).read()
+            runs = ShardStore(folder, validate_model_runs, key="run_id").read()
             ok = runs[runs["status"] == "ok"]
             batches = sorted(ok["batch"].unique().tolist())
             lines.append(f"- `{folder.name}`: {len(runs)} rows ({len(ok)} measured), modes "
@@ -197,7 +197,7 @@ def _archive_section(directory: Path, live: pd.DataFrame) -> list[str]:
     live_units = live.set_index(UNIT).index if len(live) else pd.MultiIndex.from_tuples([], names=UNIT)
     rows = []
     for folder in folders:
-        runs = ShardStore(folder, validate_model_runs).read()
+        runs = ShardStore(folder, validate_model_runs, key="run_id").read()
         if not len(runs):
             continue
         covered = runs.set_index(UNIT).index.isin(live_units)

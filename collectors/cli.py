@@ -90,11 +90,22 @@ def collect() -> None:
 @collect.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True)
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
-def shapes(out: Path, device: str) -> None:
-    """Extract the layer shapes of the zoo's models (needs torchvision and transformers)."""
-    from collectors.campaign import collect_shapes
+@click.option("--nas-seeds", default="",
+              help="NAS training architectures (e.g. 1000-1287) instead of the zoo; traced on the CPU")
+def shapes(out: Path, device: str, nas_seeds: str) -> None:
+    """Extract the layer shapes of the zoo's models (needs torchvision and transformers), or of
+    NAS training architectures, into OUT/layer_shapes.json."""
+    from collectors.campaign import collect_nas_shapes, collect_shapes
+    from collectors.nas_space import parse_seeds
     from collectors.zoo_models import ZOO
 
+    if nas_seeds:
+        try:
+            summary = collect_nas_shapes(out, parse_seeds(nas_seeds))
+        except ValueError as exc:
+            _fail(exc)
+        click.echo(json.dumps({k: summary[k] for k in ("shapes", "nas_seeds")}, indent=1))
+        return
     summary = collect_shapes(out, device, list(ZOO))
     click.echo(json.dumps({k: summary[k] for k in ("shapes", "models", "failures")}, indent=1))
 
@@ -374,6 +385,24 @@ def card(dataset: Path) -> None:
 
     path = write_card(dataset)
     click.echo(f"wrote {path}")
+
+
+@collect.command()
+@click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def compact(dataset: Path) -> None:
+    """Fold DATASET's operator and whole-model shards into one zstd shard per folder (same rows,
+    same order): what a long sweep leaves is many small shards, twice the bytes in git."""
+    from collectors.shards import ShardStore
+    from predictor.dataset_schema import validate_rows
+    from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, validate_model_runs
+
+    stores = [ShardStore(dataset / "ops", validate_rows),
+              ShardStore(dataset / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id"),
+              ShardStore(dataset / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")]
+    for store in stores:
+        if store.shards():
+            before, rows = store.compact()
+            click.echo(f"{store.directory}: {before} shard(s) -> 1, {rows} rows")
 
 
 @commands.group()

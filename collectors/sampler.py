@@ -136,28 +136,32 @@ def _fits(family: str, params: dict[str, int], variant: str, batch: int, s: Samp
             and flops(family, params, variant, batch) <= s.max_flops)
 
 
-def candidate_shapes(shapes: Iterable[Shape], settings: SamplerSettings) -> list[tuple[str, str, dict[str, int], str]]:
-    """Real shapes, perturbed real shapes and random shapes, as (family, variant, params, source)."""
+def candidate_shapes(shapes: Iterable[Shape],
+                     settings: SamplerSettings) -> list[tuple[str, str, dict[str, int], str, str | None]]:
+    """Real shapes, perturbed real shapes and random shapes, as (family, variant, params, source,
+    layout): the layout a real shape was recorded in (and its perturbation), or None for every
+    layout of the family."""
     rng = random.Random(settings.seed)
-    out: list[tuple[str, str, dict[str, int], str]] = []
+    out: list[tuple[str, str, dict[str, int], str, str | None]] = []
     for shape in shapes:
         if shape["family"] not in settings.families:
             continue
         top_source = max(shape["sources"], key=shape["sources"].get) if shape.get("sources") else "unknown"
-        out.append((shape["family"], shape["variant"], dict(shape["params"]), f"model:{top_source}"))
+        layout = shape.get("layout")
+        out.append((shape["family"], shape["variant"], dict(shape["params"]), f"model:{top_source}", layout))
         for _ in range(settings.perturbations_per_shape):
-            out.append((shape["family"], shape["variant"], _perturb(shape, rng), f"perturbed:{top_source}"))
+            out.append((shape["family"], shape["variant"], _perturb(shape, rng), f"perturbed:{top_source}", layout))
     for family in settings.families:
         variants = RANDOM_VARIANTS.get(family, get_family(family).variants)
         for _ in range(settings.random_shapes_per_family * RANDOM_WEIGHT.get(family, 1)):
-            out.append((family, rng.choice(variants), _random_shape(family, rng), "random"))
+            out.append((family, rng.choice(variants), _random_shape(family, rng), "random", None))
     valid = []
-    for family, variant, params, source in out:
+    for family, variant, params, source, layout in out:
         try:
-            get_family(family).check(params, variant)
+            get_family(family).check(params, variant, layout)
         except ValueError:
             continue
-        valid.append((family, variant, params, source))
+        valid.append((family, variant, params, source, layout))
     return valid
 
 
@@ -165,7 +169,7 @@ def sample_configs(shapes: Iterable[Shape], settings: SamplerSettings) -> list[O
     """All configurations of a sweep, deduplicated, shuffled by the seed, cut to the target."""
     rng = random.Random(settings.seed + 1)
     configs: dict[str, OpConfig] = {}
-    for family, variant, params, source in candidate_shapes(shapes, settings):
+    for family, variant, params, source, shape_layout in candidate_shapes(shapes, settings):
         allowed = [b for b in BATCHES if _fits(family, params, variant, b, settings)]
         if not allowed:
             continue
@@ -173,6 +177,8 @@ def sample_configs(shapes: Iterable[Shape], settings: SamplerSettings) -> list[O
         spec = get_family(family)
         variants = [v for v in settings.variants if v in spec.variants] if settings.variants else [variant]
         layouts = [x for x in spec.layouts if not settings.layouts or x in settings.layouts] or list(spec.layouts)
+        if shape_layout is not None:
+            layouts = [shape_layout] if shape_layout in layouts else []
         for variant_, layout, precision, batch in itertools.product(variants, layouts, settings.precisions, batches):
             cfg = OpConfig.make(family, params, variant_, layout, precision, batch, source)
             configs.setdefault(cfg.config_id, cfg)

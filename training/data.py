@@ -33,11 +33,18 @@ def dataset_hash(dataset_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def read_frame(directory: Path, validate: object) -> pd.DataFrame:
+def read_frame(directory: Path, validate: object, key: str) -> pd.DataFrame:
+    """Every shard of ``directory``, validated; refuses a ``key`` that two shards hold (an
+    interrupted compaction), which would otherwise count those rows twice in a fit."""
     paths = shard_paths(directory)
     if not paths:
         raise FileNotFoundError(f"no parquet shards in {directory}")
-    return validate(pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True))  # type: ignore[operator]
+    frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
+    repeated = frame[key][frame[key].duplicated()]
+    if len(repeated):
+        raise ValueError(f"{directory}: {len(repeated)} {key}s appear in two shards (e.g. {repeated.iloc[0]}): "
+                         "a compaction was interrupted; run 'latpred collect compact' on the dataset again")
+    return validate(frame)  # type: ignore[operator]
 
 
 def shape_group(rows: pd.DataFrame) -> pd.Series:
@@ -68,33 +75,43 @@ class OpData:
 def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | None = None,
              seed: int = 0, transfer: bool = False) -> OpData:
     """The ok operator rows of a dataset (optionally a family subset or a random sample). With
-    ``transfer`` their features are the transfer model's: computed on the device's datasheet."""
+    ``transfer`` their features are the transfer model's: computed on the device's datasheet.
+
+    Host costs are worked out on every ok row before any subset is taken: whether a sweep's
+    calls ran far from its probes, and the host of the rows measured before the probe existed,
+    are judged on the whole sweep, so a sample gets the same references as the full fit."""
     dataset_dir = Path(dataset_dir)
     fingerprint = json.loads((dataset_dir / "fingerprint.json").read_text())
     device = resolve_device(fingerprint["device_id"])
-    rows = read_frame(dataset_dir / "ops", validate_rows)
-    rows = rows[rows["status"] == "ok"]
+    rows = read_frame(dataset_dir / "ops", validate_rows, "config_id")
+    rows = rows[rows["status"] == "ok"].reset_index(drop=True)
+    costs = host_costs(rows, dataset_dir)
     if families:
         rows = rows[rows["family"].isin(families)]
     if limit is not None and len(rows) > limit:
         rows = rows.sample(n=limit, random_state=seed)
+    costs = costs[rows.index.to_numpy()]
     rows = rows.reset_index(drop=True)
     basis = device.datasheet_spec() if transfer else device
-    return OpData(rows, feature_frame(rows, basis), shape_group(rows), device,
-                  host_costs(rows, dataset_dir))
+    return OpData(rows, feature_frame(rows, basis), shape_group(rows), device, costs)
 
 
 def host_costs(rows: pd.DataFrame, dataset_dir: Path) -> np.ndarray:
     """Per row, its kind's cost in its reference host profile: the one probed beside it, or for
     rows measured before the probe existed, the one ``training.hosts.unprobed_costs`` infers
-    from their own small elementwise calls (NaN where neither can be had)."""
-    from training.hosts import reference_profiles, unprobed_costs
+    from their own small elementwise calls. NaN where neither can be had, and for the rows of a
+    sweep whose calls ran far from its probes (``training.hosts.off_probe_sweeps``): the
+    dispatch model learns from the rest."""
+    from training.hosts import off_probe_sweeps, reference_profiles, unprobed_costs
 
     references = reference_profiles(dataset_dir)
     kinds = rows["family"].map(host_kind)
     probed = np.array([references[h].cost(k) if isinstance(h, str) and h in references else np.nan
                        for h, k in zip(rows["host_profile"], kinds)], dtype=float)
-    return unprobed_costs(rows, kinds.to_numpy(), probed)
+    off = off_probe_sweeps(rows, probed)
+    costs = np.full(len(rows), np.nan)
+    costs[~off] = unprobed_costs(rows[~off], kinds.to_numpy()[~off], probed[~off])
+    return costs
 
 
 def load_model_runs(dataset_dir: Path, folder: str = MODEL_RUNS_FOLDER) -> pd.DataFrame:
@@ -106,7 +123,7 @@ def load_model_runs(dataset_dir: Path, folder: str = MODEL_RUNS_FOLDER) -> pd.Da
     rows), are archived, not merged, so nothing here decides between two measurements of a unit.
     A unit measured twice is refused rather than silently picked.
     """
-    runs = read_frame(Path(dataset_dir) / folder, validate_model_runs)
+    runs = read_frame(Path(dataset_dir) / folder, validate_model_runs, "run_id")
     runs = runs[runs["status"] == "ok"].reset_index(drop=True)
     unit = ["model", "batch", "precision", "mode"]
     twice = runs[runs.duplicated(unit, keep=False)]

@@ -194,3 +194,33 @@ def test_collect_ops_refuses_an_unknown_variant_or_layout(runner: CliRunner, tmp
     result = runner.invoke(main, ["collect", "ops", "--out", str(tmp_path), "--families", "conv2d",
                                   "--layouts", "nwhc"])
     assert result.exit_code != 0 and "nwhc" in result.output and "nhwc" in result.output
+
+
+def test_nas_shapes_sweep_and_compact(runner: CliRunner, tmp_path: Path) -> None:
+    refused = runner.invoke(main, ["collect", "shapes", "--out", str(tmp_path), "--nas-seeds", "140-1001"])
+    assert refused.exit_code != 0 and "140-999" in refused.output and "training seeds only" in refused.output
+    assert not (tmp_path / "layer_shapes.json").exists()
+
+    made = runner.invoke(main, ["collect", "shapes", "--out", str(tmp_path), "--nas-seeds", "1002"])
+    assert made.exit_code == 0, made.output
+    catalogue = json.loads((tmp_path / "layer_shapes.json").read_text())
+    assert catalogue["meta"]["nas_seeds"] == "1002"
+    assert all(s["layout"] and s["sources"] == {"nas-1002": s["sources"]["nas-1002"]} for s in catalogue["shapes"])
+
+    swept = runner.invoke(main, ["collect", "ops", "--device", "cpu", "--out", str(tmp_path), "--random-shapes", "0",
+                                 "--families", "activation,binary", "--precisions", "fp32", "--target", "6",
+                                 "--max-bytes", "2e6", "--flush-every", "2"])
+    assert swept.exit_code == 0, swept.output
+    dataset = tmp_path / read_fingerprint("cpu").device_id
+    ops = sorted((dataset / "ops").glob("part-*.parquet"))
+    assert len(ops) == 3
+    before = pd.concat([pd.read_parquet(p) for p in ops], ignore_index=True)
+    wanted = {(s["family"], s["layout"]) for s in catalogue["shapes"] if s["family"] in ("activation", "binary")}
+    assert set(zip(before["family"], before["layout"])) <= wanted
+
+    compacted = runner.invoke(main, ["collect", "compact", str(dataset)])
+    assert compacted.exit_code == 0, compacted.output
+    assert "3 shard(s) -> 1, 6 rows" in compacted.output
+    after = sorted((dataset / "ops").glob("part-*.parquet"))
+    assert len(after) == 1
+    pd.testing.assert_frame_equal(pd.read_parquet(after[0]), before)

@@ -107,3 +107,22 @@ def test_save_and_load_round_trip(tmp_path: Path, found: list) -> None:
     save_shapes(shapes, path, {"models": ["tiny"]})
     assert load_shapes(path) == shapes
     assert json.loads(path.read_text())["meta"] == {"models": ["tiny"]}
+
+
+def test_graph_shapes_keep_each_nodes_layout() -> None:
+    from collectors.layer_shapes import graph_shapes
+    from collectors.nas_space import space_of
+    from collectors.nas_suite import trace_arch
+
+    seed = next(s for s in range(1000, 1012) if space_of(s) == "convnext")  # channels-last depthwise convs
+    graph = trace_arch(seed)
+    shapes = graph_shapes(graph)
+    costed = [n for n in graph.nodes if n.kind == "kernel" and n.family]
+    assert 0 < len(shapes) <= len(costed)
+    assert {layout for family, _, _, layout in shapes if family == "conv2d"} >= {"nhwc"}
+    merged = merge_shapes([("a", shapes)])
+    assert all("layout" in s for s in merged)
+    assert len(merged) == len({(key(s[:3]), s[3]) for s in shapes})
+    # the same params in two layouts are two shapes
+    conv = ("conv2d", "", dict(c_in=8, c_out=8, h=8, w=8, kernel=7, stride=1, groups=8))
+    assert len(merge_shapes([("a", [(*conv, "nchw"), (*conv, "nhwc")])])) == 2

@@ -95,3 +95,16 @@ def test_no_held_out_model_in_the_shapes(shapes: list[Shape], configs: list[OpCo
     assert sources and not held_out & sources
     drawn = {normalized(c.source.split(":", 1)[1]) for c in configs if ":" in c.source}
     assert drawn and not held_out & drawn
+
+
+def test_a_shape_with_a_layout_is_measured_in_that_layout_only() -> None:
+    conv = {"family": "conv2d", "variant": "", "sources": {"nas-1002": 1},
+            "params": dict(c_in=64, c_out=64, h=28, w=28, kernel=7, stride=1, groups=64)}
+    settings = SamplerSettings(seed=0, target_configs=10_000, random_shapes_per_family=0, families=("conv2d",))
+    anywhere = sample_configs([conv], settings)
+    channels_last = sample_configs([{**conv, "layout": "nhwc"}], settings)
+    assert {c.layout for c in anywhere} == {"nchw", "nhwc"}
+    assert {c.layout for c in channels_last} == {"nhwc"}  # its perturbation too
+    assert {c.source.split(":")[0] for c in channels_last} == {"model", "perturbed"}
+    assert sample_configs([{**conv, "layout": "nhwc"}], SamplerSettings(
+        seed=0, random_shapes_per_family=0, families=("conv2d",), layouts=("nchw",))) == []

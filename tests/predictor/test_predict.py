@@ -137,7 +137,8 @@ def test_fallback_nodes_are_costed_and_listed_never_dropped(predictor: Predictor
     assert layers["roll2"].kernel_us == pytest.approx(c.min_kernel_us * scale)
     assert layers["roll"].low_us < layers["roll"].kernel_us < layers["roll"].high_us
     assert layers["view"].kernel_us == 0.0
-    assert result.total_ms * 1e3 >= sum(layer.kernel_us for layer in result.layers)
+    # the total holds every layer's kernel time (equal to their sum, to rounding, with no gap fitted)
+    assert result.total_ms * 1e3 >= sum(layer.kernel_us for layer in result.layers) * (1 - 1e-12)
 
 
 def test_a_graph_without_fallbacks_has_no_warning(predictor: Predictor, resnet50: Graph) -> None:

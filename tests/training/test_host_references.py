@@ -94,6 +94,31 @@ def test_unprobed_rows_get_a_host_inferred_from_their_small_elementwise_calls() 
     assert np.isnan(unprobed_costs(rows.iloc[3:], kinds[3:], probed[3:])).all()  # no probed rows at all
 
 
+def test_a_sweep_whose_calls_ran_far_from_its_probes_is_left_out_of_host_learning() -> None:
+    import numpy as np
+    import pandas as pd
+
+    from training.hosts import MAX_SWEEP_TO_PROBE, MIN_SWEEP_CALLS, off_probe_sweeps
+
+    n = MIN_SWEEP_CALLS
+    # three probed sweeps of n small adds each at 4 us of probed elementwise cost, plus one GEMM row:
+    # at 1.1x their probe, at 1.3x, and at 1.3x with too few calls to judge
+    rows = pd.DataFrame({
+        "family": ["binary"] * (3 * n) + ["linear"] * 3,
+        "kernel_us": [1.0] * (3 * n) + [50.0] * 3,
+        "dispatch_us": [4.4] * n + [5.2] * n + [5.2] * n + [9.0] * 3,
+        "host_profile": ["near"] * n + ["far"] * n + ["few"] * n + ["near", "far", "few"]})
+    rows = pd.concat([rows.iloc[: 2 * n + 10], rows.iloc[3 * n:]], ignore_index=True)  # 'few' keeps 10 calls
+    probed = np.where(rows["family"] == "binary", 4.0, 6.0)
+    off = off_probe_sweeps(rows, probed)
+    assert not off[rows["host_profile"] == "near"].any()
+    assert off[rows["host_profile"] == "far"].all()  # its GEMM row too: the whole sweep goes
+    assert not off[rows["host_profile"] == "few"].any()
+    assert 1.1 < MAX_SWEEP_TO_PROBE < 1.3
+    unprobed = rows.assign(host_profile=None)
+    assert not off_probe_sweeps(unprobed, np.full(len(rows), np.nan)).any()  # no probe, nothing to judge
+
+
 def test_cuda_graph_runs_do_not_follow_the_host() -> None:
     """Issue #12's premise, on the committed runs: the zoo as CUDA graphs on a fifth machine
     (2026-12-01, probed before and after each batch value) against the zoo's CUDA-graph runs of

@@ -109,10 +109,15 @@ def test_dispatch_fit_and_choosing_the_better_library(ops: OpData, kernel_fit: F
     dispatch = fit_target(ops, "dispatch", "lightgbm", threads=1, scale=0.1)
     assert dispatch.target == "dispatch" and 0.0 <= dispatch.overall["within_10pct"] <= 1.0
     # the same split for both targets; dispatch on the rows with a reference host (probed beside
-    # them, or inferred from their sweep's small elementwise calls: every row of this dataset)
+    # them, or inferred from their sweep's small elementwise calls), which leaves out only the
+    # sweeps whose calls ran far from their probes (training.hosts.off_probe_sweeps)
     referenced = np.isfinite(ops.host_cost_us)
-    assert referenced.all() and ops.rows["host_profile"].notna().any() and ops.rows["host_profile"].isna().any()
-    assert dispatch.overall["count"] == int((fold_mask(ops.groups) & referenced).sum()) == kernel_fit.overall["count"]
+    off = ~referenced
+    assert referenced.any() and off.any() and ops.rows["host_profile"].isna().any()
+    assert set(ops.rows.loc[off, "host_profile"]) <= {"nvidia-h200-41d900e274", "nvidia-h200-accbb78d9f",
+                                                     "nvidia-h200-fba830f5fc"}  # the NAS-scale sweeps
+    assert dispatch.overall["count"] == int((fold_mask(ops.groups) & referenced).sum())
+    assert kernel_fit.overall["count"] == int(fold_mask(ops.groups).sum())  # kernel times keep every row
     chosen = better(xgb, kernel_fit)
     other = kernel_fit if chosen is xgb else xgb
     assert (chosen.overall["within_10pct"], -chosen.overall["median_ape"]) >= (
