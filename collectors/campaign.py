@@ -364,7 +364,9 @@ def collect_nas_shapes(root: Path, seeds: list[int], say: Callable[[str], None] 
     the scales the NAS spaces draw, which the zoo's shapes do not reach.
 
     Only training seeds are accepted: a shape taken from a ``nas-dev`` or ``nas-test``
-    architecture would put the suites' own layers into the per-layer models' training rows.
+    architecture would put the suites' own layers into the per-layer models' training rows. A
+    catalogue already at ``<root>`` made from other models or seeds is never replaced (the zoo's,
+    ``datasets/layer_shapes.json``, sits at the default root).
     """
     import torch
 
@@ -378,6 +380,10 @@ def collect_nas_shapes(root: Path, seeds: list[int], say: Callable[[str], None] 
                          f"a shape catalogue takes training seeds only, {TRAIN_SEEDS_FROM} and up")
     if not seeds:
         raise ValueError("no seeds given: pass --nas-seeds, e.g. 1000-1287")
+    path = shapes_path(root)
+    if path.exists() and json.loads(path.read_text()).get("meta", {}).get("nas_seeds") != format_seeds(seeds):
+        raise ValueError(f"{path} holds another shape catalogue (not of NAS seeds {format_seeds(seeds)}): "
+                         "pass --out a folder of its own")
     per_model = []
     for seed in seeds:
         graph = trace_arch(seed)

@@ -91,7 +91,8 @@ def collect() -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True)
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
 @click.option("--nas-seeds", default="",
-              help="NAS training architectures (e.g. 1000-1287) instead of the zoo; traced on the CPU")
+              help="NAS training architectures (e.g. 1000-1287) instead of the zoo; traced on the CPU "
+                   "(--device does not apply)")
 def shapes(out: Path, device: str, nas_seeds: str) -> None:
     """Extract the layer shapes of the zoo's models (needs torchvision and transformers), or of
     NAS training architectures, into OUT/layer_shapes.json."""
@@ -101,7 +102,7 @@ def shapes(out: Path, device: str, nas_seeds: str) -> None:
 
     if nas_seeds:
         try:
-            summary = collect_nas_shapes(out, parse_seeds(nas_seeds))
+            summary = collect_nas_shapes(out, parse_seeds(nas_seeds), say=click.echo)
         except ValueError as exc:
             _fail(exc)
         click.echo(json.dumps({k: summary[k] for k in ("shapes", "nas_seeds")}, indent=1))
@@ -391,7 +392,7 @@ def card(dataset: Path) -> None:
 @click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
 def compact(dataset: Path) -> None:
     """Fold DATASET's operator and whole-model shards into one zstd shard per folder (same rows,
-    same order): what a long sweep leaves is many small shards, twice the bytes in git."""
+    same order): what a long sweep leaves is many small shards, nearly twice the bytes in git."""
     from collectors.shards import ShardStore
     from predictor.dataset_schema import validate_rows
     from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, validate_model_runs
@@ -401,7 +402,10 @@ def compact(dataset: Path) -> None:
               ShardStore(dataset / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")]
     for store in stores:
         if store.shards():
-            before, rows = store.compact()
+            try:
+                before, rows = store.compact()
+            except ValueError as exc:
+                _fail(exc)
             click.echo(f"{store.directory}: {before} shard(s) -> 1, {rows} rows")
 
 

@@ -4,7 +4,8 @@ Each shard is validated, written to a temporary file, flushed to disk and rename
 a killed process leaves either a whole shard or none: rows are never half-written, and a resumed
 sweep skips exactly the ids that are on disk. Shards are zstd-compressed, and ``compact`` folds a
 sweep's many small shards into one: the datasets live in git, and what travels to a GPU machine
-with the working tree is capped (1,000-row shards took twice the bytes of one).
+with the working tree is capped (the H200's 141,495 operator rows took 18.1 MB in 1,000-row
+shards, 10.4 MB in one).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Final
 
 import pandas as pd
+
+from predictor.dataset_schema import refuse_repeated_ids
 
 Validator = Callable[[pd.DataFrame], pd.DataFrame]
 SHARD_PATTERN = re.compile(r"^part-(\d{5})\.parquet$")
@@ -67,24 +70,42 @@ class ShardStore:
         if not shards:
             return pd.DataFrame()
         frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
-        repeated = frame[self.key][frame[self.key].duplicated()]
-        if len(repeated):
-            raise ValueError(f"{self.directory}: {len(repeated)} {self.key}s appear in two shards "
-                             f"(e.g. {repeated.iloc[0]}): a compaction was interrupted; run "
-                             "'latpred collect compact' on the dataset again")
+        refuse_repeated_ids(frame, self.key, self.directory)
         return self.validate(frame)
 
     def compact(self) -> tuple[int, int]:
         """Fold every shard into one new shard, in the same row order; returns (shards before,
-        rows). The new shard is in place before any old one is removed, so a crash loses nothing:
-        it can only leave rows twice, which ``read`` refuses and a second ``compact`` removes
-        (keeping each id's last row, the compacted copy)."""
+        rows). A folder of one shard is left as it is.
+
+        The rows are the validated ones, so rows of an older schema version come out upgraded
+        (as every reader sees them already). The new shard is in place, and the folder synced,
+        before any old one is removed, so a crash loses nothing: it can only leave rows twice,
+        which ``read`` refuses and a second ``compact`` removes, keeping each id's last copy (the
+        compacted one, in the original order). Two rows under one id that differ are refused:
+        that is not a compaction's leftover, and which one to keep is not this method's choice."""
         shards = self.shards()
         if len(shards) < 2:
-            return len(shards), len(pd.read_parquet(shards[0], columns=[self.key])) if shards else 0
-        frame = pd.concat([pd.read_parquet(s) for s in shards], ignore_index=True)
-        frame = self.validate(frame.drop_duplicates(self.key, keep="last").reset_index(drop=True))
+            rows = len(pd.read_parquet(shards[0], columns=[self.key])) if shards else 0
+            return len(shards), rows
+        # each shard validated on its own (and so upgraded alike), before copies are compared
+        frame = pd.concat([self.validate(pd.read_parquet(s)) for s in shards], ignore_index=True)
+        distinct = frame.drop_duplicates()  # a compaction's leftover copies are identical rows
+        clash = distinct[self.key][distinct[self.key].duplicated()]
+        if len(clash):
+            raise ValueError(f"{self.directory}: {self.key} {clash.iloc[0]} has two different rows: "
+                             "compaction only removes identical copies; remove the unwanted one by hand")
+        frame = frame.drop_duplicates(self.key, keep="last").reset_index(drop=True)
         self._write_frame(frame)
+        _sync_folder(self.directory)
         for shard in shards:
             shard.unlink()
         return len(shards), len(frame)
+
+
+def _sync_folder(directory: Path) -> None:
+    """Make the renames into ``directory`` durable before anything depends on them."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

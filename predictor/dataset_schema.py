@@ -151,3 +151,15 @@ def _describe(cases: pd.DataFrame) -> str:
         examples = ", ".join(repr(v) for v in group["failure_case"].head(3))
         lines.append(f"{where}{check} failed ({len(group)} case(s), e.g. {examples})")
     return "dataset rows refused: " + "; ".join(lines)
+
+
+def refuse_repeated_ids(frame: pd.DataFrame, key: str, where: object) -> None:
+    """Raise naming the first ``key`` that ``frame`` (a folder's shards, concatenated) holds twice:
+    an interrupted compaction leaves every id twice (``latpred collect compact`` again mends
+    it), and a reader that went on would count those rows twice in a fit or a card."""
+    repeated = frame[key][frame[key].duplicated()]
+    if len(repeated):
+        raise DatasetSchemaError(
+            f"{where}: {len(repeated)} {key}s appear more than once (e.g. {repeated.iloc[0]}): an interrupted "
+            "compaction leaves them, and 'latpred collect compact' on the dataset mends that; rows merged in "
+            "twice by hand must be removed by hand")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.catalogue import PARAMETERS
-from predictor.dataset_schema import validate_rows
+from predictor.dataset_schema import refuse_repeated_ids, validate_rows
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import feature_frame
 from predictor.host_profile import host_kind
@@ -33,18 +34,15 @@ def dataset_hash(dataset_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def read_frame(directory: Path, validate: object, key: str) -> pd.DataFrame:
-    """Every shard of ``directory``, validated; refuses a ``key`` that two shards hold (an
-    interrupted compaction), which would otherwise count those rows twice in a fit."""
+def read_frame(directory: Path, validate: Callable[[pd.DataFrame], pd.DataFrame], key: str) -> pd.DataFrame:
+    """Every shard of ``directory``, validated; refuses a ``key`` held twice (an interrupted
+    compaction), which would otherwise count those rows twice in a fit."""
     paths = shard_paths(directory)
     if not paths:
         raise FileNotFoundError(f"no parquet shards in {directory}")
     frame = pd.concat([pd.read_parquet(p) for p in paths], ignore_index=True)
-    repeated = frame[key][frame[key].duplicated()]
-    if len(repeated):
-        raise ValueError(f"{directory}: {len(repeated)} {key}s appear in two shards (e.g. {repeated.iloc[0]}): "
-                         "a compaction was interrupted; run 'latpred collect compact' on the dataset again")
-    return validate(frame)  # type: ignore[operator]
+    refuse_repeated_ids(frame, key, directory)
+    return validate(frame)
 
 
 def shape_group(rows: pd.DataFrame) -> pd.Series:

@@ -66,19 +66,20 @@ MAX_SWEEP_TO_PROBE = 1.15
 
 def off_probe_sweeps(rows: pd.DataFrame, probed: np.ndarray) -> np.ndarray:
     """Per row, whether its sweep's small elementwise calls (at least ``MIN_SWEEP_CALLS``) ran,
-    at the median, more than ``MAX_SWEEP_TO_PROBE`` away from the elementwise cost of the profile
-    it names. Such rows keep their kernel times, but their host times are learned against no
-    profile (training.data.host_costs leaves them out of the dispatch model).
+    at the median, more than ``MAX_SWEEP_TO_PROBE`` away, either way, from the elementwise cost
+    of its reference profile (the geometric mean of its sweep's probes, ``reference_profiles``).
+    Such rows keep their kernel times, but their host times are learned against no profile
+    (training.data.host_costs leaves them out of the dispatch model).
 
-    Learning host time relative to the probe assumes a sweep's calls stand to its probe as
+    Learning host time relative to the probe assumes a sweep's calls stand to its probes as
     they do in every other sweep. On the H200 the sweep the dispatch model's probed rows come
     from (2026-12-01 04:02, beside the zoo's eager runs that composition is fitted on) ran its
     small calls at 1.07x its probes; the three NAS-scale sweeps of that evening at 1.21x, 1.31x
-    and 1.32x, the last on a host its probes (7.0 us, held within 12%) and CPU score (446 ns)
-    called as fast as the morning's (7.1 us, 452 ns). Why is not known. Learned against their
-    probes, their rows took eager zoo predictions from 81% to 77% within +-10%
-    leave-one-model-out; rescaling each sweep's profile to the speed its own calls show did no
-    better (77%); leaving their host times out, 80%."""
+    (its probes read 7.1 and 11.2 us: that host did move) and 1.32x, the last on a host whose
+    probes held within 12% (7.0 and 6.3 us) and whose CPU score (446 ns) matched the morning's
+    (452 ns). Why is not known. Learned against their probes, their rows took eager zoo
+    predictions from 81% to 77% within +-10% leave-one-model-out; rescaling each sweep's profile
+    to the speed its own calls show did no better (77%); leaving their host times out, 81%."""
     small = _probe_like(rows)
     dispatch = rows["dispatch_us"].to_numpy(dtype=float)
     profiles = rows["host_profile"].to_numpy(dtype=object)

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from collectors.fingerprint import read_fingerprint
 from collectors.zoo_models import ZOO, ZooModel
 from latpred import main
+from predictor.catalogue import get_family
 from predictor.model_run_schema import MODEL_RUNS_FOLDER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -203,9 +204,13 @@ def test_nas_shapes_sweep_and_compact(runner: CliRunner, tmp_path: Path) -> None
 
     made = runner.invoke(main, ["collect", "shapes", "--out", str(tmp_path), "--nas-seeds", "1002"])
     assert made.exit_code == 0, made.output
+    assert "nas-1002 (" in made.output
     catalogue = json.loads((tmp_path / "layer_shapes.json").read_text())
     assert catalogue["meta"]["nas_seeds"] == "1002"
     assert all(s["layout"] and s["sources"] == {"nas-1002": s["sources"]["nas-1002"]} for s in catalogue["shapes"])
+    other = runner.invoke(main, ["collect", "shapes", "--out", str(tmp_path), "--nas-seeds", "1003"])
+    assert other.exit_code != 0 and "another shape catalogue" in other.output  # the first one stays
+    assert json.loads((tmp_path / "layer_shapes.json").read_text()) == catalogue
 
     swept = runner.invoke(main, ["collect", "ops", "--device", "cpu", "--out", str(tmp_path), "--random-shapes", "0",
                                  "--families", "activation,binary", "--precisions", "fp32", "--target", "6",
@@ -215,8 +220,14 @@ def test_nas_shapes_sweep_and_compact(runner: CliRunner, tmp_path: Path) -> None
     ops = sorted((dataset / "ops").glob("part-*.parquet"))
     assert len(ops) == 3
     before = pd.concat([pd.read_parquet(p) for p in ops], ignore_index=True)
-    wanted = {(s["family"], s["layout"]) for s in catalogue["shapes"] if s["family"] in ("activation", "binary")}
-    assert set(zip(before["family"], before["layout"])) <= wanted
+    # each real shape measured in the layout its node runs in, and only in that one
+    layout_of = {(s["family"], s["variant"], json.dumps(s["params"], sort_keys=True)): s["layout"]
+                 for s in catalogue["shapes"]}
+    real = before[before["source"].str.startswith("model:")]
+    assert len(real)
+    for row in real.itertuples():
+        params = {k: int(getattr(row, k)) for k in get_family(row.family).params}
+        assert row.layout == layout_of[(row.family, row.variant, json.dumps(params, sort_keys=True))]
 
     compacted = runner.invoke(main, ["collect", "compact", str(dataset)])
     assert compacted.exit_code == 0, compacted.output

@@ -43,12 +43,30 @@ def test_an_interrupted_compaction_is_refused_then_mended(tmp_path: Path, rows: 
     store = three_shards(tmp_path / "ops", rows)
     before = store.read()
     store._write_frame(before)  # the compacted shard landed; the crash came before the old ones went
-    with pytest.raises(ValueError, match="compaction was interrupted"):
+    with pytest.raises(ValueError, match="interrupted compaction"):
         store.read()
-    with pytest.raises(ValueError, match="compaction was interrupted"):
+    with pytest.raises(ValueError, match="interrupted compaction"):
         read_frame(store.directory, validate_rows, "config_id")  # training refuses to count them twice
     assert store.compact() == (4, 300)
     pd.testing.assert_frame_equal(store.read(), before)
+
+
+def test_a_crash_partway_through_removing_the_old_shards_keeps_the_order(tmp_path: Path, rows: pd.DataFrame) -> None:
+    store = three_shards(tmp_path / "ops", rows)
+    before = store.read()
+    store._write_frame(before)
+    store.shards()[0].unlink()  # the first old shard went, the crash came before the other two
+    assert store.compact() == (3, 300)
+    pd.testing.assert_frame_equal(store.read(), before)  # each id's compacted copy, in the original order
+
+
+def test_two_different_rows_under_one_id_are_refused_not_picked(tmp_path: Path, rows: pd.DataFrame) -> None:
+    store = three_shards(tmp_path / "ops", rows)
+    store.write(rows.head(1).assign(kernel_us=rows["kernel_us"].iloc[0] * 2).to_dict("records"))
+    shards = [p.name for p in store.shards()]
+    with pytest.raises(ValueError, match=f"{rows['config_id'].iloc[0]} has two different rows"):
+        store.compact()
+    assert [p.name for p in store.shards()] == shards  # nothing written, nothing removed
 
 
 def test_shards_are_zstd(tmp_path: Path, rows: pd.DataFrame) -> None:

@@ -101,22 +101,24 @@ def test_a_sweep_whose_calls_ran_far_from_its_probes_is_left_out_of_host_learnin
     from training.hosts import MAX_SWEEP_TO_PROBE, MIN_SWEEP_CALLS, off_probe_sweeps
 
     n = MIN_SWEEP_CALLS
-    # three probed sweeps of n small adds each at 4 us of probed elementwise cost, plus one GEMM row:
-    # at 1.1x their probe, at 1.3x, and at 1.3x with too few calls to judge
+    # four probed sweeps of n small adds each at 4 us of probed elementwise cost, plus one GEMM row:
+    # at 1.1x their probe, at 1.3x, at 1/1.3x, and at 1.3x with too few calls to judge
+    sweeps = {"near": 4.4, "far": 5.2, "fast": 4.0 / 1.3, "few": 5.2}
     rows = pd.DataFrame({
-        "family": ["binary"] * (3 * n) + ["linear"] * 3,
-        "kernel_us": [1.0] * (3 * n) + [50.0] * 3,
-        "dispatch_us": [4.4] * n + [5.2] * n + [5.2] * n + [9.0] * 3,
-        "host_profile": ["near"] * n + ["far"] * n + ["few"] * n + ["near", "far", "few"]})
-    rows = pd.concat([rows.iloc[: 2 * n + 10], rows.iloc[3 * n:]], ignore_index=True)  # 'few' keeps 10 calls
+        "family": ["binary"] * (4 * n) + ["linear"] * 4,
+        "kernel_us": [1.0] * (4 * n) + [50.0] * 4,
+        "dispatch_us": [d for d in sweeps.values() for _ in range(n)] + [9.0] * 4,
+        "host_profile": [h for h in sweeps for _ in range(n)] + list(sweeps)})
+    rows = pd.concat([rows.iloc[: 3 * n + 10], rows.iloc[4 * n:]], ignore_index=True)  # 'few' keeps 10 calls
     probed = np.where(rows["family"] == "binary", 4.0, 6.0)
     off = off_probe_sweeps(rows, probed)
     assert not off[rows["host_profile"] == "near"].any()
     assert off[rows["host_profile"] == "far"].all()  # its GEMM row too: the whole sweep goes
+    assert off[rows["host_profile"] == "fast"].all()  # either way
     assert not off[rows["host_profile"] == "few"].any()
     assert 1.1 < MAX_SWEEP_TO_PROBE < 1.3
     unprobed = rows.assign(host_profile=None)
-    assert not off_probe_sweeps(unprobed, np.full(len(rows), np.nan)).any()  # no probe, nothing to judge
+    assert not off_probe_sweeps(unprobed, probed).any()  # rows naming no profile are not a sweep to judge
 
 
 def test_cuda_graph_runs_do_not_follow_the_host() -> None:
