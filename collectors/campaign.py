@@ -36,13 +36,12 @@ from collectors.model_runs import (
 from collectors.nas_space import NasModel, model_name, seed_of
 from collectors.op_measure import OpMeasurer
 from collectors.sampler import SamplerSettings, sample_configs
-from collectors.shards import ShardStore
+from collectors.shards import model_run_store, op_store
 from collectors.sweep import SweepReport, run_sweep
 from collectors.timing import make_timer
 from collectors.zoo_models import get_zoo_model
-from predictor.dataset_schema import validate_rows
 from predictor.host_profile import HOSTS_FOLDER, HostProfile, HostStore
-from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, NAS_RUNS_FOLDER, validate_model_runs
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, MODES, NAS_RUNS_FOLDER
 from predictor.precision import get_precision
 
 SHAPES_FILE = "layer_shapes.json"
@@ -55,9 +54,9 @@ class Campaign:
         self.root = Path(root)
         self.fp = fingerprint
         self.directory = self.root / fingerprint.device_id
-        self.ops = ShardStore(self.directory / "ops", validate_rows)
-        self.models = ShardStore(self.directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id")
-        self.nas = ShardStore(self.directory / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")
+        self.ops = op_store(self.directory / "ops")
+        self.models = model_run_store(self.directory / MODEL_RUNS_FOLDER)
+        self.nas = model_run_store(self.directory / NAS_RUNS_FOLDER)
         self.hosts = HostStore(self.directory / HOSTS_FOLDER)
 
     @property

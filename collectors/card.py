@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from collectors.shards import ShardStore
-from predictor.dataset_schema import validate_rows
+from collectors.shards import model_run_store, op_store
 from predictor.host_profile import HOST_KINDS, HOSTS_FOLDER, HostStore
 from predictor.model_run_schema import (
     ARCHIVE_FOLDER,
     HOST_RUNS_FOLDER,
     MODEL_RUNS_FOLDER,
     NAS_RUNS_FOLDER,
-    validate_model_runs,
 )
 
 UNIT = ["model", "batch", "precision", "mode"]
@@ -45,8 +43,8 @@ def _sweep_log(directory: Path) -> pd.DataFrame:
 def card_text(directory: Path) -> str:
     """The card as Markdown."""
     fingerprint = json.loads((directory / "fingerprint.json").read_text())
-    ops = ShardStore(directory / "ops", validate_rows).read()
-    runs = ShardStore(directory / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id").read()
+    ops = op_store(directory / "ops").read()
+    runs = model_run_store(directory / MODEL_RUNS_FOLDER).read()
     log = _sweep_log(directory)
     op_log, model_log = log[log["kind"] == "ops"], log[log["kind"] == "models"]
     op_seconds, model_seconds = float(op_log["seconds"].sum()), float(model_log["seconds"].sum())
@@ -141,7 +139,7 @@ def _nas_runs_section(directory: Path) -> list[str]:
     folder = directory / NAS_RUNS_FOLDER
     if not any(folder.glob("part-*.parquet")):
         return []
-    runs = ShardStore(folder, validate_model_runs, key="run_id").read()
+    runs = model_run_store(folder).read()
     ok_runs = runs[runs["status"] == "ok"]
     median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in ("eager", "cudagraph")}
     spaces = ok_runs.groupby("model_kind")["model"].nunique()
@@ -174,7 +172,7 @@ def _hosts_section(directory: Path) -> list[str]:
         lines += ["", f"Whole-model runs under other host conditions, in `{HOST_RUNS_FOLDER}/<condition>/` (scored by "
                   "`latpred validate --hosts`; training never reads them):", ""]
         for folder in conditions:
-            runs = ShardStore(folder, validate_model_runs, key="run_id").read()
+            runs = model_run_store(folder).read()
             ok = runs[runs["status"] == "ok"]
             batches = sorted(ok["batch"].unique().tolist())
             lines.append(f"- `{folder.name}`: {len(runs)} rows ({len(ok)} measured), modes "
@@ -197,7 +195,7 @@ def _archive_section(directory: Path, live: pd.DataFrame) -> list[str]:
     live_units = live.set_index(UNIT).index if len(live) else pd.MultiIndex.from_tuples([], names=UNIT)
     rows = []
     for folder in folders:
-        runs = ShardStore(folder, validate_model_runs, key="run_id").read()
+        runs = model_run_store(folder).read()
         if not len(runs):
             continue
         covered = runs.set_index(UNIT).index.isin(live_units)

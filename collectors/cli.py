@@ -393,13 +393,11 @@ def card(dataset: Path) -> None:
 def compact(dataset: Path) -> None:
     """Fold DATASET's operator and whole-model shards into one zstd shard per folder (same rows,
     same order): what a long sweep leaves is many small shards, nearly twice the bytes in git."""
-    from collectors.shards import ShardStore
-    from predictor.dataset_schema import validate_rows
-    from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, validate_model_runs
+    from collectors.shards import model_run_store, op_store
+    from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER
 
-    stores = [ShardStore(dataset / "ops", validate_rows),
-              ShardStore(dataset / MODEL_RUNS_FOLDER, validate_model_runs, key="run_id"),
-              ShardStore(dataset / NAS_RUNS_FOLDER, validate_model_runs, key="run_id")]
+    stores = [op_store(dataset / "ops"), model_run_store(dataset / MODEL_RUNS_FOLDER),
+              model_run_store(dataset / NAS_RUNS_FOLDER)]
     for store in stores:
         if store.shards():
             try:

@@ -18,7 +18,8 @@ from typing import Final
 
 import pandas as pd
 
-from predictor.dataset_schema import refuse_repeated_ids
+from predictor.dataset_schema import refuse_repeated_ids, validate_rows
+from predictor.model_run_schema import validate_model_runs
 
 Validator = Callable[[pd.DataFrame], pd.DataFrame]
 SHARD_PATTERN = re.compile(r"^part-(\d{5})\.parquet$")
@@ -100,6 +101,17 @@ class ShardStore:
         for shard in shards:
             shard.unlink()
         return len(shards), len(frame)
+
+
+def op_store(directory: Path) -> ShardStore:
+    """The operator rows of a dataset folder (``<device>/ops``), keyed by configuration."""
+    return ShardStore(directory, validate_rows)
+
+
+def model_run_store(directory: Path) -> ShardStore:
+    """Whole-model runs (``models/``, ``nas/``, an archive or host-condition folder), keyed by
+    run: their ``config_id`` repeats across modes, so a store keyed by it misreads them."""
+    return ShardStore(directory, validate_model_runs, key="run_id")
 
 
 def _sync_folder(directory: Path) -> None:
