@@ -252,6 +252,9 @@ def _concat(spec: BuildSpec) -> OpCall:
 def _transpose(spec: BuildSpec) -> OpCall:
     p = spec.params
     x = _randn(spec, spec.batch, p["d1"], p["d2"], p["d3"])
+    if spec.variant == "add":  # the output follows x (TensorIterator: the first operand decides)
+        y = _randn(spec, spec.batch, p["d2"], p["d1"], p["d3"])
+        return lambda: x.transpose(1, 2) + y
     return lambda: x.transpose(1, 2).contiguous()
 
 

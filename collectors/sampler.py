@@ -47,10 +47,11 @@ RANDOM_SPACE: dict[str, dict[str, tuple[int, int] | list[int]]] = {
     "mean": {"rows": (1, 4096), "c": (16, 4096)},
 }
 
-#: Variants random shapes are drawn in, where not all of a family's: conv2d's and linear's 'nobias'
-#: and sdpa's 'masked' came after the first H200 sweep, and drawing them here would change that sweep's
-#: configurations (measure them with ``variants=(...)`` instead).
-RANDOM_VARIANTS: dict[str, tuple[str, ...]] = {"conv2d": ("",), "sdpa": ("",), "linear": ("",)}
+#: Variants random shapes are drawn in, where not all of a family's: conv2d's and linear's 'nobias',
+#: sdpa's 'masked' and transpose's 'add' came after the first H200 sweep, and drawing them here
+#: would change that sweep's configurations (measure them with ``variants=(...)`` instead).
+RANDOM_VARIANTS: dict[str, tuple[str, ...]] = {"conv2d": ("",), "sdpa": ("",), "linear": ("",),
+                                               "transpose": ("",)}
 
 #: Families that few zoo layers exercise but transformers lean on get more random shapes.
 RANDOM_WEIGHT: dict[str, int] = {"linear": 3, "matmul": 2, "sdpa": 2, "layer_norm": 2, "softmax": 2}

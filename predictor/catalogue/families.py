@@ -279,11 +279,15 @@ register(OpFamily(
 register(OpFamily(
     name="transpose",
     params=("d1", "d2", "d3"),
-    flops=lambda p, v, b: 0.0,
-    bytes_moved=lambda p, v, b, e: float(2 * e * b * p["d1"] * p["d2"] * p["d3"]),
+    variants=("", "add"),
+    flops=lambda p, v, b: float(b * p["d1"] * p["d2"] * p["d3"]) if v == "add" else 0.0,
+    bytes_moved=lambda p, v, b, e: float((3 if v == "add" else 2) * e * b * p["d1"] * p["d2"] * p["d3"]),
     # With d1 or d2 of 1 the transpose is already contiguous and launches no kernel at all.
     validate=lambda p, v: None if p["d1"] > 1 and p["d2"] > 1 else "d1 and d2 must exceed 1 (else no copy runs)",
-    description="[batch, d1, d2, d3] -> [batch, d2, d1, d3] made contiguous (a real copy)",
+    description="[batch, d1, d2, d3] -> [batch, d2, d1, d3] made contiguous (a real copy: also a copy of any "
+                "view whose dims are two blocks swapped above a short common run, "
+                "onnx_strides.uncoalesced_blocks); variant 'add': x.transpose(1, 2) + y, y contiguous, "
+                "the output laid out as x (a residual stream added to a branch laid out the other way)",
 ))
 
 register(OpFamily(

@@ -269,18 +269,20 @@ class Emitter:
             return [], []
         before = []
         if copy is not None:
-            fields = copy_fields(t, t.numel(x) or 0)
+            fields = copy_fields(t, t.numel(x) or 0, blocks=self.lay.copy_blocks(x))
             if copy > 1:
                 fields["min_batch"] = copy
             before = [self._node(i, fields, "/input_copy", "Copy", reads=[x], writes=[x], launched_by=self.names[i])]
         return before, after
 
     def _reshape_copy(self, i: int) -> list[Node]:
-        """A reshape PyTorch cannot view: the copy ``reshape`` (or ``flatten``) makes, a generic
-        strided copy, as the torch importer costs it. (Code that calls ``.contiguous().view()``
-        instead runs a transpose kernel and a view: the export cannot tell the two apart.)"""
+        """A reshape PyTorch cannot view: the copy ``reshape`` (or ``flatten``) makes, as the
+        torch importer costs it: the transpose family's where its input is two blocks of dims
+        swapped (TensorLayouts.copy_blocks), else a generic strided copy. (Code that calls
+        ``.contiguous().view()`` on a 4-d tensor runs the same copy and a view: the export cannot
+        tell the two apart.)"""
         t, n = self.t, self.t.nodes[i]
-        return [self._node(i, copy_fields(t, t.numel(n.output[0]) or 0))]
+        return [self._node(i, copy_fields(t, t.numel(n.output[0]) or 0, blocks=self.lay.copy_blocks(n.input[0])))]
 
     def _fused(self, i: int, f: FusedKernel) -> list[Node]:
         t = self.t

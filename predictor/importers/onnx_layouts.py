@@ -147,6 +147,30 @@ class TensorLayouts:
             return "contiguous"
         return st.elementwise_layout([o for o in operands if o is not None], out)
 
+    def copy_blocks(self, name: str) -> tuple[int, int, int] | None:
+        """The transpose family's (d1, d2, d3) of copying a tensor into row-major order, where
+        its dims are two blocks swapped above a short run (the torch importer's ``_copy``)."""
+        o = self.of(name)
+        if o is None or len(o[0]) < 2 or o[0][0] != self.t.batch:
+            return None
+        return st.uncoalesced_blocks(o[0], o[1], st.contiguous(o[0]))
+
+    def transposed_operand(self, inputs: list[str], output: str) -> tuple[int, int, int] | None:
+        """The transpose family's (d1, d2, d3) of an elementwise op whose full-size operand is
+        laid out with two blocks swapped against its output (the torch importer's
+        ``_transposed_add``), or None. An initializer (a position table) is broadcast over the
+        batch, even where a batch of 1 gives it the output's shape."""
+        out = self.of(output)
+        if out is None or len(out[0]) < 2 or out[0][0] != self.t.batch:
+            return None
+        for x in inputs:
+            o = self.of(x) if x and x not in self.t.static else None
+            if o is not None and list(o[0]) == list(out[0]):
+                blocks = st.uncoalesced_blocks(out[0], out[1], o[1])
+                if blocks is not None:
+                    return blocks
+        return None
+
     def channels_last(self, name: str) -> bool:
         """A 4-d tensor laid out channels-last and not contiguous (the torch importer's
         ``_channels_last``): PyTorch runs convolutions, norms and pooling on it in NHWC."""

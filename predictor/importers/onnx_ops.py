@@ -17,6 +17,7 @@ from predictor.catalogue import get_family
 from predictor.importers.onnx_exporters import has_bias
 from predictor.importers.onnx_layouts import TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_strides import transpose_fields
 from predictor.importers.onnx_tensors import INT_TYPES, GraphTensors
 
 Hit = tuple[str, str, dict[str, int]]  # (family, variant, per-sample params)
@@ -273,9 +274,14 @@ def elementwise_fields(family: str, variant: str, layout: str, elements: int, ba
             "params": {"elements": max(1, elements // batch)}}
 
 
-def copy_fields(t: GraphTensors, elements: int, dense: bool = False) -> dict[str, Any]:
+def copy_fields(t: GraphTensors, elements: int, dense: bool = False,
+                blocks: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """A copy kernel (a reshape that cannot view, a cat of non-4-d tensors, a pad): PyTorch's
-    elementwise copy, vectorized when dense, generic ('strided') when the layout changes."""
+    elementwise copy, vectorized when dense, generic ('strided') when the layout changes; the
+    transpose family's where the copied tensor's dims are two blocks swapped (``blocks``,
+    TensorLayouts.copy_blocks), as the torch importer costs it."""
+    if blocks is not None:
+        return transpose_fields(blocks)
     return elementwise_fields("activation", "relu", "contiguous" if dense else "strided", elements, t.batch)
 
 
@@ -298,6 +304,9 @@ def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]
     rule = FAMILY_RULES.get(n.op_type) if standard else None
     if rule:
         hit = try_rule(rule, t, n, node_attributes(n), lay)
+        blocks = lay.transposed_operand(ins, outs[0]) if hit is not None and hit[0] == "binary" and outs else None
+        if blocks is not None:
+            return transpose_fields(blocks, "add")
         fields = kernel_fields(hit, layout_of(lay, hit, ins, outs))
         if fields:
             return fields
@@ -307,6 +316,9 @@ def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]
     out = t.numel(outs[0]) if outs else None
     if standard and n.op_type in ELEMENTWISE_OPS and len(outs) == 1 and out is not None:
         same = sum(1 for x in ins if t.numel(x) == out)
+        blocks = lay.transposed_operand(ins, outs[0]) if same >= 2 else None
+        if blocks is not None:
+            return transpose_fields(blocks, "add")
         family, variant = ("binary", "add") if same >= 2 else ("activation", "relu")
         return elementwise_fields(family, variant, lay.elementwise_layout(ins, outs[0]), out, t.batch)
     if standard and n.op_type in ("Concat", "Pad") and len(outs) == 1 and out is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 Shape = Sequence[int]
 Strides = tuple[int, ...]
@@ -162,6 +163,60 @@ def elementwise_layout(inputs: list[tuple[Shape, Strides]], out: Shape) -> str:
     if any(list(s) != list(out) for s, _ in full):
         return "strided"
     return "contiguous" if len({st for _, st in full}) == 1 else "strided"
+
+
+def _memory_order(shape: Shape, strides: Strides) -> list[int]:
+    """The dims after the batch dim whose size exceeds 1, from outermost to innermost in memory."""
+    return sorted((d for d in range(1, len(shape)) if shape[d] != 1), key=lambda d: (-strides[d], d))
+
+
+def transposed_blocks(shape: Shape, src: Strides, dst: Strides) -> tuple[int, int, int] | None:
+    """(d1, d2, d3) where a dense tensor of ``shape`` laid out as ``src`` and one laid out as
+    ``dst`` are the transpose family's [batch, d1, d2, d3] and [batch, d2, d1, d3] in memory: the
+    batch dim (dim 0) outermost in both, the innermost d3 elements in the same order in both, the
+    dims above them two blocks swapped. A copy between them, or an elementwise op reading one
+    while writing the other, reads or writes whole rows of one side only ``d3`` elements apart:
+    PyTorch's generic elementwise kernel then runs at a fraction of the bandwidth it reaches on
+    a view that keeps its innermost dim (on the H200 a [32, 400, 384] bf16 residual stream laid
+    out [32, 384, 400], nas-88's, copied in 32 us where the 'strided' view of as many elements
+    takes 11-15). None where the two are no such swap: nothing moves, the batch is not outermost,
+    or more than two blocks move."""
+    if len(shape) < 2 or not (is_dense(shape, src) and is_dense(shape, dst)):
+        return None
+    rest = math.prod(shape[1:])
+    if shape[0] != 1 and (src[0] != rest or dst[0] != rest):
+        return None
+    a, b = _memory_order(shape, src), _memory_order(shape, dst)
+    inner = 0
+    while inner < len(a) and a[len(a) - 1 - inner] == b[len(b) - 1 - inner]:
+        inner += 1
+    d3 = math.prod(shape[d] for d in a[len(a) - inner:])
+    a, b = a[:len(a) - inner], b[:len(b) - inner]
+    for j in range(1, len(a)):
+        if b == a[j:] + a[:j]:
+            return math.prod(shape[d] for d in a[:j]), math.prod(shape[d] for d in a[j:]), d3
+    return None
+
+
+#: the shortest run of elements contiguous on both sides of a swap that the generic kernel reads
+#: and writes in whole sectors: shorter runs (a plain 2-d transpose, NCHW <-> NHWC) are costed by
+#: the transpose family; longer ones (attention heads) by the 'strided' elementwise layout, as the
+#: views they come from were measured
+COALESCED_RUN = 8
+
+
+def uncoalesced_blocks(shape: Shape, src: Strides, dst: Strides) -> tuple[int, int, int] | None:
+    """``transposed_blocks`` where the run both sides share is shorter than ``COALESCED_RUN``."""
+    blocks = transposed_blocks(shape, src, dst)
+    return blocks if blocks is not None and blocks[2] < COALESCED_RUN else None
+
+
+def transpose_fields(blocks: tuple[int, int, int], variant: str = "") -> dict[str, Any]:
+    """The Node fields both importers cost a block swap by: the transpose family's kernel over
+    (d1, d2, d3) of ``uncoalesced_blocks``, a copy ('') or an add across it ('add')."""
+    d1, d2, d3 = blocks
+    return {"kind": "kernel", "family": "transpose", "variant": variant, "layout": "contiguous",
+            "params": {"d1": d1, "d2": d2, "d3": d3}}
 
 
 def matmul_copies(a: tuple[Shape, Strides], b: tuple[Shape, Strides]) -> list[int]:

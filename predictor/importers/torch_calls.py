@@ -13,6 +13,8 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from predictor.importers.onnx_strides import contiguous as contiguous_strides, transpose_fields, uncoalesced_blocks
+
 ACTIVATION_NAMES = {
     "relu": "relu", "relu_": "relu", "gelu": "gelu", "silu": "silu", "silu_": "silu",
     "sigmoid": "sigmoid", "tanh": "tanh", "hardswish": "hardswish", "hardsigmoid": "hardsigmoid",
@@ -231,8 +233,9 @@ UNARY_ELEMENTWISE = {
 #: not cover (other dims, slices), constant pad.
 COPY_CALLS = {"cat", "concat", "pad"}
 #: Calls whose copy, where they make one (their output is not a view), changes the layout: a
-#: generic strided copy kernel (roll runs one per rolled dim; a 4-d ``contiguous`` is costed by
-#: the transpose family).
+#: generic strided copy kernel (``_copy``: the transpose family's where the input is two blocks of
+#: dims swapped; roll runs one per rolled dim; a 4-d ``contiguous`` is costed by the transpose
+#: family).
 RELAYOUT_CALLS = {"roll", "reshape", "flatten", "contiguous"}
 
 
@@ -307,9 +310,34 @@ def _elementwise(family: str, variant: str, layout: str, elements: int, batch: i
 
 
 def _copy(t: Any, batch: int) -> dict[str, Any]:
-    """A copy kernel of a strided view: PyTorch's generic elementwise kernel, as costed by the
-    activation family's 'strided' layout."""
+    """A copy kernel of a strided view into row-major order: PyTorch's generic elementwise
+    kernel. A dense view whose dims are two blocks swapped above a short run (a transposed
+    [batch, tokens, c], a permuted NCHW map) is costed by the transpose family
+    (onnx_strides.uncoalesced_blocks); any other by the activation family's 'strided' layout."""
+    if t.dim() >= 2 and t.shape[0] == batch:
+        blocks = uncoalesced_blocks(tuple(t.shape), tuple(t.stride()), contiguous_strides(tuple(t.shape)))
+        if blocks is not None:
+            return transpose_fields(blocks)
     return _elementwise("activation", "relu", "strided", t.numel(), batch)
+
+
+def _transposed_add(ins: list[Any], out: Any, batch: int) -> dict[str, Any] | None:
+    """An elementwise op of two full-size operands, one laid out as the output and one with two
+    blocks of dims swapped (a residual stream [batch, c, tokens] in memory plus a branch's
+    [batch, tokens, c]): the transpose family's 'add', or None where no operand is so. A
+    parameter (a position table) is broadcast over the batch, even where a batch of 1 gives it
+    the output's shape."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[0] != batch:
+        return None
+    shape = tuple(out.shape)
+    for t in ins:
+        if tuple(t.shape) == shape and not isinstance(t, torch.nn.Parameter):
+            blocks = uncoalesced_blocks(shape, tuple(out.stride()), tuple(t.stride()))
+            if blocks is not None:
+                return transpose_fields(blocks, "add")
+    return None
 
 
 def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
@@ -493,6 +521,10 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
                 "is_floating_point", "__bool__", "item", "tolist", "__index__", "__format__"):
         return None
     hit = recognize(name, args, kwargs, out, batch)
+    if hit is not None and hit[0] == "binary":
+        transposed = _transposed_add([a for a in tensors_in(list(args)) if a.numel() > 1], out, batch)
+        if transposed is not None:
+            return transposed
     if hit is not None:
         family, variant, params = hit
         from predictor.catalogue import get_family
@@ -516,13 +548,16 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
         big_inputs = [t for t in ins if t.numel() == out_elements]
         layout = elementwise_layout(ins, outs[0])
         if len(big_inputs) >= 2:
-            return _elementwise("binary", "add", layout, out_elements, batch)
+            return _transposed_add(big_inputs, outs[0], batch) or _elementwise("binary", "add", layout,
+                                                                                out_elements, batch)
         return _elementwise("activation", "relu", layout, out_elements, batch)
     if (name in COPY_CALLS or name in RELAYOUT_CALLS) and len(outs) == 1:
         # One pass that reads each input element once and writes the output: a copy kernel,
         # vectorized over dense inputs (cat of whole tensors, constant pad) and generic over
         # strided ones (cat of slices or of transposed keys) and where the layout changes.
         dense = name in COPY_CALLS and all(_dense(t) for t in ins if t.numel() > 1)
+        if name in RELAYOUT_CALLS and ins and ins[0].numel() == out_elements:
+            return _copy(ins[0], batch)
         return _elementwise("activation", "relu", "contiguous" if dense else "strided", out_elements, batch)
     moved = out_elements + sum(t.numel() for t in ins)
     return {"kind": "fallback", "elements_per_sample": max(1, moved // batch)}

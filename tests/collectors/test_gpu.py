@@ -132,6 +132,40 @@ def test_importer_counts_the_kernels_window_attention_launches() -> None:
     assert predicted == len(launched), ([n.name for n in graph.nodes if n.kind != "free"], launched)
 
 
+def test_a_transposed_stream_runs_the_kernels_the_importer_costs() -> None:
+    """A patch stream laid out [batch, c, tokens] (nas-88's): the importer's nodes are the kernels
+    the GPU runs, and the norm's copy and the residual add, which it costs by the transpose family,
+    run PyTorch's generic elementwise kernel, as that family's two builders do."""
+    import torch
+    from torch import nn
+
+    from collectors.op_builders import BuildSpec, build
+    from predictor.importers.torch_module import graph_from_module
+
+    class Stream(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm, self.fc = nn.LayerNorm(64), nn.Linear(64, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.transpose(1, 2)  # a patch embedding's [batch, c, tokens] seen as [batch, tokens, c]
+            return x + self.fc(self.norm(x))
+
+    model = Stream().cuda().half().eval()
+    x = torch.randn(8, 64, 144, device="cuda", dtype=torch.half)
+    graph = graph_from_module(model, x, "stream")
+    assert [n.variant for n in graph.nodes if n.family == "transpose"] == ["", "add"]
+    with torch.inference_mode():
+        launched = _kernel_names(lambda: model(x))
+    predicted = [n.name for n in graph.nodes if n.kind != "free"]
+    assert len(predicted) == len(launched), (predicted, launched)
+    for variant in ("", "add"):
+        spec = BuildSpec("transpose", {"d1": 64, "d2": 144, "d3": 1}, variant, "contiguous", 8, torch.float16,
+                         torch.device("cuda"))
+        kernels = _kernel_names(build(spec))
+        assert kernels and not any("vectorized" in k for k in kernels), kernels
+
+
 def test_interleaved_replays_agree_with_one_model_timed_alone() -> None:
     """The protocol's cudagraph rows time the same replays as time_cudagraph of one model."""
     import statistics

@@ -25,7 +25,7 @@ def test_flops_and_bytes_are_positive(family: str, variant: str, op_params: dict
     params = op_params[family]
     get_family(family).check(params, variant)
     f = flops(family, params, variant, 2)
-    if family in DATA_MOVEMENT:
+    if family in DATA_MOVEMENT and variant != "add":  # transpose's 'add' adds as it moves
         assert f == 0.0
     else:
         assert f > 0

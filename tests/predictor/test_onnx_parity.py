@@ -113,6 +113,22 @@ class ConvNeXtBlock(nn.Module):
         return x + self.scale * y
 
 
+class PatchStreamBlock(nn.Module):
+    """Patches as ``conv(x).flatten(2).transpose(1, 2)``, so the residual stream stays laid out
+    [batch, c, tokens]: a norm copies it and the branch is added back across the swap (the
+    transpose family's copy and add), then MLP-Mixer's token mixing copies the normed tokens."""
+
+    def __init__(self, c: int = 32, tokens: int = 64) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, c, 4, 4)
+        self.norm, self.fc, self.mix = nn.LayerNorm(c), nn.Linear(c, c), nn.Linear(tokens, tokens)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = x + self.fc(self.norm(x))
+        return x + self.mix(self.norm(x).transpose(1, 2)).transpose(1, 2)
+
+
 class TwoConvNeXtBlocks(nn.Sequential):
     def __init__(self) -> None:
         super().__init__(ConvNeXtBlock(), ConvNeXtBlock())
@@ -130,6 +146,7 @@ def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[
     # an odd head count: PyTorch's fast path refuses it, F.multi_head_attention_forward runs
     ("mha_block_odd_heads", lambda: TransformerBlock("mha", embed=48, heads=3), (2, 16, 48)),
     ("convnext_blocks", TwoConvNeXtBlocks, (2, 32, 14, 14)),
+    ("patch_stream", PatchStreamBlock, (2, 3, 32, 32)),
 ])
 def test_an_exported_model_predicts_like_its_torch_trace(predictor: Predictor, name: str, build: Any,
                                                           shape: tuple[int, ...]) -> None:

@@ -117,14 +117,21 @@ def test_views_of_weights_make_no_node_and_views_of_activations_are_free() -> No
 
 def test_a_reshape_that_cannot_view_is_reshapes_copy() -> None:
     """x.permute(0, 2, 1, 3).reshape(b, t, -1): the permuted tensor cannot be viewed, so reshape
-    copies (a strided copy); a reshape of a contiguous tensor is a view."""
-    nodes = [helper.make_node("Reshape", ["x", "split"], ["x4"]),
-             helper.make_node("Transpose", ["x4"], ["xt"], perm=[0, 2, 1, 3]),
-             helper.make_node("Reshape", ["xt", "merge"], ["out"])]
-    weights = {"split": ints(2, 4, 8, 6), "merge": ints(2, 8, 24)}
-    graph = graph_from_onnx(model(nodes, {"x": [2, 4, 48]}, "out", weights))
+    copies (a strided copy of 12-element heads; the transpose family's where the run both sides
+    share is shorter than 8 elements); a reshape of a contiguous tensor is a view."""
+    def reshaped(head: int) -> Any:
+        nodes = [helper.make_node("Reshape", ["x", "split"], ["x4"]),
+                 helper.make_node("Transpose", ["x4"], ["xt"], perm=[0, 2, 1, 3]),
+                 helper.make_node("Reshape", ["xt", "merge"], ["out"])]
+        weights = {"split": ints(2, 4, 8, head), "merge": ints(2, 8, 4 * head)}
+        return graph_from_onnx(model(nodes, {"x": [2, 4, 8 * head]}, "out", weights))
+
+    graph = reshaped(12)
     assert calls(graph) == [("free", None, ""), ("free", None, ""), ("kernel", "activation", "relu")]
-    assert graph.nodes[-1].layout == "strided" and graph.nodes[-1].params == {"elements": 8 * 24}
+    assert graph.nodes[-1].layout == "strided" and graph.nodes[-1].params == {"elements": 8 * 48}
+    graph = reshaped(6)
+    assert calls(graph) == [("free", None, ""), ("free", None, ""), ("kernel", "transpose", "")]
+    assert graph.nodes[-1].params == {"d1": 4, "d2": 8, "d3": 6}
 
 
 def test_a_batched_matmul_copies_what_torch_matmul_cannot_fold() -> None:
@@ -145,10 +152,22 @@ def test_a_batched_matmul_copies_what_torch_matmul_cannot_fold() -> None:
 
 
 def test_a_permuted_operand_makes_an_elementwise_kernel_strided() -> None:
+    """Heads permuted above their contiguous 8 elements: the generic kernel, 'strided'."""
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1, 3]),
+             helper.make_node("Add", ["xt", "y"], ["out"])]
+    graph = graph_from_onnx(model(nodes, {"x": [2, 6, 4, 8], "y": [2, 4, 6, 8]}, "out", {}))
+    assert (graph.nodes[-1].family, graph.nodes[-1].layout) == ("binary", "strided")
+
+
+def test_a_transposed_operand_makes_an_add_across_the_swap() -> None:
+    """[b, 6, 4] transposed plus a contiguous [b, 4, 6]: the output follows the first operand,
+    the second is read one element apart, the transpose family's 'add' (as the torch importer
+    costs nas-88's residual adds)."""
     nodes = [helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
              helper.make_node("Add", ["xt", "y"], ["out"])]
     graph = graph_from_onnx(model(nodes, {"x": [2, 6, 4], "y": [2, 4, 6]}, "out", {}))
-    assert (graph.nodes[-1].family, graph.nodes[-1].layout) == ("binary", "strided")
+    last = graph.nodes[-1]
+    assert (last.family, last.variant, last.params) == ("transpose", "add", {"d1": 6, "d2": 4, "d3": 1})
 
 
 def test_channels_last_stays_channels_last_through_a_block() -> None:

@@ -434,15 +434,16 @@ class TokenMixing(nn.Module):
 def test_linear_on_a_transposed_input_copies_it_from_batch_two_and_adds_its_bias_apart(bias: bool) -> None:
     """at::linear cannot fold a non-contiguous 3-d input with its bias into addmm: matmul folds
     the rows (reshape: a copy from batch 2 on, a transposed view at batch 1), runs the GEMM
-    without the bias, and add_ adds it at every batch."""
+    without the bias, and add_ adds it at every batch. The copy turns [batch, 12, 16] into
+    [batch, 16, 12]: a transpose, costed by its family."""
     g = graph_from_module(TokenMixing(bias=bias), torch.randn(1, 12, 16), name="mix")
-    expected = [("linear/copy0", "activation", "relu", 2), ("linear", "linear", "nobias", 1)]
+    expected = [("linear/copy0", "transpose", "", 2), ("linear", "linear", "nobias", 1)]
     if bias:
         expected.append(("linear/after0", "binary", "add", 1))
     assert call_nodes(g, "linear") == expected
     gemm = next(n for n in g.nodes if n.family == "linear")
     assert gemm.params == {"tokens": 16, "k": 12, "n": 20}
-    assert next(n for n in g.nodes if n.name.endswith("/copy0")).params == {"elements": 12 * 16}
+    assert next(n for n in g.nodes if n.name.endswith("/copy0")).params == {"d1": 12, "d2": 16, "d3": 1}
     assert all(n.launched_by == "1:linear" for n in g.nodes if "/" in n.name)  # node 0: the transpose
     # traced at batch 2 the same nodes are recorded: the graph does not depend on the trace's batch
     assert call_nodes(graph_from_module(TokenMixing(bias=bias), torch.randn(2, 12, 16), name="mix"),
@@ -488,10 +489,11 @@ def test_layer_norm_copies_a_permuted_input_first() -> None:
             return self.norm(x.permute(0, 2, 3, 1)) + self.norm(x.permute(0, 2, 3, 1).contiguous())
 
     g = graph_from_module(NormOverChannels(), torch.randn(1, 8, 5, 6), name="ln")
-    assert call_nodes(g, "layer_norm") == [("layer_norm/copy0", "activation", "relu", 1),
+    assert call_nodes(g, "layer_norm") == [("layer_norm/copy0", "transpose", "", 1),
                                            ("layer_norm", "layer_norm", "", 1), ("layer_norm", "layer_norm", "", 1)]
     copy = next(n for n in g.nodes if n.name.endswith("layer_norm/copy0"))
-    assert (copy.layout, copy.params, copy.launched_by) == ("strided", {"elements": 8 * 5 * 6}, "1:layer_norm")
+    # NCHW -> NHWC: the 8 channels and the 30 pixels swapped, one element apart on both sides
+    assert (copy.params, copy.launched_by) == ({"d1": 8, "d2": 30, "d3": 1}, "1:layer_norm")
     norm = next(n for n in g.nodes if n.family == "layer_norm")
     assert norm.params == {"tokens": 30, "c": 8}
 
@@ -525,3 +527,38 @@ def test_odd_heads_copies_run_from_batch_two() -> None:
     at_1 = [n.name.rsplit("/", 1)[1] for n in g.at_precision("fp16", 1).nodes if n.merged == [first]]
     assert at_1 == ["qkv_gemm", "qkv_copy", "attention", "out_proj"]
     assert Graph.from_json(g.to_json()).nodes == g.nodes  # min_batch survives the JSON round trip
+
+
+class PatchAttentionStream(nn.Module):
+    """A ViT-style stream that stays transposed: patches as ``conv(x).flatten(2).transpose(1, 2)``
+    ([batch, tokens, c] laid out [batch, c, tokens]), a broadcast position table and a pre-norm
+    branch added back (the sum keeps the stream's layout: TensorIterator follows its first operand)."""
+
+    def __init__(self, c: int = 16) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, c, 4, 4)
+        self.pos = nn.Parameter(torch.zeros(1, 16, c))
+        self.norm, self.fc = nn.LayerNorm(c), nn.Linear(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch(x).flatten(2).transpose(1, 2) + self.pos
+        x = x + self.fc(self.norm(x))
+        return self.norm(x)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_transposed_stream_is_copied_and_added_by_the_transpose_family(batch: int) -> None:
+    """Reading or writing whole rows of one side a single element apart is what makes PyTorch's
+    generic elementwise kernel slow (nas-88's residual adds and their norms' copies on the H200:
+    2-2.5x the 'strided' estimate): each norm's input copy is the transpose family's copy of the
+    16 channels and 16 tokens, the residual add its 'add'; the broadcast position add keeps the
+    'strided' elementwise layout, at a batch of 1 too."""
+    g = graph_from_module(PatchAttentionStream(), torch.randn(batch, 3, 16, 16), name="stream")
+    kernels = [(n.op, n.family, n.variant, n.params) for n in g.nodes if n.kind == "kernel"]
+    swap, norm = {"d1": 16, "d2": 16, "d3": 1}, {"tokens": 16, "c": 16}
+    assert kernels[1:] == [("add", "binary", "add", {"elements": 256}),
+                           ("layer_norm", "transpose", "", swap), ("layer_norm", "layer_norm", "", norm),
+                           ("linear", "linear", "", {"tokens": 16, "k": 16, "n": 16}),
+                           ("add", "transpose", "add", swap),
+                           ("layer_norm", "transpose", "", swap), ("layer_norm", "layer_norm", "", norm)]
+    assert next(n for n in g.nodes if n.op == "add").layout == "strided"
