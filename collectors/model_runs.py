@@ -149,17 +149,24 @@ def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mappi
                                           else {name: get_zoo_model(name) for name in models})
     device = torch.device("cuda" if fingerprint.kind == "cuda" else "cpu")
     rows: list[dict[str, Any]] = []
+    # Models are built and cast as a user builds them, outside inference mode, and only run inside
+    # it: parameters made inside it are inference tensors, and torch.matmul then multiplies a
+    # linear layer's non-contiguous 3-d input (MLP-Mixer's token mixing, attention's batch-first
+    # input on its slow path) by a batched GEMM of one small matrix per token instead of copying
+    # it and running one GEMM, as PyTorch does for a model built the usual way (and the importer
+    # records: predictor.importers.torch_calls.linear_plan). The NAS runs before 2026-12-02 were
+    # measured so (datasets/nvidia-h200/notes.md).
+    forwards: dict[ModelUnit, Callable[[], Any]] = {}
+    for precision in precisions:
+        prec = get_precision(precision)
+        for name, source in sources.items():
+            with torch.device(device):
+                model = source.build()
+            model = model.to(device=device, dtype=torch_dtype(prec)).eval()
+            for batch in batches:
+                x = source.example_input(batch, device, torch_dtype(prec))
+                forwards[ModelUnit(name, batch, precision)] = _under(prec, _bound(model, x))
     with torch.inference_mode():
-        forwards: dict[ModelUnit, Callable[[], Any]] = {}
-        for precision in precisions:
-            prec = get_precision(precision)
-            for name, source in sources.items():
-                with torch.device(device):
-                    model = source.build()
-                model = model.to(device=device, dtype=torch_dtype(prec)).eval()
-                for batch in batches:
-                    x = source.example_input(batch, device, torch_dtype(prec))
-                    forwards[ModelUnit(name, batch, precision)] = _under(prec, _bound(model, x))
         units = list(forwards)
         for unit in units:  # warm-up: cuDNN/cuBLAS heuristics and allocator caches
             for _ in range(3):

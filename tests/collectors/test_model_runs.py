@@ -179,3 +179,55 @@ def test_zoo_text_input_is_token_ids() -> None:
     assert int(ids.max()) < get_zoo_model("opt-125m").vocab
     image = get_zoo_model("inception_v3").example_input(1, CPU, torch.float32)
     assert image.shape == (1, 3, 299, 299)
+
+
+class TokenMixer(nn.Module):
+    """MLP-Mixer's token mixing: a linear layer over the tokens of [batch, tokens, c] transposed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(12, 12)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.transpose(1, 2))
+
+
+def test_models_are_built_as_users_build_them_and_run_in_inference_mode() -> None:
+    """Parameters made inside inference mode are inference tensors, and torch.matmul then runs a
+    linear layer over a transposed input as a batched GEMM (aten::bmm) where a model built the
+    usual way copies the input and runs one GEMM (aten::mm): the rows must time the latter, the
+    calls the importer records. The forwards themselves run in inference mode."""
+    from torch.profiler import ProfilerActivity, profile
+
+    seen: dict[str, Any] = {}
+
+    def build() -> nn.Module:
+        seen["built_in_inference_mode"] = torch.is_inference_mode_enabled()
+        model = TokenMixer()
+        original = model.forward
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            seen.setdefault("ran_in_inference_mode", torch.is_inference_mode_enabled())
+            if "ops" not in seen:
+                seen["ops"] = []
+                with profile(activities=[ProfilerActivity.CPU]) as prof:
+                    out = original(x)
+                seen["ops"] = [e.name for e in prof.events() if e.name in ("aten::mm", "aten::bmm", "aten::copy_")]
+                return out
+            return original(x)
+
+        model.forward = forward  # type: ignore[method-assign]
+        return model
+
+    class Source:  # a collectors.model_runs.ModelSource
+        kind = "mixer"
+
+        def build(self) -> nn.Module:
+            return build()
+
+        def example_input(self, batch: int, device: Any, dtype: Any) -> torch.Tensor:
+            return torch.randn(batch, 12, 12, device=device, dtype=dtype)
+
+    measure_models(read_fingerprint("cpu"), {"mixer": Source()}, (2,), ("fp32",), "eager", rounds=1, reps=1)
+    assert seen["built_in_inference_mode"] is False and seen["ran_in_inference_mode"] is True
+    assert "aten::mm" in seen["ops"] and "aten::bmm" not in seen["ops"], seen["ops"]
