@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from collectors.forward_timing import capture
-from collectors.model_runs import ModelSource
+from collectors.model_runs import ModelSource, build_model
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import get_zoo_model
@@ -83,9 +83,7 @@ class CapturedModel:
         self.name, self.precision = name, precision
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         with torch.inference_mode(), precision_flags(prec):
-            with torch.device("cuda"):
-                self.module = zoo.build()
-            self.module = self.module.to(device="cuda", dtype=dtype).eval()
+            self.module = build_model(zoo, torch.device("cuda"), dtype)
             self.inputs = {b: zoo.example_input(b, torch.device("cuda"), dtype) for b in range(1, max_batch + 1)}
             for batch, x in self.inputs.items():
                 self.graphs[batch] = capture(functools.partial(self.module, x))

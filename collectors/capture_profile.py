@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from collectors.forward_timing import capture, time_cudagraph, time_eager
+from collectors.model_runs import build_model
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import TEXT, get_zoo_model
 from predictor.importers.torch_capture import capture_path_forced
@@ -58,9 +59,7 @@ def profile_model(name: str, batch: int, precision_name: str) -> dict[str, Any]:
     device = torch.device("cuda")
     result: dict[str, Any] = {"model": name, "batch": batch, "precision": precision_name}
     with precision_flags(precision), torch.inference_mode():
-        with torch.device(device):
-            model = zoo.build()
-        model = model.to(device=device, dtype=torch_dtype(precision)).eval()
+        model = build_model(zoo, device, torch_dtype(precision))
         x = zoo.example_input(batch, device, torch_dtype(precision))
         # F821: ruff reads the `del model` below as leaving this closure unbound; forward is not
         # called after it

@@ -77,6 +77,22 @@ class ModelSource(Protocol):
     def example_input(self, batch: int, device: Any, dtype: Any) -> Any: ...
 
 
+def build_model(source: ModelSource, device: Any, dtype: Any) -> Any:
+    """``source``'s model on ``device`` in ``dtype``, in eval mode, built and cast as a user builds
+    one: outside inference mode, even when called inside it. Parameters made inside it are
+    inference tensors, and torch.matmul then multiplies a linear layer's non-contiguous 3-d input
+    (MLP-Mixer's token mixing, attention's batch-first input on its slow path) by a batched GEMM
+    of one small matrix per token instead of copying it and running one GEMM, as PyTorch does for
+    a model built the usual way (and the importer records: predictor.importers.torch_calls.
+    linear_plan). The NAS runs before 2026-12-02 were measured so (datasets/nvidia-h200/notes.md)."""
+    import torch
+
+    with torch.inference_mode(False):
+        with torch.device(device):
+            model = source.build()
+        return model.to(device=device, dtype=dtype).eval()
+
+
 def run_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, samples: list[float],
             clock_reasons: int | None, kind: str | None = None, host_profile: str | None = None) -> dict[str, Any]:
     """The row of one unit in one mode from its samples (milliseconds) over all rounds;
@@ -149,20 +165,11 @@ def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mappi
                                           else {name: get_zoo_model(name) for name in models})
     device = torch.device("cuda" if fingerprint.kind == "cuda" else "cpu")
     rows: list[dict[str, Any]] = []
-    # Models are built and cast as a user builds them, outside inference mode, and only run inside
-    # it: parameters made inside it are inference tensors, and torch.matmul then multiplies a
-    # linear layer's non-contiguous 3-d input (MLP-Mixer's token mixing, attention's batch-first
-    # input on its slow path) by a batched GEMM of one small matrix per token instead of copying
-    # it and running one GEMM, as PyTorch does for a model built the usual way (and the importer
-    # records: predictor.importers.torch_calls.linear_plan). The NAS runs before 2026-12-02 were
-    # measured so (datasets/nvidia-h200/notes.md).
     forwards: dict[ModelUnit, Callable[[], Any]] = {}
-    for precision in precisions:
+    for precision in precisions:  # models built as users build them (build_model), run in inference mode
         prec = get_precision(precision)
         for name, source in sources.items():
-            with torch.device(device):
-                model = source.build()
-            model = model.to(device=device, dtype=torch_dtype(prec)).eval()
+            model = build_model(source, device, torch_dtype(prec))
             for batch in batches:
                 x = source.example_input(batch, device, torch_dtype(prec))
                 forwards[ModelUnit(name, batch, precision)] = _under(prec, _bound(model, x))

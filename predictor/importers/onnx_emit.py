@@ -279,8 +279,8 @@ class Emitter:
         """A reshape PyTorch cannot view: the copy ``reshape`` (or ``flatten``) makes, as the
         torch importer costs it: the transpose family's where its input is two blocks of dims
         swapped (TensorLayouts.copy_blocks), else a generic strided copy. (Code that calls
-        ``.contiguous().view()`` on a 4-d tensor runs the same copy and a view: the export cannot
-        tell the two apart.)"""
+        ``.contiguous().view()`` instead runs that copy and a view: the export cannot tell the two
+        apart, and the torch importer costs a 4-d ``contiguous`` as a transpose of dims 1 and 2.)"""
         t, n = self.t, self.t.nodes[i]
         return [self._node(i, copy_fields(t, t.numel(n.output[0]) or 0, blocks=self.lay.copy_blocks(n.input[0])))]
 

@@ -10,7 +10,9 @@ functions: predictor must load without it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, NamedTuple
 
 from predictor.importers.onnx_strides import contiguous as contiguous_strides, transpose_fields, uncoalesced_blocks
@@ -309,35 +311,59 @@ def _elementwise(family: str, variant: str, layout: str, elements: int, batch: i
             "params": {"elements": max(1, elements // batch)}}
 
 
+def _strided_copy(t: Any, batch: int) -> dict[str, Any]:
+    """A copy kernel of a strided view: PyTorch's generic elementwise kernel, as costed by the
+    activation family's 'strided' layout (the operand copies of a batched matmul and a roll's
+    further passes, which the ONNX importer costs so too)."""
+    return _elementwise("activation", "relu", "strided", t.numel(), batch)
+
+
 def _copy(t: Any, batch: int) -> dict[str, Any]:
     """A copy kernel of a strided view into row-major order: PyTorch's generic elementwise
     kernel. A dense view whose dims are two blocks swapped above a short run (a transposed
     [batch, tokens, c], a permuted NCHW map) is costed by the transpose family
-    (onnx_strides.uncoalesced_blocks); any other by the activation family's 'strided' layout."""
+    (onnx_strides.uncoalesced_blocks); any other as ``_strided_copy``."""
     if t.dim() >= 2 and t.shape[0] == batch:
         blocks = uncoalesced_blocks(tuple(t.shape), tuple(t.stride()), contiguous_strides(tuple(t.shape)))
         if blocks is not None:
             return transpose_fields(blocks)
-    return _elementwise("activation", "relu", "strided", t.numel(), batch)
+    return _strided_copy(t, batch)
 
 
 def _transposed_add(ins: list[Any], out: Any, batch: int) -> dict[str, Any] | None:
     """An elementwise op of two full-size operands, one laid out as the output and one with two
     blocks of dims swapped (a residual stream [batch, c, tokens] in memory plus a branch's
     [batch, tokens, c]): the transpose family's 'add', or None where no operand is so. A
-    parameter (a position table) is broadcast over the batch, even where a batch of 1 gives it
-    the output's shape."""
+    module's parameter or buffer, or a view of one (a position table, a slice of it), is
+    broadcast over the batch, even where a batch of 1 gives it the output's shape (the ONNX
+    importer's initializers); ``traced_module_state`` names their storages during a trace."""
     import torch
 
     if not isinstance(out, torch.Tensor) or out.dim() < 2 or out.shape[0] != batch:
         return None
     shape = tuple(out.shape)
+    state = MODULE_STORAGES.get()
     for t in ins:
-        if tuple(t.shape) == shape and not isinstance(t, torch.nn.Parameter):
+        if tuple(t.shape) == shape and not isinstance(t, torch.nn.Parameter) and _storage(t) not in state:
             blocks = uncoalesced_blocks(shape, tuple(out.stride()), tuple(t.stride()))
             if blocks is not None:
                 return transpose_fields(blocks, "add")
     return None
+
+
+#: the storages of the traced module's parameters and buffers (``traced_module_state``)
+MODULE_STORAGES: ContextVar[frozenset[int]] = ContextVar("module_storages", default=frozenset())
+
+
+@contextmanager
+def traced_module_state(model: Any) -> Iterator[None]:
+    """While a module is traced, the storages of its parameters and buffers: what no batch ever
+    enlarges (``_transposed_add``)."""
+    token = MODULE_STORAGES.set(frozenset(_storage(t) for t in (*model.parameters(), *model.buffers())))
+    try:
+        yield
+    finally:
+        MODULE_STORAGES.reset(token)
 
 
 def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
@@ -357,7 +383,7 @@ def _matmul_copies(a: Any, b: Any, batch: int) -> list[dict[str, Any]]:
         viewed = folded.numel() == 0 or _storage(folded) == _storage(t)
         gemm_ready = (stride[2] == 1 and stride[1] >= max(1, cols)) or (stride[1] == 1 and stride[2] >= max(1, rows))
         if not (viewed and gemm_ready):
-            copies.append(_copy(expanded, batch))
+            copies.append(_strided_copy(expanded, batch))
     return copies
 
 
@@ -495,7 +521,7 @@ def hidden_kernels(name: str, args: tuple, kwargs: dict, batch: int = 1) -> list
         copy = runs_from(t[0], batch, lambda shape, strides: not _contiguous(shape, strides))
         return [] if copy is None else [from_batch(_copy(t[0], batch), copy)]
     if name == "roll" and t:
-        return [_copy(t[0], batch) for _ in range(_rolled_dims(args, kwargs) - 1)]
+        return [_strided_copy(t[0], batch) for _ in range(_rolled_dims(args, kwargs) - 1)]
     return []
 
 
@@ -556,8 +582,8 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
         # vectorized over dense inputs (cat of whole tensors, constant pad) and generic over
         # strided ones (cat of slices or of transposed keys) and where the layout changes.
         dense = name in COPY_CALLS and all(_dense(t) for t in ins if t.numel() > 1)
-        if name in RELAYOUT_CALLS and ins and ins[0].numel() == out_elements:
-            return _copy(ins[0], batch)
+        if name in ("reshape", "flatten", "contiguous") and ins and ins[0].numel() == out_elements:
+            return _copy(ins[0], batch)  # as the ONNX importer's reshape copy (a roll has no such node there)
         return _elementwise("activation", "relu", "contiguous" if dense else "strided", out_elements, batch)
     moved = out_elements + sum(t.numel() for t in ins)
     return {"kind": "fallback", "elements_per_sample": max(1, moved // batch)}

@@ -20,6 +20,7 @@ from predictor.importers.torch_calls import (
     classify,
     hidden_kernels,
     tensors_in,
+    traced_module_state,
     trailing_kernels,
 )
 from predictor.importers.torch_capture import capture_path_forced
@@ -92,6 +93,6 @@ def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
 
     # Measurement runs under inference_mode with no recorder, so fused fast paths run there:
     # the trace lets them run too (predictor.importers.torch_fused).
-    with torch.inference_mode(), measured_fast_paths(), call_recorder(on_call):
+    with torch.inference_mode(), measured_fast_paths(), traced_module_state(model), call_recorder(on_call):
         model(example)
     return Graph(name=name, nodes=nodes, batch=int(batch), source=source)

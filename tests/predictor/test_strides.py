@@ -31,3 +31,11 @@ def test_no_swap_when_nothing_moves_the_batch_moves_or_three_blocks_move() -> No
     assert transposed_blocks(shape, (60, 20, 1, 4), contiguous(shape)) is None
     # a slice is not dense: no block swap describes its copy
     assert transposed_blocks((2, 4, 8), (96, 24, 1), contiguous((2, 4, 8))) is None
+
+
+def test_a_batch_of_one_and_size_one_dims_are_left_out_of_the_orders() -> None:
+    # the same transposed [b, 400, 384] stream at a batch of 1, and with a size-1 dim inside
+    assert uncoalesced_blocks((1, 400, 384), (153600, 1, 400), contiguous((1, 400, 384))) == (384, 400, 1)
+    assert uncoalesced_blocks((2, 400, 1, 384), (153600, 1, 1, 400), contiguous((2, 400, 1, 384))) == (384, 400, 1)
+    # a broadcast (stride-0) operand is not dense: never a swap
+    assert transposed_blocks((2, 400, 384), (0, 1, 400), contiguous((2, 400, 384))) is None

@@ -562,3 +562,42 @@ def test_a_transposed_stream_is_copied_and_added_by_the_transpose_family(batch: 
                            ("add", "transpose", "add", swap),
                            ("layer_norm", "transpose", "", swap), ("layer_norm", "layer_norm", "", norm)]
     assert next(n for n in g.nodes if n.op == "add").layout == "strided"
+
+
+class StreamPlusTables(nn.Module):
+    """A transposed stream plus what no batch enlarges: a buffer and a slice of a parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.zeros(1, 16, 8))
+        self.pos = nn.Parameter(torch.zeros(1, 17, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(1, 2)
+        return x + self.table + self.pos[:, 1:]
+
+
+def test_a_buffer_or_a_slice_of_a_parameter_is_broadcast_at_a_batch_of_one() -> None:
+    """Traced at batch 1 a [1, 16, 8] buffer has the stream's shape, but no batch enlarges it:
+    the adds are broadcast ('strided'), as at batch 2 and as the ONNX importer's initializers."""
+    for batch in (1, 2):
+        g = graph_from_module(StreamPlusTables(), torch.randn(batch, 8, 16), name="tables")
+        adds = [(n.family, n.layout) for n in g.nodes if n.op in ("add", "__add__")]
+        assert adds == [("binary", "strided"), ("binary", "strided")], (batch, adds)
+
+
+def test_a_batched_matmuls_operand_copies_stay_strided_copies() -> None:
+    """torch.matmul copies an operand it cannot fold, here k permuted to [b, heads, head, tokens];
+    that copy is costed as a strided one (as the ONNX importer's matmul copies), whatever the
+    permutation: the transpose family costs a copy made into row-major order by reshape, a norm
+    or a linear layer."""
+
+    class Scores(nn.Module):
+        def forward(self, q: torch.Tensor) -> torch.Tensor:
+            b, t, c = q.shape
+            k = q.reshape(b, t, 4, c // 4).permute(0, 2, 3, 1)
+            return q.reshape(b, t, 4, c // 4).transpose(1, 2) @ k
+
+    g = graph_from_module(Scores(), torch.randn(2, 10, 32), name="scores")
+    copies = [(n.family, n.layout) for n in g.nodes if "/copy" in n.name]
+    assert copies and all(c == ("activation", "strided") for c in copies), copies
