@@ -19,6 +19,7 @@ from typing import Final
 import pandas as pd
 
 from predictor.dataset_schema import refuse_repeated_ids, validate_rows
+from predictor.durable_files import sync_directory
 from predictor.model_run_schema import validate_model_runs
 
 Validator = Callable[[pd.DataFrame], pd.DataFrame]
@@ -97,7 +98,7 @@ class ShardStore:
                              "compaction only removes identical copies; remove the unwanted one by hand")
         frame = frame.drop_duplicates(self.key, keep="last").reset_index(drop=True)
         self._write_frame(frame)
-        _sync_folder(self.directory)
+        sync_directory(self.directory)  # the renames durable before anything depends on them
         for shard in shards:
             shard.unlink()
         return len(shards), len(frame)
@@ -114,10 +115,3 @@ def model_run_store(directory: Path) -> ShardStore:
     return ShardStore(directory, validate_model_runs, key="run_id")
 
 
-def _sync_folder(directory: Path) -> None:
-    """Make the renames into ``directory`` durable before anything depends on them."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from predictor.durable_files import sync_directory
 from predictor.graph import Graph
 
 ID_PATTERN = re.compile(r"^[0-9a-f]{64}$")
@@ -242,12 +243,6 @@ def _touch(path: Path) -> bool:
 def _fsync_dir(directory: Path) -> None:
     """Make the rename itself durable (the directory entry), where the OS allows it."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        sync_directory(directory)
     except OSError:
         pass
-    finally:
-        os.close(fd)

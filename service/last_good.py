@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from predictor.bundle import BundleError, check_files
+from predictor.durable_files import sync_directory
 
 log = logging.getLogger("latpred.service")
 LOCK_FILE = ".lock"
@@ -129,15 +130,9 @@ def _sync_tree(folder: Path) -> None:
         if path.is_file():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
-    _sync_dir(folder)
+    sync_directory(folder)
 
 
-def _sync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -147,4 +142,4 @@ def _write_atomically(path: Path, text: str) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _sync_dir(path.parent)
+    sync_directory(path.parent)
