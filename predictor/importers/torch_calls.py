@@ -235,9 +235,9 @@ UNARY_ELEMENTWISE = {
 #: not cover (other dims, slices), constant pad.
 COPY_CALLS = {"cat", "concat", "pad"}
 #: Calls whose copy, where they make one (their output is not a view), changes the layout: a
-#: generic strided copy kernel (``_copy``: the transpose family's where the input is two blocks of
-#: dims swapped; roll runs one per rolled dim; a 4-d ``contiguous`` is costed by the transpose
-#: family).
+#: generic copy kernel. Reshape, flatten and a 3-d ``contiguous`` copy into row-major order
+#: (``_copy``: the transpose family's where the input is two blocks of dims swapped); roll runs
+#: strided passes, one per rolled dim; a 4-d ``contiguous`` is recognised as the transpose family.
 RELAYOUT_CALLS = {"roll", "reshape", "flatten", "contiguous"}
 
 
