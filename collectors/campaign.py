@@ -282,7 +282,7 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
     seeds = list(dict.fromkeys(seeds))
     fp, campaign, nvml = _open_whole_model_campaign(root, device, modes)
     done = campaign.nas.completed_ids()
-    planned = written = failed = 0
+    planned = already = written = failed = 0
     started = time.perf_counter()
     longest, stopped = 0.0, "complete"
     for first in range(0, len(seeds), group):
@@ -291,6 +291,8 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
                  for mode in modes}
         missing = {mode: [u for u in units[mode] if u.run_id(mode) not in done] for mode in modes}
         planned += sum(len(u) for u in units.values())
+        on_disk = sum(len(units[m]) - len(missing[m]) for m in modes)
+        already += on_disk
         if not any(missing.values()):
             continue
         elapsed = time.perf_counter() - started
@@ -318,13 +320,13 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
         bad = sum(1 for r in rows if r["status"] != "ok")
         written, failed = written + len(rows), failed + bad
         need = sum(len(m) for m in missing.values())
-        campaign.log("nas", SweepReport(need, sum(len(u) for u in units.values()) - need, len(rows) - bad, bad,
-                                        seconds, "complete"),
+        campaign.log("nas", SweepReport(need, on_disk, len(rows) - bad, bad, seconds, "complete"),
                      {"protocol": PROTOCOL, "seeds": chunk, "modes": modes, "batches": batches,
                       "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group,
                       "host_profiles": [before.id, after.id, run.id]})
         say(f"seeds {chunk[0]}-{chunk[-1]}: {len(rows)} rows ({bad} failed) in {seconds:.0f} s")
-    return SweepReport(planned, planned - written, written - failed, failed, time.perf_counter() - started, stopped)
+    # (a group left for a later run is planned, but neither on disk nor written)
+    return SweepReport(planned, already, written - failed, failed, time.perf_counter() - started, stopped)
 
 
 def collect_shapes(root: Path, device: str, models: list[str]) -> dict[str, Any]:

@@ -212,3 +212,15 @@ def test_an_architecture_that_fails_gets_failed_rows_and_the_others_are_measured
     assert frame.set_index("model").loc["nas-25", "error"].startswith("RuntimeError: CUDA out of memory")
     again = collect_nas(tmp_path, "cpu", [24, 25], (1,), ("fp32",), ("eager",), group=2, rounds=1, reps=1)
     assert again.measured == again.failed == 0 and again.already_done == 2  # a failure is not retried
+
+
+def test_a_run_stopped_by_its_budget_counts_the_groups_left_as_planned_not_on_disk(tmp_path: Path) -> None:
+    from collectors.campaign import collect_nas
+
+    first = collect_nas(tmp_path, "cpu", [24], (1,), ("fp32",), ("eager",), group=1, rounds=1, reps=1)
+    assert (first.planned, first.already_done, first.measured) == (1, 0, 1)
+    # nas-24 is on disk; nas-25's group would start past a budget of 0 s, so it is left for later
+    stopped = collect_nas(tmp_path, "cpu", [24, 25], (1,), ("fp32",), ("eager",), group=1, rounds=1, reps=1,
+                          max_seconds=0.0)
+    assert stopped.stopped == "budget"
+    assert (stopped.planned, stopped.already_done, stopped.measured) == (2, 1, 0)
