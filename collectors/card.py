@@ -147,8 +147,8 @@ def _nas_runs_section(directory: Path) -> list[str]:
             f"- in `{NAS_RUNS_FOLDER}/`: {len(runs)} rows ({len(ok_runs)} measured) over {runs['model'].nunique()} "
             "architectures of `latpred collect nas` (interleaved rounds in groups), by space: "
             + ", ".join(f"{space} {n}" for space, n in spaces.items()),
-            "- nas-dev and nas-test are read by `latpred validate --suite` only; training fits composition on "
-            "nas-train's CUDA-graph runs; the architectures, their split and their graphs are in "
+            "- nas-test is read by `latpred validate --suite` only; training fits composition on nas-train's "
+            "runs and calibrates the 90% interval on nas-dev's; the architectures, their split and their graphs are in "
             "`datasets/suites/nas/` and `datasets/suites/nas-train/`",
             f"- batches {sorted(ok_runs['batch'].unique().tolist())}, precisions "
             f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: eager {median_cv['eager']:.2f}%, "

@@ -24,9 +24,9 @@ MODEL_RUNS_FOLDER = "models"
 #: folder beside it for whole-model runs a later measurement of the same units superseded, one
 #: subfolder per set: kept for comparison, read by nothing in training.
 ARCHIVE_FOLDER = "archive"
-#: folder beside it for the NAS suites' whole-model runs, measured like the zoo's: nas-dev's and
-#: nas-test's are read by validation only (``latpred validate --suite``); training fits composition
-#: on nas-train's CUDA-graph runs (``training.suites.nas_train_runs``).
+#: folder beside it for the NAS suites' whole-model runs, measured like the zoo's: nas-test's are
+#: read by validation only (``latpred validate --suite``); training fits composition on
+#: nas-train's runs (``training.suites.nas_train_runs``) and calibrates the interval on nas-dev's.
 NAS_RUNS_FOLDER = "nas"
 #: folder beside it for whole-model runs measured under other host conditions (another machine, a
 #: contended core), one subfolder per condition with its shards and sweep log: eager predictions

@@ -42,7 +42,7 @@ class SuiteReport:
 def _held_out_constants(predictor: Predictor, suite: Suite, hosts: dict[str, Any]) -> dict[str, CompositionConstants]:
     """Per model, the composition constants fitted as training fits them, without that model:
     on the other models' torch-trace runs and the suite's ``fit_extra`` runs."""
-    extra = run_arrays(predictor, *suite.fit_extra) if suite.fit_extra else []
+    extra = run_arrays(predictor, *suite.fit_extra, hosts) if suite.fit_extra else []
     return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs, hosts), extra)
 
 

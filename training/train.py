@@ -24,7 +24,7 @@ from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.hosts import bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
-from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
+from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays
 
 #: What is fitted and compared per target: both libraries as one model with the family as a
 #: feature, and per-family models (with the faster-fitting library; dispatch times are too noisy
@@ -47,7 +47,8 @@ class TrainSettings:
     track: bool = True
     #: Install the new bundle where predictions load it even if it validates worse than the one there.
     force: bool = False
-    #: the suites folder: composition also fits on its ``nas-train`` CUDA-graph runs
+    #: the suites folder: composition also fits on its ``nas-train`` runs, and calibrates its
+    #: interval on ``nas-dev``'s
     suites: Path = DEFAULT_SUITES_DIR
 
 
@@ -93,7 +94,8 @@ def train(settings: TrainSettings) -> TrainReport:
     predictor = Predictor(in_memory_bundle(device_id, chosen), data.device)
     references = reference_profiles(settings.dataset)
     composition = leave_one_model_out(run_arrays(predictor, graphs, runs, references),
-                                      nas_train_arrays(predictor, settings.dataset, settings.suites))
+                                      nas_train_arrays(predictor, settings.dataset, settings.suites),
+                                      nas_dev_arrays(predictor, settings.dataset, settings.suites))
     hosts = bundle_hosts(runs, references, settings.dataset)
     lomo = composition.predictions
     metrics: dict[str, float] = {}
@@ -112,7 +114,7 @@ def train(settings: TrainSettings) -> TrainReport:
         "version": version, "dataset_hash": dataset_hash(settings.dataset), "fingerprint": fingerprint,
         "rows": len(data.rows), "metrics": metrics,
         "composition": {"constants": composition.constants.as_dict(), "interval_log": composition.interval_log,
-                        "fitted_on": composition.fitted_on,
+                        "fitted_on": composition.fitted_on, "interval_calibrated_on": composition.calibrated_on,
                         "estimated_host_extra_log": hosts.estimated_extra_log},
         "host_profile": hosts.default.model_dump(mode="json"),
         "host_profiles": {p.id: p.model_dump(mode="json") for p in hosts.known},

@@ -135,7 +135,7 @@ def strict_validate(bundle_dir: Path, dataset: Path, scale: float = 0.3, threads
         predictor = Predictor(in_memory_bundle(served.device_id, fits), device)
         arrays = run_arrays(predictor, graphs, runs, references)
         constants = fit_constants([r for r in arrays if r.model != held]
-                                  + run_arrays(predictor, extra_graphs, extra_runs))
+                                  + run_arrays(predictor, extra_graphs, extra_runs, references))
         for r in arrays:
             if r.model == held:
                 rows.append({"model": r.model, "batch": r.batch, "precision": r.precision, "mode": r.mode,

@@ -142,3 +142,30 @@ def test_eager_runs_without_a_host_are_left_out_of_the_fit() -> None:
     only_unprobed = fit_constants(unprobed)
     assert (only_unprobed.dispatch_share, only_unprobed.call_share, only_unprobed.view_share,
             only_unprobed.sync_us) == (1.0, 1.0, 4.0, 20.0)  # nothing to fit: the defaults
+
+
+def test_the_interval_is_the_quantile_of_held_out_errors_of_the_zoo_and_the_calibration_runs() -> None:
+    from training.composition import leave_one_model_out
+
+    truth = CompositionConstants(group_scale={**dict.fromkeys(GROUPS, 1.0), "conv": 0.9})
+    rng = np.random.default_rng(5)
+    zoo = []
+    for i in range(12):  # six models of two runs each, measured 2% off what the truth predicts
+        kernels = np.exp(rng.uniform(0.0, 5.0, 30))
+        r = replace(run(list(kernels), list(rng.choice([CONV, ELEMENTWISE], size=30))), model=f"m{i // 2}")
+        r.measured_us = predict_run(r, truth) * (1.02 if i % 2 else 0.98)
+        zoo.append(r)
+    alone = leave_one_model_out(zoo)
+    assert alone.calibrated_on == {"zoo_leave_one_model_out_runs": 12, "nas_dev_runs": 0}
+    assert alone.interval_log["cudagraph"] < 0.05
+    # graphs from outside, 30% off: four of them in sixteen runs put the 90% quantile at their error
+    outside = [replace(r, model=f"nas-{i}", measured_us=predict_run(r, alone.constants) / 1.3)
+               for i, r in enumerate(zoo[:4])]
+    both = leave_one_model_out(zoo, calibration=outside)
+    assert both.calibrated_on == {"zoo_leave_one_model_out_runs": 12, "nas_dev_runs": 4}
+    assert both.interval_log["cudagraph"] == pytest.approx(np.log(1.3), rel=1e-6)
+    # they calibrate the interval and nothing else: never fitted on, never in the zoo's scores
+    assert both.constants == alone.constants and both.predictions.equals(alone.predictions)
+    # an eager run with no host profile is not predicted, so it calibrates nothing
+    unhosted = replace(outside[0], mode="eager", host=None)
+    assert leave_one_model_out(zoo, calibration=[unhosted]).calibrated_on["nas_dev_runs"] == 0

@@ -68,7 +68,9 @@ def test_the_torch_path_is_latpred_validates_leave_one_model_out(zoo_report) -> 
     predictor = Predictor(bundle, resolve_device(bundle.device_id))
     arrays = run_arrays(predictor, suite.graphs["torch"], suite.runs, reference_profiles(DATASET))
     extra = nas_train_arrays(predictor, DATASET, SUITES)
-    assert extra and all(r.mode == "cudagraph" for r in extra)  # the NAS training runs join every fit
+    # the NAS training runs join every fit, each eager one on the host probed beside it
+    assert {r.mode for r in extra} == {"eager", "cudagraph"}
+    assert all(r.host is not None for r in extra if r.mode == "eager")
     reference = leave_one_model_out(arrays, extra).predictions
     ours = report.predictions[report.predictions["importer"] == "torch"]
     keys = ["model", "batch", "precision", "mode"]

@@ -1,0 +1,68 @@
+"""Would a reference forward timed in the same rounds follow the host better than its probes?
+
+Reads ``nas_dev_reference_forwards_2026-12-02.json.gz`` (written from the four groups that
+``reference_forward_groups.sh`` measured on one H200 lease) and predicts every run with the shipped
+bundle from its group's run profile. Prints, for nas-dev's runs, the share within +-10% as
+predicted from the profile, and divided by the median predicted/measured of the group's reference
+runs (three nas-train architectures at every batch and precision, timed in the same rounds); and
+how the runs compare with the dataset's measurement of the same units on another lease.
+
+    .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from predictor.bundle import Bundle
+from predictor.devices import resolve_device
+from predictor.graph import Graph
+from predictor.host_profile import HostProfile
+from predictor.predict import Predictor
+from training.suites import load_nas_runs
+
+HERE = Path(__file__).parent
+DIAGNOSTIC = HERE / "nas_dev_reference_forwards_2026-12-02.json.gz"
+REFERENCES = ("nas-1002", "nas-1003", "nas-1004")
+SUITES = Path("datasets/suites")
+
+
+def within(ratios: pd.Series) -> float:
+    return float(((ratios - 1).abs() <= 0.1).mean())
+
+
+def main() -> None:
+    bundle = Bundle.load(Path("predictor/bundles/nvidia-h200"))
+    predictor = Predictor(bundle, resolve_device(bundle.device_id))
+    rows = []
+    for group in json.loads(gzip.open(DIAGNOSTIC, "rt").read())["groups"]:
+        hosts = {i: HostProfile.model_validate(p) for i, p in group["host_profiles"].items()}
+        for r in group["runs"]:
+            reference = r["model"] in REFERENCES
+            graph = Graph.load(SUITES / ("nas-train" if reference else "nas") / "torch" / f"{r['model']}.json")
+            p = predictor.predict(graph, r["batch"], r["precision"], "eager", with_layers=False,
+                                  host=hosts[r["host_profile"]])
+            rows.append({**r, "group": group["group"], "reference": reference, "ratio": p.total_ms / r["latency_ms"]})
+    runs = pd.DataFrame(rows)
+    dev = runs[~runs["reference"]].copy()
+    by_group = runs[runs["reference"]].groupby("group")["ratio"].median()
+    dev["calibrated"] = dev["ratio"] / dev["group"].map(by_group)
+    print(f"bundle {bundle.version}; nas-dev eager runs: {len(dev)}, reference runs: {int(runs['reference'].sum())}")
+    print("per group, median predicted/measured: nas-dev", dev.groupby("group")["ratio"].median().round(3).to_dict(),
+          "references", by_group.round(3).to_dict())
+    print(f"within +-10% from the group's profile: {within(dev['ratio']):.1%}; "
+          f"divided by its reference runs' median: {within(dev['calibrated']):.1%}")
+    earlier = load_nas_runs(Path("datasets/nvidia-h200"))
+    earlier = earlier[earlier["mode"] == "eager"][["model", "batch", "precision", "latency_ms"]]
+    again = dev.merge(earlier, on=["model", "batch", "precision"], suffixes=("", "_dataset"))
+    moved = again["latency_ms"] / again["latency_ms_dataset"]
+    print(f"the same units as the dataset measured them on another lease: median {moved.median():.3f}x, "
+          f"{within(moved):.1%} within +-10%")
+
+
+if __name__ == "__main__":
+    main()
