@@ -2,8 +2,8 @@
 
 Layout under ``<root>/<device_id>/``: ``ops/`` and ``models/`` hold the live parquet shards
 (operator rows, and whole-model runs of the one protocol), ``nas/`` the NAS suite's whole-model
-runs (the same protocol and schema; training reads only nas-train's), ``archive/<name>/`` whole-model
-runs a later measurement superseded (kept for comparison, read by nothing in training),
+runs (the same protocol and schema; training fits on nas-train's and calibrates on nas-dev's),
+``archive/<name>/`` whole-model runs a later measurement superseded (kept for comparison, read by nothing in training),
 ``hosts/`` the host profiles probed at the start and end of every sweep and run (rows name the
 one probed before them), ``fingerprint.json`` the device, ``sweep_log.jsonl`` one line per collection run (what the
 dataset card's rates and device time are computed from), ``README.md`` the card. The
@@ -282,7 +282,11 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
     seeds = list(dict.fromkeys(seeds))
     fp, campaign, nvml = _open_whole_model_campaign(root, device, modes)
     done = campaign.nas.completed_ids()
-    planned = already = written = failed = 0
+    # every unit asked for, and those on disk, whether or not a budget stops the run before its group
+    planned = len(seeds) * len(precisions) * len(batches) * len(modes)
+    already = sum(ModelUnit(model_name(s), b, p).run_id(mode) in done
+                  for s in seeds for p in precisions for b in batches for mode in modes)
+    written = failed = 0
     started = time.perf_counter()
     longest, stopped = 0.0, "complete"
     for first in range(0, len(seeds), group):
@@ -290,9 +294,7 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
         units = {mode: [ModelUnit(model_name(s), b, p) for s in chunk for p in precisions for b in batches]
                  for mode in modes}
         missing = {mode: [u for u in units[mode] if u.run_id(mode) not in done] for mode in modes}
-        planned += sum(len(u) for u in units.values())
         on_disk = sum(len(units[m]) - len(missing[m]) for m in modes)
-        already += on_disk
         if not any(missing.values()):
             continue
         elapsed = time.perf_counter() - started
@@ -325,7 +327,7 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
                       "precisions": precisions, "rounds": rounds, "reps": reps, "seed": seed, "group": group,
                       "host_profiles": [before.id, after.id, run.id]})
         say(f"seeds {chunk[0]}-{chunk[-1]}: {len(rows)} rows ({bad} failed) in {seconds:.0f} s")
-    # (a group left for a later run is planned, but neither on disk nor written)
+    # (the groups a budget left for a later run are planned, but neither on disk nor written)
     return SweepReport(planned, already, written - failed, failed, time.perf_counter() - started, stopped)
 
 

@@ -15,21 +15,40 @@ from predictor.catalogue import PARAMETERS
 from predictor.dataset_schema import refuse_repeated_ids, validate_rows
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import feature_frame
-from predictor.host_profile import host_kind
-from predictor.model_run_schema import ARCHIVE_FOLDER, MODEL_RUNS_FOLDER, validate_model_runs
+from predictor.host_profile import HOSTS_FOLDER, host_kind
+from predictor.model_run_schema import (
+    ARCHIVE_FOLDER,
+    HOST_RUNS_FOLDER,
+    MODEL_RUNS_FOLDER,
+    NAS_RUNS_FOLDER,
+    validate_model_runs,
+)
 
 
 def shard_paths(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("part-*.parquet"))
 
 
+def trained_on_files(dataset_dir: Path) -> list[Path]:
+    """Every file of a device's dataset that training reads, in a fixed order: the live shards of
+    operator rows, zoo runs and NAS runs (``nas-train``'s are fitted on, ``nas-dev``'s calibrate
+    the interval), the host profiles and the sweep logs that pair a probe with the one after it
+    (``training.hosts``). Archived rows and the ``host_runs/`` shards are read by nothing in
+    training, so they are not among them."""
+    root = Path(dataset_dir)
+    shards = [p for folder in ("ops", MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER) for p in shard_paths(root / folder)]
+    logs = [p for p in (root / "sweep_log.jsonl", *sorted((root / HOST_RUNS_FOLDER).glob("*/sweep_log.jsonl")))
+            if p.is_file()]
+    return shards + sorted((root / HOSTS_FOLDER).glob("*.json")) + logs
+
+
 def dataset_hash(dataset_dir: Path) -> str:
-    """sha256 over the live shard files' bytes, in order: names the exact data a model saw
-    (archived rows are read by nothing in training, so they are not part of it)."""
+    """sha256 over the names (relative to the dataset) and bytes of ``trained_on_files``, in
+    order: names the exact data a model saw."""
+    root = Path(dataset_dir)
     digest = hashlib.sha256()
-    for path in [p for folder in ("ops", MODEL_RUNS_FOLDER)
-                 for p in shard_paths(Path(dataset_dir) / folder)]:
-        digest.update(path.name.encode())
+    for path in trained_on_files(root):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -7,8 +7,9 @@ Three suites, so that a figure can't come from the data it was tuned on:
   shapes: a development figure for the per-layer models, an honest one for composition.
 - ``nas-dev`` and ``nas-test``: random architectures of our NAS generator (``collectors.nas_space``),
   measured on the same GPU in interleaved rounds (``<dataset>/nas``) and split by seed. Neither
-  enters training; the shipped bundle predicts them as it would any user's graph. ``nas-dev`` may be
-  tuned on; ``nas-test`` is only scored: no constant, feature or model choice is made from it.
+  enters a fit; the shipped bundle predicts them as it would any user's graph. ``nas-dev`` may be
+  tuned on (its runs calibrate the interval); ``nas-test`` is only scored: no constant, feature or
+  model choice is made from it.
   A third set of seeds, ``nas-train`` (``datasets/suites/nas-train``), is not a suite: training
   fits the composition constants on its runs beside the zoo's (``nas_train_runs``), and
   ``nas-dev``'s runs join the zoo's leave-one-model-out errors that the 90% interval is
@@ -137,8 +138,13 @@ def nas_dev_arrays(predictor: Predictor, dataset: Path, suites_dir: Path = DEFAU
     measured = any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet"))
     if not measured or not (suites_dir / "nas" / "archs.jsonl").is_file():
         return []
-    suite = load_nas_suite("nas-dev", dataset, suites_dir)
-    return run_arrays(predictor, suite.graphs["torch"], suite.runs, reference_profiles(dataset))
+    archs = nas_archs(suites_dir)
+    runs = load_nas_runs(dataset)
+    runs = runs[runs["model"].isin(set(archs.loc[archs["split"] == "nas-dev", "name"]))].reset_index(drop=True)
+    # the torch traces only: no ONNX is parsed (training needs no onnx package, and 144 exports take seconds)
+    torch_dir = suites_dir / "nas" / "torch"
+    graphs = {m: Graph.load(torch_dir / f"{m}.json") for m in sorted(runs["model"].unique())}
+    return run_arrays(predictor, graphs, runs, reference_profiles(dataset))
 
 
 def nas_train_runs(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[dict[str, Graph], pd.DataFrame]:

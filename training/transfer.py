@@ -167,7 +167,8 @@ def memory_bundle(fits: dict[str, FitResult], measured: Sequence[str]) -> Bundle
 @dataclass
 class DeviceArrays:
     """A device's runs predicted layer by layer: its zoo runs, and the NAS training architectures'
-    CUDA-graph runs where its dataset has them (a one-device bundle's composition fits on both)."""
+    runs where its dataset has them (a one-device bundle's composition fits on both; the transfer
+    bundle shipped was fitted before their eager runs joined, and its intervals on the zoo alone)."""
 
     zoo: list[RunArrays]
     nas_train: list[RunArrays]

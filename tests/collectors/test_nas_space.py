@@ -219,8 +219,8 @@ def test_a_run_stopped_by_its_budget_counts_the_groups_left_as_planned_not_on_di
 
     first = collect_nas(tmp_path, "cpu", [24], (1,), ("fp32",), ("eager",), group=1, rounds=1, reps=1)
     assert (first.planned, first.already_done, first.measured) == (1, 0, 1)
-    # nas-24 is on disk; nas-25's group would start past a budget of 0 s, so it is left for later
-    stopped = collect_nas(tmp_path, "cpu", [24, 25], (1,), ("fp32",), ("eager",), group=1, rounds=1, reps=1,
+    # nas-24 is on disk; nas-25's group would start past a budget of 0 s, so it and nas-26's are left for later
+    stopped = collect_nas(tmp_path, "cpu", [24, 25, 26], (1,), ("fp32",), ("eager",), group=1, rounds=1, reps=1,
                           max_seconds=0.0)
     assert stopped.stopped == "budget"
-    assert (stopped.planned, stopped.already_done, stopped.measured) == (2, 1, 0)
+    assert (stopped.planned, stopped.already_done, stopped.measured) == (3, 1, 0)

@@ -17,7 +17,7 @@ from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.hosts import reference_profiles
 from training.suite_validation import score_suite, validate_suite
-from training.suites import DEFAULT_SUITES_DIR, load_suite, nas_train_arrays
+from training.suites import DEFAULT_SUITES_DIR, load_suite, nas_archs, nas_dev_arrays, nas_train_arrays
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "datasets" / "nvidia-h200"
@@ -77,6 +77,18 @@ def test_the_torch_path_is_latpred_validates_leave_one_model_out(zoo_report) -> 
     merged = ours.merge(reference, on=keys, suffixes=("", "_ref"))
     assert len(merged) == len(ours) == len(reference)
     np.testing.assert_allclose(merged["predicted_ms"], merged["predicted_ms_ref"], rtol=1e-9)
+
+
+def test_the_interval_calibrates_on_every_nas_dev_run_and_never_reads_nas_test() -> None:
+    bundle = Bundle.load(BUNDLE)
+    arrays = nas_dev_arrays(Predictor(bundle, resolve_device(bundle.device_id)), DATASET, SUITES)
+    archs = nas_archs(SUITES)
+    split = dict(zip(archs["name"], archs["split"]))
+    assert {split[r.model] for r in arrays} == {"nas-dev"}
+    dev = load_suite("nas-dev", DATASET, SUITES)
+    assert len(arrays) == len(dev.runs) and {r.mode for r in arrays} == {"eager", "cudagraph"}
+    assert all(r.host is not None for r in arrays if r.mode == "eager")  # each on the host probed beside it
+    assert bundle.metadata["composition"]["interval_calibrated_on"]["nas_dev_runs"] == len(arrays)
 
 
 def test_an_unknown_suite_or_model_is_refused_by_name() -> None:

@@ -17,15 +17,16 @@ import pytest
 
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
-from predictor.model_run_schema import MODEL_RUNS_FOLDER
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
-from training.data import OpData, dataset_hash, load_model_runs, load_ops, shape_group, shard_paths
+from training.data import OpData, dataset_hash, load_model_runs, load_ops, shape_group, shard_paths, trained_on_files
 from training.fit import FitResult, better, fit_target, test_mask as fold_mask  # pytest would collect "test_mask"
 from training.tracking import CHAMPION, SCORE_METRIC, _maybe_promote, champion_version, registered_name, tracking_uri
 from training.train import TrainReport, TrainSettings, train
 
 DATASET = Path(__file__).resolve().parents[2] / "datasets" / "nvidia-h200"
+SUITES = Path(__file__).resolve().parents[2] / "datasets" / "suites"
 DEVICE = "nvidia-h200"
 
 
@@ -153,7 +154,8 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Trained]:
     cwd = root / "cwd"
     cwd.mkdir()
     # threads=1: on a small shared machine XGBoost's OpenMP threads can spin for many seconds
-    settings = TrainSettings(dataset=DATASET, limit=3000, scale=0.1, threads=1,
+    # suites named absolutely: the default is relative to the checkout, and this runs elsewhere
+    settings = TrainSettings(dataset=DATASET, limit=3000, scale=0.1, threads=1, suites=SUITES,
                              bundle_root=root / "bundles", store=root / "store" / "mlruns.db")
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(cwd)  # MLflow writes artifacts relative to the working directory: keep them out of the repo
@@ -172,6 +174,10 @@ def test_train_exports_a_bundle_that_loads_and_predicts(trained: Trained) -> Non
     assert json.loads((DATASET / "fingerprint.json").read_text())["device_id"] == meta["fingerprint"]["device_id"]
     assert 0.0 <= meta["metrics"]["lomo_within_10pct"] <= 1.0
     assert set(meta["composition"]["interval_log"]) == {"eager", "cudagraph"}
+    # the interval's calibration runs: the zoo's held out one model at a time, and nas-dev's (no nas-test)
+    calibrated = meta["composition"]["interval_calibrated_on"]
+    assert calibrated["nas_dev_runs"] > 0 and calibrated["zoo_leave_one_model_out_runs"] > 0
+    assert meta["composition"]["fitted_on"]["nas_train_runs"] > 0  # nas-train's runs, both modes, fitted on
     for target in ("kernel", "dispatch"):
         assert bundle.targets[target].library == trained.second.chosen[target].library
     result = Predictor(bundle, resolve_device(DEVICE)).predict(load_zoo_graph("resnet18"), 8, "fp16")
@@ -256,11 +262,19 @@ def test_dataset_hash_names_the_exact_shards(tmp_path: Path) -> None:
     assert len(original) == 64
     assert dataset_hash(DATASET) == original
     copy = tmp_path / "nvidia-h200"
-    for sub in ("ops", MODEL_RUNS_FOLDER):
-        (copy / sub).mkdir(parents=True)
-        for path in shard_paths(DATASET / sub):
-            shutil.copy2(path, copy / sub / path.name)
+    for path in trained_on_files(DATASET):
+        (copy / path.relative_to(DATASET)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, copy / path.relative_to(DATASET))
     assert dataset_hash(copy) == original  # where the data lives does not matter
+    # what training reads: the NAS runs (nas-train fitted on, nas-dev calibrating), the host
+    # profiles and the sweep logs that pair probes, beside the operator rows and the zoo's runs
+    assert {p.relative_to(DATASET).parts[0] for p in trained_on_files(DATASET)} == {
+        "ops", MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER, "hosts", "sweep_log.jsonl", "host_runs"}
+    profile = sorted((copy / "hosts").glob("*.json"))[0]
+    kept = profile.read_bytes()
+    profile.write_bytes(kept.replace(b'"label"', b' "label"', 1))
+    assert dataset_hash(copy) != original  # a host profile counts
+    profile.write_bytes(kept)
     (copy / "README.md").write_text("not a shard")
     (copy / "archive" / "old").mkdir(parents=True)
     shutil.copy2(shard_paths(copy / MODEL_RUNS_FOLDER)[0], copy / "archive" / "old" / "part-00000.parquet")

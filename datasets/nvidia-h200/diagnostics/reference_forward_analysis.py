@@ -8,10 +8,15 @@ runs (three nas-train architectures at every batch and precision, timed in the s
 how the runs compare with the dataset's measurement of the same units on another lease.
 
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py
+    .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py --pack DIR
+
+``--pack DIR`` first writes the diagnostic file from the device's ``refdiag.tgz`` unpacked in DIR
+(``group0`` .. ``group3``, each a ``collect nas`` root's device folder).
 """
 
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 from pathlib import Path
@@ -29,6 +34,30 @@ HERE = Path(__file__).parent
 DIAGNOSTIC = HERE / "nas_dev_reference_forwards_2026-12-02.json.gz"
 REFERENCES = ("nas-1002", "nas-1003", "nas-1004")
 SUITES = Path("datasets/suites")
+
+
+WHAT = ("nas-dev's eager runs measured again on one H200 lease (machine 9, boot id 0e94f657, 2026-12-02), in "
+        "four groups of 18 architectures whose interleaved rounds also timed three nas-train architectures "
+        "(nas-1002 MBConv, nas-1003 encoder, nas-1004 ResNet) as reference forwards; written by "
+        "reference_forward_groups.sh, read by reference_forward_analysis.py; not training data")
+KEPT = ["model", "batch", "precision", "mode", "latency_ms", "p10_ms", "p90_ms", "cv", "host_profile", "timestamp"]
+
+
+def pack(unpacked: Path) -> None:
+    """The four groups' runs, sweep logs and host profiles as one gzipped JSON (``DIAGNOSTIC``)."""
+    groups = []
+    for g in range(4):
+        root = unpacked / f"group{g}"
+        runs = pd.concat([pd.read_parquet(p) for p in sorted((root / "nas").glob("part-*.parquet"))])
+        runs = runs[KEPT].assign(timestamp=runs["timestamp"].astype(str))
+        hosts = {}
+        for path in (root / "hosts").glob("*.json"):
+            profile = json.loads(path.read_text())
+            hosts[profile["id"]] = profile
+        log = [json.loads(line) for line in (root / "sweep_log.jsonl").read_text().splitlines() if line.strip()]
+        groups.append({"group": g, "sweep_log": log, "host_profiles": hosts, "runs": runs.to_dict("records")})
+    with gzip.open(DIAGNOSTIC, "wt") as f:
+        json.dump({"what": WHAT, "groups": groups}, f, sort_keys=True)
 
 
 def within(ratios: pd.Series) -> float:
@@ -65,4 +94,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pack", type=Path, help="the device's refdiag.tgz, unpacked: write the diagnostic file first")
+    args = parser.parse_args()
+    if args.pack:
+        pack(args.pack)
     main()
