@@ -59,14 +59,17 @@ def commands() -> None:
               help="multiplies the number of trees")
 @click.option("--no-track", is_flag=True, help="skip MLflow")
 @click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("datasets/suites"), show_default=True,
+              help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
 def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: float, no_track: bool,
-          force: bool) -> None:
+          force: bool, suites_dir: Path) -> None:
     """Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."""
     from training.train import TrainSettings, train as run_train
 
     try:
         report = run_train(TrainSettings(dataset=dataset, bundle_root=bundles, store=store, limit=limit,
-                                         scale=scale, track=not no_track, force=force))
+                                         scale=scale, track=not no_track, force=force, suites=suites_dir))
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     for target, candidates in report.candidates.items():

@@ -123,6 +123,22 @@ def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_
     return Suite(split, runs, {"torch": torch_graphs, **graphs}, missing)
 
 
+def require_nas_suites(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> None:
+    """Refuse, naming what is missing, a dataset with NAS runs whose suites are not in
+    ``suites_dir``: training would otherwise fit composition on the zoo alone and calibrate the
+    interval without nas-dev, and say nothing (``nas_train_runs`` and ``nas_dev_arrays`` give
+    nothing where a suite is missing, as for a dataset that measured none)."""
+    if not any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet")):
+        return
+    missing = [str(f) for f in (suites_dir / "nas-train" / "archs.jsonl", suites_dir / "nas" / "archs.jsonl")
+               if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"{dataset} holds NAS runs, but {' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing: "
+            "training fits composition on nas-train's runs and calibrates the interval on nas-dev's; run from "
+            "the checkout, or name the suites folder (--suites)")
+
+
 def nas_train_arrays(predictor: Predictor, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> list[RunArrays]:
     """``nas_train_runs`` predicted layer by layer, each eager run with the host profile
     probed beside it: the runs composition fits on beside the zoo's."""

@@ -24,7 +24,7 @@ from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.hosts import bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
-from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays
+from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays, require_nas_suites
 
 #: What is fitted and compared per target: both libraries as one model with the family as a
 #: feature, and per-family models (with the faster-fitting library; dispatch times are too noisy
@@ -79,6 +79,7 @@ def zoo_graphs(models: list[str]) -> dict[str, Graph]:
 
 def train(settings: TrainSettings) -> TrainReport:
     started = time.perf_counter()
+    require_nas_suites(settings.dataset, settings.suites)  # before minutes of fitting, not after
     data: OpData = load_ops(settings.dataset, limit=settings.limit, seed=settings.seed)
     candidates: dict[str, dict[str, FitResult]] = {}
     chosen: dict[str, FitResult] = {}

@@ -17,7 +17,14 @@ from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.hosts import reference_profiles
 from training.suite_validation import score_suite, validate_suite
-from training.suites import DEFAULT_SUITES_DIR, load_suite, nas_archs, nas_dev_arrays, nas_train_arrays
+from training.suites import (
+    DEFAULT_SUITES_DIR,
+    load_suite,
+    nas_archs,
+    nas_dev_arrays,
+    nas_train_arrays,
+    require_nas_suites,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASET = ROOT / "datasets" / "nvidia-h200"
@@ -105,3 +112,19 @@ def test_validate_suite_cli_writes_tables_and_a_scatter_plot(tmp_path: Path) -> 
     assert "suite zoo: 2 models" in result.output and "onnx-legacy" in result.output
     assert (tmp_path / "zoo" / "scatter.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert (tmp_path / "zoo" / "by_importer_mode_precision_batch.csv").stat().st_size > 0
+
+
+def test_training_refuses_a_dataset_with_nas_runs_whose_suites_it_cannot_find(tmp_path: Path) -> None:
+    """Run from another folder, the suites' default path finds nothing: training must say so before
+    it fits, not fit composition on the zoo alone and calibrate the interval without nas-dev."""
+    empty = tmp_path / "suites"
+    empty.mkdir()
+    result = CliRunner().invoke(main, ["train", "--dataset", str(DATASET), "--suites", str(empty), "--no-track",
+                                       "--bundles", str(tmp_path / "bundles")])
+    assert result.exit_code != 0
+    assert "holds NAS runs" in result.output and str(empty / "nas-train" / "archs.jsonl") in result.output
+    assert not (tmp_path / "bundles").exists()  # refused before any fit or export
+    # a dataset that measured no NAS suite needs none
+    partition = ROOT / "datasets" / "nvidia-h200-sm72"
+    assert not (partition / "nas").exists()
+    require_nas_suites(partition, empty)
