@@ -133,8 +133,11 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
              suites_dir: Path, models: str, hosts: bool) -> None:
     """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines; or,
     with --suite, score the zoo or a NAS suite through every importer."""
+    from training.suites import require_nas_suites
     from training.validate import scatter_plot, strict_validate, validate as run_validate
 
+    with _reported():  # every validation fits composition as training does: on nas-train's runs too
+        require_nas_suites(dataset, suites_dir)
     if hosts:
         if strict or suite is not None:
             raise click.UsageError("--hosts scores the host conditions alone: it does not combine with --strict "
@@ -149,7 +152,8 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
                         [m.strip() for m in models.split(",") if m.strip()] or None)
         return
     with _reported():
-        report = (strict_validate if strict else run_validate)(_bundle_dir(device, bundle), dataset)
+        report = (strict_validate(_bundle_dir(device, bundle), dataset, suites_dir=suites_dir) if strict
+                  else run_validate(_bundle_dir(device, bundle), dataset, suites_dir))
     _write_tables(out, {"predictions": report.predictions, "by_mode_precision_batch": report.table})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     click.echo(report.table.to_string(index=False, formatters={c: pct for c in report.table.columns

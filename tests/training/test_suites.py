@@ -124,6 +124,10 @@ def test_training_refuses_a_dataset_with_nas_runs_whose_suites_it_cannot_find(tm
     assert result.exit_code != 0
     assert "holds NAS runs" in result.output and str(empty / "nas-train" / "archs.jsonl") in result.output
     assert not (tmp_path / "bundles").exists()  # refused before any fit or export
+    # validation fits composition as training does, so it refuses the same way
+    refused = CliRunner().invoke(main, ["validate", "--dataset", str(DATASET), "--suites", str(empty),
+                                        "--out", str(tmp_path / "out")])
+    assert refused.exit_code != 0 and "holds NAS runs" in refused.output
     # a dataset that measured no NAS suite needs none
     partition = ROOT / "datasets" / "nvidia-h200-sm72"
     assert not (partition / "nas").exists()
