@@ -133,8 +133,6 @@ def _sync_tree(folder: Path) -> None:
     sync_directory(folder)
 
 
-
-
 def _write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(f"{STAGING_PREFIX}{path.name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     with open(tmp, "w") as handle:

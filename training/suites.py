@@ -108,16 +108,28 @@ def load_nas_runs(dataset: Path) -> pd.DataFrame:
     return load_model_runs(dataset, NAS_RUNS_FOLDER)
 
 
-def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,
-                   models: list[str] | None = None) -> Suite:
-    """One split of the NAS suite: its measured runs, torch traces and ONNX exports."""
+def has_nas_runs(dataset: Path) -> bool:
+    """Whether a device's dataset measured any NAS architecture (``<dataset>/nas``)."""
+    return any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet"))
+
+
+def _nas_split(split: str, dataset: Path, suites_dir: Path,
+               models: list[str] | None = None) -> tuple[pd.DataFrame, dict[str, Graph]]:
+    """One split's measured runs and the torch traces of its architectures that have one."""
     archs = nas_archs(suites_dir)
     in_split = set(archs.loc[archs["split"] == split, "name"])
     runs = load_nas_runs(dataset)
     runs = _runs_for(runs[runs["model"].isin(in_split)].reset_index(drop=True), models)
-    names = sorted(runs["model"].unique())
     torch_dir = suites_dir / "nas" / "torch"
-    torch_graphs = {m: Graph.load(torch_dir / f"{m}.json") for m in names if (torch_dir / f"{m}.json").is_file()}
+    return runs, {m: Graph.load(torch_dir / f"{m}.json") for m in sorted(runs["model"].unique())
+                  if (torch_dir / f"{m}.json").is_file()}
+
+
+def load_nas_suite(split: str, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR,
+                   models: list[str] | None = None) -> Suite:
+    """One split of the NAS suite: its measured runs, torch traces and ONNX exports."""
+    runs, torch_graphs = _nas_split(split, dataset, suites_dir, models)
+    names = sorted(runs["model"].unique())
     graphs, missing = _onnx_graphs(suites_dir / "nas" / "onnx", names)
     missing["torch"] = [m for m in names if m not in torch_graphs]
     return Suite(split, runs, {"torch": torch_graphs, **graphs}, missing)
@@ -128,7 +140,7 @@ def require_nas_suites(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> 
     ``suites_dir``: training would otherwise fit composition on the zoo alone and calibrate the
     interval without nas-dev, and say nothing (``nas_train_runs`` and ``nas_dev_arrays`` give
     nothing where a suite is missing, as for a dataset that measured none)."""
-    if not any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet")):
+    if not has_nas_runs(dataset):
         return
     missing = [str(f) for f in (suites_dir / "nas-train" / "archs.jsonl", suites_dir / "nas" / "archs.jsonl")
                if not f.is_file()]
@@ -151,15 +163,13 @@ def nas_dev_arrays(predictor: Predictor, dataset: Path, suites_dir: Path = DEFAU
     from outside, which the interval is calibrated on beside the zoo's leave-one-model-out ones
     (``training.composition.leave_one_model_out``). ``nas-test`` is never read here. Nothing
     (empty) where the suite or its runs are missing."""
-    measured = any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet"))
-    if not measured or not (suites_dir / "nas" / "archs.jsonl").is_file():
+    if not has_nas_runs(dataset) or not (suites_dir / "nas" / "archs.jsonl").is_file():
         return []
-    archs = nas_archs(suites_dir)
-    runs = load_nas_runs(dataset)
-    runs = runs[runs["model"].isin(set(archs.loc[archs["split"] == "nas-dev", "name"]))].reset_index(drop=True)
     # the torch traces only: no ONNX is parsed (training needs no onnx package, and 144 exports take seconds)
-    torch_dir = suites_dir / "nas" / "torch"
-    graphs = {m: Graph.load(torch_dir / f"{m}.json") for m in sorted(runs["model"].unique())}
+    runs, graphs = _nas_split("nas-dev", dataset, suites_dir)
+    untraced = sorted(set(runs["model"]) - set(graphs))
+    if untraced:  # every calibration run counts: none is dropped for want of its trace
+        raise FileNotFoundError(f"{suites_dir / 'nas' / 'torch'}: no torch trace of {', '.join(untraced)}")
     return run_arrays(predictor, graphs, runs, reference_profiles(dataset))
 
 
@@ -172,7 +182,7 @@ def nas_train_runs(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> tupl
     fitted in (nas-dev eager 48% -> 53% within +-10%, the zoo's 80% -> 82% leave-one-model-out).
     Nothing (empty) where the suite or its runs are missing."""
     folder = suites_dir / "nas-train"
-    if not (folder / "archs.jsonl").is_file() or not any((Path(dataset) / NAS_RUNS_FOLDER).glob("part-*.parquet")):
+    if not (folder / "archs.jsonl").is_file() or not has_nas_runs(dataset):
         return {}, pd.DataFrame()
     names = [json.loads(line)["name"] for line in (folder / "archs.jsonl").read_text().splitlines() if line.strip()]
     runs = load_nas_runs(dataset)
