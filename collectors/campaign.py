@@ -83,7 +83,7 @@ class Campaign:
                  note: str | None = None) -> HostProfile:
         """Store the run's profile (its probes and the samples between its rounds) and name it in
         every one of ``rows``: what the rounds saw of the host, which a pair of probes alone can miss."""
-        profile = run_profile(before, after, sampler.samples, note)
+        profile = run_profile(before, after, sampler.samples, note, sampler.reference_samples)
         self.hosts.put(profile)
         for row in rows:
             row["host_profile"] = profile.id

@@ -421,16 +421,23 @@ def host() -> None:
 @click.option("--reference", default=None, metavar="PROFILE.json|ID",
               help="with --cpu-only: the measured profile to scale (default: the one the shipped bundle names)")
 @click.option("--note", default=None, help="the conditions the probe runs under, kept in the profile")
+@click.option("--no-references", is_flag=True,
+              help="skip the reference forwards (a few seconds on a GPU): the profile's costs are then used "
+                   "as probed, not calibrated by whole forwards")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="write the profile here (default: print it)")
 @click.option("--save", is_flag=True, help="also store it where 'latpred predict --host ID' finds it")
-def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, out: Path | None,
-          save: bool) -> None:
-    """Measure this host's profile (about two seconds), or estimate it without a GPU."""
+def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, no_references: bool,
+          out: Path | None, save: bool) -> None:
+    """Measure this host's profile (2-3 s on the H200, 6-9 s for a process's first, CUDA starting), or
+    estimate it without a GPU."""
     from predictor.host_lookup import user_store
 
+    if cpu_only and no_references:
+        raise click.UsageError("--no-references is for a measured probe: a CPU-only estimate times no forwards")
     try:
-        profile = _estimated_profile(reference, note) if cpu_only else _measured_profile(device, note)
+        profile = (_estimated_profile(reference, note) if cpu_only
+                   else _measured_profile(device, note, references=not no_references))
         if save:
             user_store().put(profile)
     except (ValueError, KeyError, RuntimeError) as exc:
@@ -445,12 +452,12 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
         click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)
 
 
-def _measured_profile(device: str, note: str | None) -> Any:
+def _measured_profile(device: str, note: str | None, references: bool = True) -> Any:
     from collectors.fingerprint import read_fingerprint
     from collectors.host_probe import probe as run_probe
 
     kind = read_fingerprint(device).kind
-    return run_probe("cuda" if kind == "cuda" else "cpu", note)
+    return run_probe("cuda" if kind == "cuda" else "cpu", note, references=None if references else ())
 
 
 def _estimated_profile(reference: str | None, note: str | None) -> Any:

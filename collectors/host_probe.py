@@ -15,6 +15,10 @@ This is the same measurement the operator sweep makes of ``dispatch_us`` (eager 
 calls on the host clock, collectors.timing), on fixed small calls: the dispatch model learns an
 operator's cost relative to its kind's probe cost, and the probe of another host scales it back.
 
+After its loops the probe times the reference forwards (collectors.reference_forwards: three
+fixed architectures' whole eager forwards, which a prediction calibrates the costs by,
+predictor.host_references), and a whole-model run times them between its rounds.
+
 The probe runs at the start and end of every operator sweep and whole-model run
 (collectors.campaign), and on a user's machine as ``latpred host probe``.
 """
@@ -26,7 +30,7 @@ import platform
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pandas as pd
@@ -36,10 +40,12 @@ from collectors.fingerprint import cpu_model
 from predictor.host_profile import (
     HOST_KINDS,
     HOST_PROFILE_SCHEMA_VERSION,
+    REFERENCE_KEYS,
     HostProfile,
     make_id,
     mean_costs,
     mean_cpu_score,
+    mean_references,
     parse_profile,
 )
 
@@ -49,6 +55,11 @@ LOOP_US = 10_000.0
 ROUNDS = 12
 WARMUP_CALLS = 64
 MAX_CALLS = 20_000
+#: the probe's reference forwards: 18 forwards of 1.5-5.5 ms, 3 of each in each of 5 rounds, about a
+#: second on the H200; with building the nine models, one to three (the CLI's first probe, CUDA's
+#: start-up and cuDNN's heuristics included, took 8.5 s in all)
+REFERENCE_ROUNDS = 5
+REFERENCE_REPS = 3
 
 
 def _calls(torch: Any, device: Any) -> dict[str, Callable[[], object]]:
@@ -117,19 +128,31 @@ def measure_costs(device: str = "cuda", loop_us: float = LOOP_US, rounds: int = 
     return {k: float(statistics.median(v)) for k, v in samples.items()}
 
 
+def default_references(device: str) -> tuple[str, ...]:
+    """The reference forwards a probe of ``device`` times: all on a GPU, none on the CPU."""
+    return REFERENCE_KEYS if device.startswith("cuda") else ()
+
+
 def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_US,
-          rounds: int = ROUNDS) -> HostProfile:
+          rounds: int = ROUNDS, references: Sequence[str] | None = None) -> HostProfile:
     """A measured profile of this host issuing to ``device`` ('cuda', or 'cpu' to exercise the
-    probe where there is no GPU: CPU kernels run inside the call, so its costs include them)."""
+    probe where there is no GPU: CPU kernels run inside the call, so its costs include them),
+    with the reference forwards of ``references`` (default: all of them on a GPU, none on the
+    CPU, where a batch of 8 takes a tenth of a second and no eager GPU forward is predicted)."""
     import torch
 
+    from collectors.reference_forwards import ReferenceForwards
+
     started = time.perf_counter()
+    references = default_references(device) if references is None else references
     costs = measure_costs(device, loop_us, rounds)
+    reference_ms = (ReferenceForwards(device, references).median_ms(REFERENCE_ROUNDS, REFERENCE_REPS)
+                    if references else None)
     score = cpu_score_ns()
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
     fields: dict[str, Any] = {
         "schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "measured", "costs_us": costs,
-        "cpu_score_ns": score, "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
+        "reference_ms": reference_ms, "cpu_score_ns": score, "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "gpu": gpu,
         "hostname": platform.node() or None, "measured_at": pd.Timestamp.now(tz="UTC").isoformat(),
         "note": note,
@@ -140,30 +163,46 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
 
 
 #: a sample of the host between two rounds of a whole-model run: two rounds of 5 ms loops per kind,
-#: about a tenth of a second
+#: about a tenth of a second, and one round of the reference forwards (3 each: a tenth more)
 SAMPLE_LOOP_US = 5_000.0
 SAMPLE_ROUNDS = 2
+SAMPLE_REFERENCE_REPS = 3
 
 
 class RoundSampler:
-    """Host costs sampled between the rounds of a whole-model run (``collectors.model_runs``
-    calls it after each round). The same host probed 6.5 and 10.5 us per elementwise call
-    minutes apart on the H200 machines, and a pair of probes before and after a run of minutes
-    missed its host by up to a fifth; samples through the rounds follow what the rounds saw."""
+    """Host costs and reference forwards sampled between the rounds of a whole-model run
+    (``collectors.model_runs`` calls it after each round). The same host probed 6.5 and 10.5 us
+    per elementwise call minutes apart on the H200 machines, and a pair of probes before and
+    after a run of minutes missed its host by up to a fifth; samples through the rounds follow
+    what the rounds saw. The reference forwards are built on the first sample (they hold a few
+    MB of the device's memory until the sampler goes)."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, references: Sequence[str] | None = None) -> None:
         self.device = device
+        self.references = tuple(default_references(device) if references is None else references)
         self.samples: list[dict[str, float]] = []
+        self.reference_samples: list[dict[str, float]] = []
+        self._forwards: Any = None
 
     def __call__(self) -> None:
         self.samples.append(measure_costs(self.device, SAMPLE_LOOP_US, SAMPLE_ROUNDS))
+        if self.references:
+            from collectors.reference_forwards import ReferenceForwards
+
+            if self._forwards is None:
+                self._forwards = ReferenceForwards(self.device, self.references)
+            self.reference_samples.append(self._forwards.median_ms(1, SAMPLE_REFERENCE_REPS,
+                                                                   seed=len(self.reference_samples)))
 
 
 def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str, float]],
-                note: str | None = None) -> HostProfile:
+                note: str | None = None, reference_samples: Sequence[dict[str, float]] = ()) -> HostProfile:
     """The profile of a run: per kind, the geometric mean of the probe before it, the samples
-    between its rounds and the probe after it (the CPU score: of the two probes)."""
-    fields = {**before.model_dump(mode="json"), "costs_us": mean_costs([before.costs_us, *samples, after.costs_us]),
+    between its rounds and the probe after it (the CPU score: of the two probes); per reference
+    forward, of the same three (those that timed it)."""
+    fields = {**before.model_dump(mode="json"), "schema_version": HOST_PROFILE_SCHEMA_VERSION,
+              "costs_us": mean_costs([before.costs_us, *samples, after.costs_us]),
+              "reference_ms": mean_references([before.reference_ms, *reference_samples, after.reference_ms]),
               "cpu_score_ns": mean_cpu_score(before, after), "probe_seconds": None,
               "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "
                        f"and {len(samples)} samples between its rounds")[:500]}

@@ -135,12 +135,12 @@ def _timer(mode: str, forward: Callable[[], Any], device: torch.device) -> Calla
     return eager_timer(forward, device) if mode == "eager" else replay_timer(capture(forward))
 
 
-def _bound(model: Any, x: Any) -> Callable[[], Any]:
+def bound_forward(model: Any, x: Any) -> Callable[[], Any]:
     """One forward of ``model`` on ``x``, as a call with no arguments (bound now, not at call time)."""
     return lambda: model(x)
 
 
-def _under(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any]:
+def under_precision(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any]:
     """``forward`` run under ``precision``'s TF32 switches (restored afterwards)."""
     def run() -> Any:
         with precision_flags(precision):
@@ -172,7 +172,7 @@ def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mappi
             model = build_model(source, device, torch_dtype(prec))
             for batch in batches:
                 x = source.example_input(batch, device, torch_dtype(prec))
-                forwards[ModelUnit(name, batch, precision)] = _under(prec, _bound(model, x))
+                forwards[ModelUnit(name, batch, precision)] = under_precision(prec, bound_forward(model, x))
     with torch.inference_mode():
         units = list(forwards)
         for unit in units:  # warm-up: cuDNN/cuBLAS heuristics and allocator caches

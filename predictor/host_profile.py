@@ -26,11 +26,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
 from predictor.validation import INTEGRAL_FLOAT, validation_message
 
-HOST_PROFILE_SCHEMA_VERSION = 1
+#: version 2 adds ``reference_ms`` (reference forwards, predictor.host_references); version 1
+#: profiles (the dataset's before it) are read as they are
+HOST_PROFILE_SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 #: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
 HOSTS_FOLDER = "hosts"
 
@@ -60,6 +63,27 @@ HostId = Annotated[str, Field(pattern=ID_PATTERN, description="short id of a sto
                               examples=["h200-a1b2c3d4e5"])]
 
 
+#: The reference forwards a probe times (whole eager forwards of three ``nas-train`` architectures:
+#: an MBConv CNN, a transformer encoder, a ResNet; predictor.host_references says why), each at
+#: these batches and precisions. They are part of the profile's contract: a profile names
+#: nothing else, so that every latpred that reads it can predict what it names.
+REFERENCE_MODELS = ("nas-1002", "nas-1003", "nas-1004")
+REFERENCE_BATCHES = (1, 8)
+REFERENCE_PRECISIONS = ("fp32", "fp16", "bf16")
+#: plausible bounds of one reference forward, in milliseconds (the three take 1-10 ms on the H200)
+MIN_REFERENCE_MS = 0.01
+MAX_REFERENCE_MS = 10_000.0
+
+
+def reference_key(model: str, batch: int, precision: str) -> str:
+    """How a profile names one reference forward: ``<model>|b<batch>|<precision>``."""
+    return f"{model}|b{batch}|{precision}"
+
+
+REFERENCE_KEYS = tuple(reference_key(m, b, p) for m in REFERENCE_MODELS for p in REFERENCE_PRECISIONS
+                       for b in REFERENCE_BATCHES)
+
+
 def host_kind(family: str | None) -> str:
     """The profile kind a node of ``family`` is costed relative to."""
     return FAMILY_HOST_KIND.get(family or "", "elementwise")
@@ -71,7 +95,7 @@ class HostProfile(BaseModel):
     #: strict: a cost is a JSON number, not "8.5"; a core count an integer (8 or 8.0), not true
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    schema_version: Literal[1] = Field(description="version of this schema; readers refuse others")
+    schema_version: Literal[1, 2] = Field(description="version of this schema; readers refuse others")
     id: HostId
     label: Literal["measured", "estimated"] = Field(
         description="'measured': by the GPU probe on this host; 'estimated': scaled from a measured "
@@ -81,6 +105,15 @@ class HostProfile(BaseModel):
         json_schema_extra={"required": list(HOST_KINDS), "propertyNames": {"enum": list(HOST_KINDS)},
                            "additionalProperties": {"type": "number", "minimum": MIN_COST_US,
                                                     "maximum": MAX_COST_US}})
+    reference_ms: dict[str, float] | None = Field(
+        None, description="eager forwards of the reference architectures timed with the probe (or through a "
+                          "run's rounds), median milliseconds, by '<model>|b<batch>|<precision>' "
+                          f"({', '.join(REFERENCE_MODELS)} at batch {', '.join(map(str, REFERENCE_BATCHES))} in "
+                          f"{', '.join(REFERENCE_PRECISIONS)}; schema version 2): "
+                          "an eager prediction scales the costs by how far these ran from their prediction",
+        json_schema_extra={"propertyNames": {"enum": list(REFERENCE_KEYS)},
+                           "additionalProperties": {"type": "number", "minimum": MIN_REFERENCE_MS,
+                                                    "maximum": MAX_REFERENCE_MS}})
     cpu_score_ns: float | None = Field(
         None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
                                 "what an estimated profile is scaled by")
@@ -113,6 +146,30 @@ class HostProfile(BaseModel):
                              f"{MAX_COST_US:.0f} us; are the units microseconds?)")
         return {k: float(costs[k]) for k in HOST_KINDS}
 
+    @field_validator("reference_ms")
+    @classmethod
+    def _references(cls, references: dict[str, float] | None) -> dict[str, float] | None:
+        if references is None:
+            return None
+        if not references:
+            raise ValueError("no reference forwards: leave the field out, or give at least one")
+        unknown = sorted(set(references) - set(REFERENCE_KEYS))
+        if unknown:
+            raise ValueError(f"unknown reference forward(s) {', '.join(unknown[:3])}: this latpred knows "
+                             f"{', '.join(REFERENCE_KEYS[:2])}, ... ({len(REFERENCE_KEYS)} in all)")
+        for k, v in references.items():
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and MIN_REFERENCE_MS <= v <= MAX_REFERENCE_MS):
+                raise ValueError(f"{k}: {v!r} ms is not a plausible forward (between {MIN_REFERENCE_MS} and "
+                                 f"{MAX_REFERENCE_MS:.0f} ms; are the units milliseconds?)")
+        return {k: float(references[k]) for k in REFERENCE_KEYS if k in references}
+
+    @model_validator(mode="after")
+    def _references_need_version_2(self) -> HostProfile:
+        if self.reference_ms and self.schema_version < 2:
+            raise ValueError("reference_ms: reference forwards came with schema_version 2; a version 1 profile "
+                             "has none")
+        return self
+
     def cost(self, kind: str) -> float:
         return self.costs_us[kind]
 
@@ -132,9 +189,10 @@ class HostProfileError(ValueError):
 def parse_profile(data: Any) -> HostProfile:
     """A profile from JSON data; a ``HostProfileError`` naming the field where it is invalid
     (an unknown schema version is named as such, before any other field)."""
-    if isinstance(data, dict) and data.get("schema_version") not in (None, HOST_PROFILE_SCHEMA_VERSION):
+    if isinstance(data, dict) and data.get("schema_version") not in (None, *READABLE_SCHEMA_VERSIONS):
         raise HostProfileError(f"schema_version: {data.get('schema_version')!r} is not a host profile version "
-                               f"this latpred reads ({HOST_PROFILE_SCHEMA_VERSION}); probe again with this latpred")
+                               f"this latpred reads ({', '.join(map(str, READABLE_SCHEMA_VERSIONS))}); probe again "
+                               "with this latpred")
     try:
         return HostProfile.model_validate(data)
     except ValidationError as exc:
@@ -184,6 +242,17 @@ def mean_costs(costs: Sequence[Mapping[str, float]]) -> dict[str, float]:
     return {k: math.exp(math.fsum(math.log(c[k]) for c in costs) / len(costs)) for k in HOST_KINDS}
 
 
+def mean_references(measured: Sequence[Mapping[str, float] | None]) -> dict[str, float] | None:
+    """Per reference forward, the geometric mean of the measurements that timed it (None where
+    none did)."""
+    present = [m for m in measured if m]
+    keys = [k for k in REFERENCE_KEYS if any(k in m for m in present)]
+    if not keys:
+        return None
+    return {k: math.exp(math.fsum(math.log(m[k]) for m in present if k in m) / sum(k in m for m in present))
+            for k in keys}
+
+
 def mean_cpu_score(before: HostProfile, after: HostProfile) -> float | None:
     """The CPU score of a run probed before and after: the geometric mean of the two (the
     probe before's where the one after has none)."""
@@ -199,8 +268,9 @@ def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
     probes agreed within 5%; the mean of the pair was 1.30x."""
     return before.model_copy(update={
         "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64],
+        "schema_version": max(before.schema_version, after.schema_version),
         "costs_us": mean_costs([before.costs_us, after.costs_us]), "cpu_score_ns": mean_cpu_score(before, after),
-        "probe_seconds": None,
+        "reference_ms": mean_references([before.reference_ms, after.reference_ms]), "probe_seconds": None,
         "note": (f"{before.note + ': ' if before.note else ''}geometric mean of probes {before.id} "
                  f"and {after.id}")[:500]})
 

@@ -21,6 +21,7 @@ from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
 from predictor.graph import CAST_OPS, Graph
 from predictor.host_profile import HOST_KINDS, HostProfile, host_kind, parse_profile
+from predictor.host_references import Calibration, calibrate, parse_reference_key, reference_graph
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
@@ -65,6 +66,16 @@ def _checked_variant(batch: int, precision: str, mode: str) -> None:
 #: The widening of an eager interval on an estimated host profile where a bundle does not say
 #: what its hosts measured (training writes ``estimated_host_extra_log``): log(1.5).
 ESTIMATED_EXTRA_LOG = 0.405
+
+
+#: calibrated host profiles a predictor remembers before it starts over
+CALIBRATED_HOSTS_KEPT = 256
+
+
+def host_description(host: HostProfile, calibration: Calibration | None) -> str:
+    """What an eager prediction says of its host: the profile, and how its reference forwards
+    scaled it."""
+    return host.summary() if calibration is None else f"{host.summary()}; {calibration.describe()}"
 
 
 def default_host(bundle: Bundle) -> HostProfile | None:
@@ -133,6 +144,8 @@ class Predictor:
         widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
                                   for family, q in {"*": 0.3, **widths}.items()}
+        #: a profile's JSON -> it calibrated by its reference forwards (predictor.host_references)
+        self._calibrated: dict[str, tuple[HostProfile, Calibration | None]] = {}
 
     def __repr__(self) -> str:
         return (f"Predictor({self.device.device_id}, bundle {self.bundle.version}, "
@@ -290,6 +303,42 @@ class Predictor:
         return [self.predict(g, v.batch, v.precision, v.mode, with_layers=False, host=host)
                 for g in graphs for v in variants]
 
+    def reference_layers(self, key: str) -> LayerArrays:
+        """One reference forward's layers, eager (``nas-1002|b1|fp16``: predictor.host_references)."""
+        model, batch, precision = parse_reference_key(key)
+        graph = reference_graph(model).at_precision(get_precision(precision).name, batch)
+        return self.layers(graph, batch, precision, "eager")
+
+    def references_apply(self, host: HostProfile) -> bool:
+        """Whether ``host``'s reference forwards were timed on this predictor's device: forwards
+        timed on another GPU (or on the H200 for one of its partitions, or for a device never
+        measured) say nothing about how this device's forwards would run."""
+        if not host.reference_ms or not host.gpu or self.provenance != MEASURED:
+            return False
+        try:
+            return resolve_device(host.gpu).device_id == self.device.device_id
+        except ValueError:
+            return False
+
+    def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None
+                        ) -> tuple[HostProfile, Calibration | None]:
+        """``host`` scaled by its reference forwards as ``constants`` (default: this predictor's)
+        predict them; the same profile where it carries none, or where they were timed on another
+        device (``references_apply``). Remembered per profile for this predictor's own constants
+        (a service asks for one stored host thousands of times)."""
+        if not self.references_apply(host):
+            return host, None
+        c = constants or self.constants
+        key = host.model_dump_json() if c is self.constants else None
+        if key is not None and key in self._calibrated:
+            return self._calibrated[key]
+        result = calibrate(host, lambda ref, h: compose(self.reference_layers(ref), c, "eager", h) / 1e3)
+        if key is not None:
+            if len(self._calibrated) >= CALIBRATED_HOSTS_KEPT:  # (a service may be posted many hosts)
+                self._calibrated.clear()
+            self._calibrated[key] = result
+        return result
+
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
         """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a
         node may run another kernel variant when the model is captured as a CUDA graph), in graph
@@ -332,6 +381,10 @@ class Predictor:
         eager = mode == "eager"
         if host is None and eager:
             raise ValueError("this bundle names no host profile: give one (--host, or 'host' in the request)")
+        named = host
+        calibration = None
+        if eager and host is not None:
+            host, calibration = self.calibrated_host(host)
         total = compose(arrays, c, mode, host)
         fallbacks = bool(arrays.is_fallback.any())
         # (a captured graph's layers need a host only for their host column: none without a profile)
@@ -347,6 +400,11 @@ class Predictor:
             q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
         unsupported = []
         warnings = []
+        if calibration is not None and calibration.warning():
+            warnings.append(str(calibration.warning()))
+        elif eager and named is not None and named.reference_ms and calibration is None:
+            warnings.append(f"the host's reference forwards were timed on {named.gpu or 'no GPU'}, not "
+                            f"{self.device.name}: its costs are used as probed")
         if fallbacks and times is not None:
             fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback.tolist()) if is_fallback)
             unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")
@@ -364,6 +422,7 @@ class Predictor:
             model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
             high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
-            host=host.summary() if eager and host is not None else None, provenance=self.provenance,
+            host=host_description(named, calibration) if eager and named is not None else None,
+            provenance=self.provenance,
             layers=layers, unsupported=unsupported, warnings=warnings,
         )

@@ -5,7 +5,11 @@ of ``host_runs/`` (another machine, a contended core). Each eager run is predict
 with the composition constants fitted without its model (leave-one-model-out, as the zoo is
 scored):
 
-- ``own probe``: the host profile probed beside the run (training.hosts.reference_profiles);
+- ``own probe``: the host profile probed beside the run (training.hosts.reference_profiles),
+  calibrated by its reference forwards where it has them (predictor.host_references), as a
+  prediction for it is;
+- ``probe costs alone``: the same profile without that calibration (only for runs whose profile
+  has reference forwards: what the probe's per-kind loops alone get);
 - ``fixed host``: the bundle's one host for every run, as a bundle that baked one machine's host
   into a fitted scale would predict: the baseline the issue asks to report beside;
 - ``estimated``: a CPU-only estimate of the run's host, the bundle's profile scaled by the run's
@@ -22,6 +26,7 @@ import pandas as pd
 
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
+from predictor.host_profile import HostProfile
 from predictor.model_run_schema import HOST_RUNS_FOLDER, MODEL_RUNS_FOLDER
 from predictor.predict import Predictor, default_host
 from training.composition import held_out_constants, predict_run, run_arrays
@@ -31,7 +36,7 @@ from training.metrics import ape
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
 LIVE_CONDITION = "bundle host (models/)"
-METHODS = ("own probe", "fixed host", "estimated")
+METHODS = ("own probe", "probe costs alone", "fixed host", "estimated")
 
 
 @dataclass
@@ -75,11 +80,18 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
     rows: list[dict] = []
     profiles: list[dict] = []
     seen: set[str] = set()
+    calibrated: dict[tuple[str, str], HostProfile] = {}  # (profile, held-out model) -> its calibration
     for condition, runs in host_conditions(dataset).items():
         for r in run_arrays(predictor, graphs, runs, references):
             if r.host is None or r.model not in held:
                 continue
-            hosts = {"own probe": r.host, "fixed host": default, "estimated": estimate_of(default, r.host)}
+            key = (r.host.model_dump_json(), r.model)
+            if key not in calibrated:
+                calibrated[key] = predictor.calibrated_host(r.host, held[r.model])[0]
+            hosts = {"own probe": calibrated[key]}
+            if r.host.reference_ms:
+                hosts["probe costs alone"] = r.host
+            hosts.update({"fixed host": default, "estimated": estimate_of(default, r.host)})
             if r.host.id not in seen:
                 seen.add(r.host.id)
                 ratios = np.array([hosts["estimated"].costs_us[k] / r.host.costs_us[k] for k in r.host.costs_us])

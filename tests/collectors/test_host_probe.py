@@ -8,7 +8,10 @@ import pytest
 
 from collectors.cpu_score import cpu_score_ns
 from collectors.host_probe import estimate_here, probe
-from predictor.host_profile import HOST_KINDS, HostProfile, parse_profile
+from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, REFERENCE_KEYS, HostProfile, parse_profile
+
+#: the cheapest reference forward on a CPU (a ResNet at batch 1, about 8 ms)
+ONE_REFERENCE = "nas-1004|b1|fp32"
 
 
 def _round_trips(profile: HostProfile) -> None:
@@ -20,6 +23,7 @@ def test_cpu_probe_parses_and_orders_costs() -> None:
     profile = probe("cpu", note="test", loop_us=1000, rounds=4)
     _round_trips(profile)
     assert profile.label == "measured" and profile.gpu is None and profile.note == "test"
+    assert profile.reference_ms is None  # on the CPU, by default, no reference forwards
     # a call that launches nothing costs less than a convolution that computes on the CPU
     assert profile.costs_us["view"] < profile.costs_us["conv"]
     assert profile.cpu_score_ns and profile.cpu_score_ns > 0
@@ -39,10 +43,20 @@ def test_cpu_score_is_repeatable_within_a_factor() -> None:
     assert max(scores) / min(scores) < 2.0
 
 
+def test_a_probe_times_the_reference_forwards_it_is_given() -> None:
+    profile = probe("cpu", loop_us=1000, rounds=2, references=[ONE_REFERENCE])
+    _round_trips(profile)
+    assert profile.schema_version == HOST_PROFILE_SCHEMA_VERSION
+    assert list(profile.reference_ms or {}) == [ONE_REFERENCE] and (profile.reference_ms or {})[ONE_REFERENCE] > 0
+
+
 @pytest.mark.gpu
 def test_gpu_probe_parses() -> None:
     profile = probe("cuda")
     _round_trips(profile)
+    # every reference forward, each at least as long as the host takes to issue its calls
+    assert list(profile.reference_ms or {}) == list(REFERENCE_KEYS)
+    assert all(v > 0.05 for v in (profile.reference_ms or {}).values())
     assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None  # (its time: benchmarks/)
     # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel
     assert profile.costs_us["view"] < min(profile.costs_us[k] for k in ("elementwise", "gemm", "conv", "norm"))
@@ -62,3 +76,22 @@ def test_a_runs_profile_is_the_geometric_mean_of_its_probes_and_samples() -> Non
         assert run.costs_us[kind] == pytest.approx(2 * before.costs_us[kind])
     note = run.note or ""
     assert run.id not in (before.id, after.id) and before.id in note and note.startswith("as is")
+
+
+def test_a_runs_profile_carries_the_reference_forwards_sampled_between_its_rounds() -> None:
+    from collectors.host_probe import RoundSampler, run_profile
+
+    before = probe("cpu", loop_us=1000, rounds=2, references=[ONE_REFERENCE])
+    assert before.reference_ms is not None
+    first = before.reference_ms[ONE_REFERENCE]
+    after = before.model_copy(update={"id": "cpu-after", "reference_ms": {ONE_REFERENCE: 4 * first}})
+    sampler = RoundSampler("cpu", references=[ONE_REFERENCE])
+    sampler()
+    assert len(sampler.reference_samples) == 1 and list(sampler.reference_samples[0]) == [ONE_REFERENCE]
+    sampler.reference_samples[0] = {ONE_REFERENCE: 2 * first}
+    run = run_profile(before, after, sampler.samples, reference_samples=sampler.reference_samples)
+    assert run.reference_ms == {ONE_REFERENCE: pytest.approx(2 * first)}
+    # without reference forwards anywhere, the run has none
+    assert RoundSampler("cpu").references == ()
+    plain = before.model_copy(update={"reference_ms": None})
+    assert run_profile(plain, plain, []).reference_ms is None

@@ -13,6 +13,7 @@ import pytest
 from service_helpers import DEVICE, assert_problem, bundles_with_host, host_profile, small_onnx
 
 from predictor.host_profile import parse_profile
+from predictor.host_references import parse_reference_key, reference_graph
 from predictor.zoo import load_zoo_graph
 from service.app import create_app
 from service.config import ServiceConfig
@@ -70,6 +71,8 @@ def test_a_posted_profile_is_stored_listed_and_served(client: Any, config: Servi
     (lambda p: p["costs_us"].update(view=1e9), "costs_us", "not a plausible cost"),
     (lambda p: p.update(schema_version=7), "schema_version", "7 is not a host profile version"),
     (lambda p: p.pop("cpu_cores"), "cpu_cores", "required"),
+    (lambda p: p.update(reference_ms={"resnet50|b1|fp16": 3.0}), "reference_ms", "unknown reference forward"),
+    (lambda p: p.update(reference_ms={"nas-1004|b1|fp16": -2.0}), "reference_ms", "-2.0 ms is not a plausible"),
 ])
 def test_an_invalid_profile_is_a_422_naming_the_field(client: Any, config: ServiceConfig, change: Any,
                                                       field: str, words: str) -> None:
@@ -153,6 +156,27 @@ def test_eager_predictions_name_their_host_and_follow_its_costs(client: Any, def
     graph = predict("cudagraph")
     assert graph["host"] is None
     assert predict("cudagraph", "slow-host")["total_ms"] == graph["total_ms"]
+
+
+def test_a_profile_with_reference_forwards_is_calibrated_by_them(client: Any, default: dict[str, Any],
+                                                                 slow: dict[str, Any], registry: Any) -> None:
+    """Forwards that ran as the twice-as-slow host runs them: the prediction is that host's, and says so."""
+    predictor = registry.predictor(DEVICE)
+    references = {}
+    for key in ("nas-1002|b1|fp16", "nas-1003|b1|fp16", "nas-1004|b8|bf16"):
+        model, batch, precision = parse_reference_key(key)
+        references[key] = predictor.predict(reference_graph(model), batch, precision, "eager", with_layers=False,
+                                            host=parse_profile(slow)).total_ms
+    profile = {**default, "schema_version": 2, "id": "forwards-host", "label": "measured", "reference_ms": references}
+    assert client.post("/v1/hosts", json=profile).status_code == 201
+    body = {"model": "resnet50", "batch": 1, "mode": "eager", "precision": "fp16"}
+    calibrated = client.post("/v1/predict", json={**body, "host": "forwards-host"}).get_json()
+    slower = client.post("/v1/predict", json={**body, "host": "slow-host"}).get_json()
+    assert calibrated["total_ms"] == pytest.approx(slower["total_ms"], rel=1e-3)
+    assert "costs x2.00 from 3 reference forwards" in calibrated["host"]
+    assert any("reference forwards ran 2.00x" in w for w in calibrated["warnings"])
+    sheet = client.get("/v1/latency?model=resnet50&batch=1&mode=eager&precision=fp16&host=forwards-host&format=txt")
+    assert float(sheet.get_data(as_text=True)) == pytest.approx(slower["total_ms"], rel=1e-3)
 
 
 @pytest.mark.parametrize("host, status", [("no-such-host", 404), ("missing.json", 404), ("../../etc/passwd", 422),

@@ -132,3 +132,9 @@ def test_training_refuses_a_dataset_with_nas_runs_whose_suites_it_cannot_find(tm
     partition = ROOT / "datasets" / "nvidia-h200-sm72"
     assert not (partition / "nas").exists()
     require_nas_suites(partition, empty)
+
+
+def test_validate_takes_no_references_only_with_a_suite() -> None:
+    result = CliRunner().invoke(main, ["validate", "--hosts", "--no-references", "--dataset", str(DATASET),
+                                       "--suites", str(SUITES)])
+    assert result.exit_code == 2 and "--no-references goes with --suite" in result.output

@@ -1,0 +1,131 @@
+"""Reference forwards: a host's speed read off whole eager forwards, not only off tiny calls.
+
+The probe's per-kind loops time one call at a time, in seconds, and a host's speed drifts: on
+the H200 machines the same host probed 6.5 and 10.5 us per elementwise call minutes apart, and
+the NAS suite's groups of architectures ran 0.77x to 1.25x their prediction from profiles
+sampled between their own rounds. Whole forwards of three fixed architectures timed in the same
+rounds followed the host better: on ``nas-dev`` (2026-12-02, one lease, four groups;
+``datasets/nvidia-h200/diagnostics/reference_forward_analysis.py``) 38% of eager runs were
+within +-10% from their group's profile, and 65-69% with the profile's costs scaled so that the
+group's reference forwards at batch 1 (and 8) came out as measured.
+
+So a profile may carry reference forwards (``HostProfile.reference_ms``: the three ``nas-train``
+architectures of ``predictor.host_profile.REFERENCE_MODELS``, timed eagerly by the probe and
+between a run's rounds). Before an eager prediction its costs are multiplied by the one factor
+that makes the bundle's eager prediction of those forwards match their measurement at the
+median (``calibrate``): what the forwards saw of the host, which the tiny loops can miss, in
+the units composition already reads. A factor far from 1 is said, not hidden. The references'
+graphs ship here (``host_reference_graphs/``: their torch traces, the suite's, checked equal by
+a test), so a service without the datasets can predict them. Forwards timed on another GPU than
+the predictor's device calibrate nothing (Predictor.references_apply).
+
+What it does not do: composition is fitted, and its interval calibrated, on profiles' costs as
+probed (the runs training fits, machine 1's zoo and ``nas-train``, timed no reference forwards),
+and the factor is absolute: where the fit mispredicts the references themselves (1.23x under on
+the ``nas-train`` group that timed them as runs), that error is read as the host's. A bundle
+whose own host carried reference forwards would need the factor taken relative to its host's;
+none does yet. A CPU-only estimate scales a profile's costs as probed, not as calibrated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from predictor.graph import Graph
+from predictor.host_profile import HostProfile
+
+GRAPH_DIR = Path(__file__).parent / "host_reference_graphs"
+#: the factor is searched within these bounds (a host 4x off its own probe is not a host the
+#: probe describes at all)
+SCALE_BOUNDS = (0.25, 4.0)
+#: beyond these, a calibrated prediction says that the probe and the forwards disagree
+WARN_BOUNDS = (1 / 1.5, 1.5)
+BISECTIONS = 30
+
+
+def parse_reference_key(key: str) -> tuple[str, int, str]:
+    """``nas-1002|b8|fp16`` -> (model, batch, precision)."""
+    model, batch, precision = key.split("|")
+    return model, int(batch.removeprefix("b")), precision
+
+
+@cache
+def reference_graph(model: str) -> Graph:
+    """A reference architecture's torch-trace graph, as shipped."""
+    return Graph.load(GRAPH_DIR / f"{model}.json")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How a profile's costs were scaled by its reference forwards."""
+
+    scale: float
+    forwards: int
+
+    @property
+    def clipped(self) -> bool:
+        """Whether the factor stopped at a bound of ``SCALE_BOUNDS`` (the forwards are further off)."""
+        return self.scale in SCALE_BOUNDS
+
+    def describe(self) -> str:
+        return f"costs x{self.scale:.2f} from {self.forwards} reference forwards"
+
+    def warning(self) -> str | None:
+        """What a prediction says where the forwards and the probe disagree by far."""
+        low, high = WARN_BOUNDS
+        if low <= self.scale <= high:
+            return None
+        bound = ("at least " if self.scale >= high else "at most ") if self.clipped else ""
+        return (f"the host's reference forwards ran {bound}{self.scale:.2f}x what its probed costs predict: the "
+                "probe and the forwards saw different hosts (contention, or a host that changed speed); probe again")
+
+
+def solve_scale(measured_ms: Mapping[str, float], predict_ms: Callable[[str, float], float]) -> float:
+    """The factor ``s`` on a host's costs at which the median over ``measured_ms`` of
+    log(predicted / measured) is zero, where ``predict_ms(key, s)`` predicts one reference
+    forward with the costs times ``s``. Composition grows monotonically in every host cost,
+    so the median does too, and bisection in log(s) finds it (clipped to ``SCALE_BOUNDS``)."""
+    keys = list(measured_ms)
+
+    def median_log_error(log_scale: float) -> float:
+        s = math.exp(log_scale)
+        return float(np.median([math.log(predict_ms(k, s) / measured_ms[k]) for k in keys]))
+
+    low, high = (math.log(b) for b in SCALE_BOUNDS)
+    if median_log_error(high) <= 0:
+        return SCALE_BOUNDS[1]
+    if median_log_error(low) >= 0:
+        return SCALE_BOUNDS[0]
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        if median_log_error(middle) > 0:
+            high = middle
+        else:
+            low = middle
+    return math.exp((low + high) / 2)
+
+
+def calibrate(profile: HostProfile, predict_ms: Callable[[str, HostProfile], float]
+              ) -> tuple[HostProfile, Calibration | None]:
+    """``profile`` with its costs scaled by its reference forwards, and how; the profile as it
+    is where it carries none. ``predict_ms(key, host)`` is the eager prediction of one reference
+    forward on ``host`` (the caller's composition constants: the bundle's, or a fold's).
+
+    The calibrated profile is for composing, not for storing: it carries no reference forwards
+    (calibrating it again changes nothing), and its scaled costs are not validated (up to 4x a
+    probed cost may leave the bounds a stored profile keeps)."""
+    if not profile.reference_ms:
+        return profile, None
+
+    def scaled(s: float) -> HostProfile:
+        return profile.model_copy(update={"costs_us": {k: v * s for k, v in profile.costs_us.items()},
+                                          "reference_ms": None})
+
+    s = solve_scale(profile.reference_ms, lambda key, s: predict_ms(key, scaled(s)))
+    return scaled(s), Calibration(s, len(profile.reference_ms))
