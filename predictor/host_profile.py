@@ -26,12 +26,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
 from predictor.validation import INTEGRAL_FLOAT, validation_message
 
 #: version 2 adds ``reference_ms`` (reference forwards, predictor.host_references); version 1
-#: profiles (the dataset's before it) are read as they are
+#: profiles (the dataset's before it) are read as they are, and the field is read in either (the
+#: published schema cannot tie an optional field to a version, and a reader loses nothing by it)
 HOST_PROFILE_SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)
 #: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
@@ -111,7 +112,7 @@ class HostProfile(BaseModel):
                           f"({', '.join(REFERENCE_MODELS)} at batch {', '.join(map(str, REFERENCE_BATCHES))} in "
                           f"{', '.join(REFERENCE_PRECISIONS)}; schema version 2): "
                           "an eager prediction scales the costs by how far these ran from their prediction",
-        json_schema_extra={"propertyNames": {"enum": list(REFERENCE_KEYS)},
+        json_schema_extra={"propertyNames": {"enum": list(REFERENCE_KEYS)}, "minProperties": 1,
                            "additionalProperties": {"type": "number", "minimum": MIN_REFERENCE_MS,
                                                     "maximum": MAX_REFERENCE_MS}})
     cpu_score_ns: float | None = Field(
@@ -162,13 +163,6 @@ class HostProfile(BaseModel):
                 raise ValueError(f"{k}: {v!r} ms is not a plausible forward (between {MIN_REFERENCE_MS} and "
                                  f"{MAX_REFERENCE_MS:.0f} ms; are the units milliseconds?)")
         return {k: float(references[k]) for k in REFERENCE_KEYS if k in references}
-
-    @model_validator(mode="after")
-    def _references_need_version_2(self) -> HostProfile:
-        if self.reference_ms and self.schema_version < 2:
-            raise ValueError("reference_ms: reference forwards came with schema_version 2; a version 1 profile "
-                             "has none")
-        return self
 
     def cost(self, kind: str) -> float:
         return self.costs_us[kind]
