@@ -4,8 +4,10 @@ Reads ``nas_dev_reference_forwards_2026-12-02.json.gz`` (written from the four g
 ``reference_forward_groups.sh`` measured on one H200 lease) and predicts every run with the shipped
 bundle from its group's run profile. Prints, for nas-dev's runs, the share within +-10% as
 predicted from the profile, and divided by the median predicted/measured of the group's reference
-runs (three nas-train architectures at every batch and precision, timed in the same rounds); and
-how the runs compare with the dataset's measurement of the same units on another lease.
+runs (three nas-train architectures at every batch and precision, timed in the same rounds); as
+predicted now, from the group's profile carrying those reference runs at batch 1 and 8 as its
+reference forwards (predictor.host_references); and how the runs compare with the dataset's
+measurement of the same units on another lease.
 
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py --pack DIR
@@ -26,7 +28,7 @@ import pandas as pd
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
 from predictor.graph import Graph
-from predictor.host_profile import HostProfile
+from predictor.host_profile import REFERENCE_KEYS, HostProfile, reference_key
 from predictor.predict import Predictor
 from training.suites import load_nas_runs
 
@@ -70,12 +72,22 @@ def main() -> None:
     rows = []
     for group in json.loads(gzip.open(DIAGNOSTIC, "rt").read())["groups"]:
         hosts = {i: HostProfile.model_validate(p) for i, p in group["host_profiles"].items()}
+        forwards: dict[str, dict[str, float]] = {}  # profile -> its group's reference runs, as reference forwards
+        for r in group["runs"]:
+            key = reference_key(r["model"], r["batch"], r["precision"])
+            if key in REFERENCE_KEYS:
+                forwards.setdefault(r["host_profile"], {})[key] = r["latency_ms"]
+        calibrated = {i: h.model_copy(update={"schema_version": 2, "reference_ms": forwards.get(i)})
+                      for i, h in hosts.items()}
         for r in group["runs"]:
             reference = r["model"] in REFERENCES
             graph = Graph.load(SUITES / ("nas-train" if reference else "nas") / "torch" / f"{r['model']}.json")
             p = predictor.predict(graph, r["batch"], r["precision"], "eager", with_layers=False,
                                   host=hosts[r["host_profile"]])
-            rows.append({**r, "group": group["group"], "reference": reference, "ratio": p.total_ms / r["latency_ms"]})
+            q = predictor.predict(graph, r["batch"], r["precision"], "eager", with_layers=False,
+                                  host=calibrated[r["host_profile"]])
+            rows.append({**r, "group": group["group"], "reference": reference, "ratio": p.total_ms / r["latency_ms"],
+                         "as_predicted_now": q.total_ms / r["latency_ms"]})
     runs = pd.DataFrame(rows)
     dev = runs[~runs["reference"]].copy()
     by_group = runs[runs["reference"]].groupby("group")["ratio"].median()
@@ -84,7 +96,8 @@ def main() -> None:
     print("per group, median predicted/measured: nas-dev", dev.groupby("group")["ratio"].median().round(3).to_dict(),
           "references", by_group.round(3).to_dict())
     print(f"within +-10% from the group's profile: {within(dev['ratio']):.1%}; "
-          f"divided by its reference runs' median: {within(dev['calibrated']):.1%}")
+          f"divided by its reference runs' median: {within(dev['calibrated']):.1%}; "
+          f"calibrated by them at batch 1 and 8, as predictions now are: {within(dev['as_predicted_now']):.1%}")
     earlier = load_nas_runs(Path("datasets/nvidia-h200"))
     earlier = earlier[earlier["mode"] == "eager"][["model", "batch", "precision", "latency_ms"]]
     again = dev.merge(earlier, on=["model", "batch", "precision"], suffixes=("", "_dataset"))
