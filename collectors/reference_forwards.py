@@ -22,8 +22,7 @@ from collectors.forward_timing import eager_timer, synchronize
 from collectors.model_runs import bound_forward, build_model, under_precision
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import torch_dtype
-from predictor.host_profile import REFERENCE_KEYS
-from predictor.host_references import parse_reference_key
+from predictor.host_profile import REFERENCE_KEYS, parse_reference_key
 from predictor.precision import get_precision
 
 WARMUP = 3

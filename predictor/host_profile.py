@@ -81,6 +81,12 @@ def reference_key(model: str, batch: int, precision: str) -> str:
     return f"{model}|b{batch}|{precision}"
 
 
+def parse_reference_key(key: str) -> tuple[str, int, str]:
+    """``nas-1002|b8|fp16`` -> (model, batch, precision): ``reference_key`` read back."""
+    model, batch, precision = key.split("|")
+    return model, int(batch.removeprefix("b")), precision
+
+
 REFERENCE_KEYS = tuple(reference_key(m, b, p) for m in REFERENCE_MODELS for p in REFERENCE_PRECISIONS
                        for b in REFERENCE_BATCHES)
 

@@ -49,12 +49,6 @@ WARN_BOUNDS = (1 / 1.5, 1.5)
 BISECTIONS = 30
 
 
-def parse_reference_key(key: str) -> tuple[str, int, str]:
-    """``nas-1002|b8|fp16`` -> (model, batch, precision)."""
-    model, batch, precision = key.split("|")
-    return model, int(batch.removeprefix("b")), precision
-
-
 @cache
 def reference_graph(model: str) -> Graph:
     """A reference architecture's torch-trace graph, as shipped."""

@@ -9,6 +9,7 @@ and listed in ``unsupported``: nothing is dropped silently.
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -20,8 +21,8 @@ from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
 from predictor.graph import CAST_OPS, Graph
-from predictor.host_profile import HOST_KINDS, HostProfile, host_kind, parse_profile
-from predictor.host_references import Calibration, calibrate, parse_reference_key, reference_graph
+from predictor.host_profile import HOST_KINDS, HostProfile, host_kind, parse_profile, parse_reference_key
+from predictor.host_references import Calibration, calibrate, reference_graph
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
@@ -144,8 +145,8 @@ class Predictor:
         widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
                                   for family, q in {"*": 0.3, **widths}.items()}
-        #: a profile's JSON -> it calibrated by its reference forwards (predictor.host_references)
-        self._calibrated: dict[str, tuple[HostProfile, Calibration | None]] = {}
+        #: (a profile's JSON, other constants' or None) -> it calibrated by its reference forwards
+        self._calibrated: dict[tuple[str, str | None], tuple[HostProfile, Calibration | None]] = {}
 
     def __repr__(self) -> str:
         return (f"Predictor({self.device.device_id}, bundle {self.bundle.version}, "
@@ -324,20 +325,18 @@ class Predictor:
                         ) -> tuple[HostProfile, Calibration | None]:
         """``host`` scaled by its reference forwards as ``constants`` (default: this predictor's)
         predict them; the same profile where it carries none, or where they were timed on another
-        device (``references_apply``). Remembered per profile for this predictor's own constants
-        (a service asks for one stored host thousands of times)."""
+        device (``references_apply``). Remembered per profile and constants (a service asks for one
+        stored host thousands of times; validation, for each held-out model's constants)."""
         if not self.references_apply(host):
             return host, None
         c = constants or self.constants
-        key = host.model_dump_json() if c is self.constants else None
-        if key is not None and key in self._calibrated:
-            return self._calibrated[key]
-        result = calibrate(host, lambda ref, h: compose(self.reference_layers(ref), c, "eager", h) / 1e3)
-        if key is not None:
+        key = (host.model_dump_json(), None if c is self.constants else json.dumps(c.as_dict(), sort_keys=True))
+        if key not in self._calibrated:
             if len(self._calibrated) >= CALIBRATED_HOSTS_KEPT:  # (a service may be posted many hosts)
                 self._calibrated.clear()
-            self._calibrated[key] = result
-        return result
+            self._calibrated[key] = calibrate(host, lambda ref, h: compose(self.reference_layers(ref), c, "eager", h)
+                                              / 1e3)
+        return self._calibrated[key]
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
         """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a

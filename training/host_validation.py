@@ -26,7 +26,6 @@ import pandas as pd
 
 from predictor.bundle import Bundle
 from predictor.devices import resolve_device
-from predictor.host_profile import HostProfile
 from predictor.model_run_schema import HOST_RUNS_FOLDER, MODEL_RUNS_FOLDER
 from predictor.predict import Predictor, default_host
 from training.composition import held_out_constants, predict_run, run_arrays
@@ -80,15 +79,11 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
     rows: list[dict] = []
     profiles: list[dict] = []
     seen: set[str] = set()
-    calibrated: dict[tuple[str, str], HostProfile] = {}  # (profile, held-out model) -> its calibration
     for condition, runs in host_conditions(dataset).items():
         for r in run_arrays(predictor, graphs, runs, references):
             if r.host is None or r.model not in held:
                 continue
-            key = (r.host.model_dump_json(), r.model)
-            if key not in calibrated:
-                calibrated[key] = predictor.calibrated_host(r.host, held[r.model])[0]
-            hosts = {"own probe": calibrated[key]}
+            hosts = {"own probe": predictor.calibrated_host(r.host, held[r.model])[0]}
             if r.host.reference_ms:
                 hosts["probe costs alone"] = r.host
             hosts.update({"fixed host": default, "estimated": estimate_of(default, r.host)})

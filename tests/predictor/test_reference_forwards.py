@@ -19,8 +19,9 @@ from predictor.host_profile import (
     mean_profile,
     mean_references,
     parse_profile,
+    parse_reference_key,
 )
-from predictor.host_references import GRAPH_DIR, SCALE_BOUNDS, parse_reference_key, solve_scale
+from predictor.host_references import GRAPH_DIR, SCALE_BOUNDS, solve_scale
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
 

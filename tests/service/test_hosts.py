@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from service_helpers import DEVICE, assert_problem, bundles_with_host, host_profile, small_onnx
 
-from predictor.host_profile import parse_profile
-from predictor.host_references import parse_reference_key, reference_graph
+from predictor.host_profile import parse_profile, parse_reference_key
+from predictor.host_references import reference_graph
 from predictor.zoo import load_zoo_graph
 from service.app import create_app
 from service.config import ServiceConfig
