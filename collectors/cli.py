@@ -10,6 +10,7 @@ group stays cheap where torch is missing.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -429,15 +430,17 @@ def host() -> None:
 @click.option("--save", is_flag=True, help="also store it where 'latpred predict --host ID' finds it")
 def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, no_references: bool,
           out: Path | None, save: bool) -> None:
-    """Measure this host's profile (2-3 s on the H200, 6-9 s for a process's first, CUDA starting), or
-    estimate it without a GPU."""
+    """Measure this host's profile (8-15 s on the H200, CUDA's start-up and the reference forwards
+    included; rounds of forwards stop within 15 s of the command's start), or estimate it without
+    a GPU."""
+    started = time.perf_counter()  # torch, the GPU's fingerprint and CUDA start below: all in the budget
     from predictor.host_lookup import user_store
 
     if cpu_only and no_references:
         raise click.UsageError("--no-references is for a measured probe: a CPU-only estimate times no forwards")
     try:
         profile = (_estimated_profile(reference, note) if cpu_only
-                   else _measured_profile(device, note, references=not no_references))
+                   else _measured_profile(device, note, references=not no_references, started=started))
         if save:
             user_store().put(profile)
     except (ValueError, KeyError, RuntimeError) as exc:
@@ -447,17 +450,23 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
         click.echo(text)
     else:
         out.write_text(text + "\n")
-        click.echo(f"host profile {profile.id} written to {out}", err=True)
+        click.echo(f"host profile {profile.id} written to {out} ({time.perf_counter() - started:.1f} s)", err=True)
     if save:
         click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)
 
 
-def _measured_profile(device: str, note: str | None, references: bool = True) -> Any:
+def _measured_profile(device: str, note: str | None, references: bool = True,
+                      started: float | None = None) -> Any:
+    """A probe of ``device`` whose budget (PROBE_BUDGET_S) counts from ``started`` (default: now):
+    on the H200, importing torch, reading the GPU's fingerprint and starting CUDA took 6-7 s of a
+    command's 14, and a user waits for all of it."""
     from collectors.fingerprint import read_fingerprint
-    from collectors.host_probe import probe as run_probe
+    from collectors.host_probe import PROBE_BUDGET_S, probe as run_probe
 
+    started = time.perf_counter() if started is None else started
     kind = read_fingerprint(device).kind
-    return run_probe("cuda" if kind == "cuda" else "cpu", note, references=None if references else ())
+    return run_probe("cuda" if kind == "cuda" else "cpu", note, references=None if references else (),
+                     budget_s=PROBE_BUDGET_S - (time.perf_counter() - started))
 
 
 def _estimated_profile(reference: str | None, note: str | None) -> Any:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import statistics
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,19 +54,27 @@ class ReferenceForwards:
                     timer()
             synchronize(self.device)
 
-    def time(self, rounds: int, reps: int, seed: int = 0) -> dict[str, list[float]]:
-        """Milliseconds of every forward: ``reps`` of each in each of ``rounds`` shuffled rounds."""
+    def time(self, rounds: int, reps: int, seed: int = 0, deadline: float | None = None) -> dict[str, list[float]]:
+        """Milliseconds of every forward: ``reps`` of each in each of up to ``rounds`` shuffled
+        rounds. With a ``deadline`` (a ``time.perf_counter()`` value) no round starts that the
+        last one's duration says would end past it; the first always runs, so every forward is
+        timed ``reps`` times at least."""
         import torch
 
         samples: dict[str, list[float]] = defaultdict(list)
         order = list(self.timers)
+        last_s = 0.0
         with torch.inference_mode():
             for r in range(rounds):
+                started = time.perf_counter()
+                if r and deadline is not None and started + last_s > deadline:
+                    break
                 random.Random(seed + r).shuffle(order)
                 for key in order:
                     samples[key] += [self.timers[key]() for _ in range(reps)]
+                last_s = time.perf_counter() - started
         return dict(samples)
 
-    def median_ms(self, rounds: int, reps: int, seed: int = 0) -> dict[str, float]:
+    def median_ms(self, rounds: int, reps: int, seed: int = 0, deadline: float | None = None) -> dict[str, float]:
         """Per forward, the median of ``time``'s samples: what a profile's ``reference_ms`` holds."""
-        return {k: float(statistics.median(v)) for k, v in self.time(rounds, reps, seed).items()}
+        return {k: float(statistics.median(v)) for k, v in self.time(rounds, reps, seed, deadline).items()}

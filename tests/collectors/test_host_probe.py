@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
 from collectors.cpu_score import cpu_score_ns
 from collectors.host_probe import estimate_here, probe
+from collectors.reference_forwards import ReferenceForwards
 from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, REFERENCE_KEYS, HostProfile, parse_profile
 
 #: the cheapest reference forward on a CPU (a ResNet at batch 1, about 8 ms)
@@ -48,6 +50,20 @@ def test_a_probe_times_the_reference_forwards_it_is_given() -> None:
     _round_trips(profile)
     assert profile.schema_version == HOST_PROFILE_SCHEMA_VERSION
     assert list(profile.reference_ms or {}) == [ONE_REFERENCE] and (profile.reference_ms or {})[ONE_REFERENCE] > 0
+
+
+def test_reference_rounds_stop_at_the_deadline_but_one_always_runs() -> None:
+    forwards = ReferenceForwards("cpu", [ONE_REFERENCE])
+    assert len(forwards.time(3, 2)[ONE_REFERENCE]) == 6  # no deadline: every round
+    assert len(forwards.time(3, 2, deadline=time.perf_counter())[ONE_REFERENCE]) == 2  # passed: the first only
+    assert len(forwards.time(3, 2, deadline=time.perf_counter() + 60)[ONE_REFERENCE]) == 6
+
+
+def test_a_probe_past_its_budget_still_times_every_reference_forward() -> None:
+    profile = probe("cpu", note="x" * 500, loop_us=1000, rounds=2, references=[ONE_REFERENCE], budget_s=0.0)
+    assert list(profile.reference_ms or {}) == [ONE_REFERENCE]
+    # and the profile says so, within the note's 500 characters
+    assert profile.note and profile.note.endswith("1 of 5 rounds within the probe's 0.0 s") and len(profile.note) == 500
 
 
 @pytest.mark.gpu
