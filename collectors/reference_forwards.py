@@ -75,6 +75,6 @@ class ReferenceForwards:
                 last_s = time.perf_counter() - started
         return dict(samples)
 
-    def median_ms(self, rounds: int, reps: int, seed: int = 0, deadline: float | None = None) -> dict[str, float]:
+    def median_ms(self, rounds: int, reps: int, seed: int = 0) -> dict[str, float]:
         """Per forward, the median of ``time``'s samples: what a profile's ``reference_ms`` holds."""
-        return {k: float(statistics.median(v)) for k, v in self.time(rounds, reps, seed, deadline).items()}
+        return {k: float(statistics.median(v)) for k, v in self.time(rounds, reps, seed).items()}
