@@ -31,7 +31,7 @@ from predictor.zoo import load_zoo_graph  # noqa: E402
 
 def record_calls(predictor: Predictor, log: list[dict[str, list[tuple[float, int]]] | None]) -> None:
     """Wrap each compiled forest's ``predict`` to add (us, rows) to ``log[0]`` while it is set."""
-    forests = [(key, forest) for key, forest in predictor.bundle.targets["kernel"].compiled.items()]
+    forests = list(predictor.bundle.targets["kernel"].compiled.items())
     forests += [("dispatch", forest) for forest in predictor.bundle.targets["dispatch"].compiled.values()]
     for key, forest in forests:
         def timed(x: Any, call: Callable[[Any], Any] = forest.predict, key: str = key) -> Any:

@@ -150,7 +150,7 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     timed in as many of REFERENCE_ROUNDS rounds as end within ``budget_s`` of the start."""
     import torch
 
-    from collectors.reference_forwards import ReferenceForwards
+    from collectors.reference_forwards import ReferenceForwards, medians
 
     started = time.perf_counter()
     references = default_references(device) if references is None else references
@@ -159,7 +159,7 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     if references:
         samples = ReferenceForwards(device, references).time(REFERENCE_ROUNDS, REFERENCE_REPS,
                                                              deadline=started + budget_s - PROBE_RESERVE_S)
-        reference_ms = {k: float(statistics.median(v)) for k, v in samples.items()}
+        reference_ms = medians(samples)
         timed = min(len(v) for v in samples.values()) // REFERENCE_REPS
         if timed < REFERENCE_ROUNDS:  # the profile says how it was measured
             cut = (f"reference forwards: {timed} of {REFERENCE_ROUNDS} rounds within the probe's "

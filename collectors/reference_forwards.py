@@ -77,4 +77,9 @@ class ReferenceForwards:
 
     def median_ms(self, rounds: int, reps: int, seed: int = 0) -> dict[str, float]:
         """Per forward, the median of ``time``'s samples: what a profile's ``reference_ms`` holds."""
-        return {k: float(statistics.median(v)) for k, v in self.time(rounds, reps, seed).items()}
+        return medians(self.time(rounds, reps, seed))
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, float]:
+    """Per forward, the median of its samples (``ReferenceForwards.time``'s)."""
+    return {k: float(statistics.median(v)) for k, v in samples.items()}
