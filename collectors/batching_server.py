@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from collectors.forward_timing import capture
-from collectors.model_runs import ModelSource, build_model
+from collectors.model_build import ModelSource, build_model
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import get_zoo_model

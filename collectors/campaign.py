@@ -24,15 +24,8 @@ import pandas as pd
 from collectors.fingerprint import DeviceFingerprint, open_nvml, read_fingerprint
 from collectors.host_probe import RoundSampler, run_profile
 from collectors.layer_shapes import load_shapes
-from collectors.model_runs import (
-    MODEL_BATCHES,
-    MODEL_PRECISIONS,
-    PROTOCOL,
-    ModelSource,
-    ModelUnit,
-    failed_row,
-    measure_models,
-)
+from collectors.model_build import ModelSource
+from collectors.model_runs import MODEL_BATCHES, MODEL_PRECISIONS, PROTOCOL, ModelUnit, failed_row, measure_models
 from collectors.nas_space import NasModel, model_name, seed_of
 from collectors.op_measure import OpMeasurer
 from collectors.sampler import SamplerSettings, sample_configs

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from collectors.forward_timing import capture, time_cudagraph, time_eager
-from collectors.model_runs import build_model
+from collectors.model_build import build_model
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import TEXT, get_zoo_model
 from predictor.importers.torch_capture import capture_path_forced

@@ -31,9 +31,8 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
-
-import pandas as pd
 
 from collectors.cpu_score import cpu_score_ns
 from collectors.fingerprint import cpu_model
@@ -63,10 +62,15 @@ REFERENCE_REPS = 3
 #: Issue #12 asks a probe to take at most 15 s. On a core shared with a busy loop one took 15.3 s
 #: with all five rounds of forwards (its loops 2-3 s, building the nine models and their warm-up
 #: several more): rounds of forwards stop where the next would end past the budget less what
-#: the probe does after them (the CPU score, a tenth of a second, and margin). One round always
-#: runs, so a probe whose models alone take longer still times every forward.
+#: comes after them: the CPU score (0.1-0.25 s) and, for ``latpred host probe``, the command's
+#: exit (torch's and CUDA's teardown: on the H200 the shell's wall time was 0.8-1.4 s over the
+#: command's own count from its first line). One round always runs.
 PROBE_BUDGET_S = 15.0
-PROBE_RESERVE_S = 1.0
+PROBE_RESERVE_S = 2.0
+#: and no reference forward starts its warm-up with less than this left before the forwards'
+#: deadline: what one round of the warmed forwards takes (0.1-0.35 s on the H200) and one more
+#: forward's first call, which can take a second or more (collectors.reference_forwards.WARMUP_MODELS)
+WARMUP_RESERVE_S = 2.0
 
 
 def _calls(torch: Any, device: Any) -> dict[str, Callable[[], object]]:
@@ -157,26 +161,38 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     costs = measure_costs(device, loop_us, rounds)
     reference_ms = None
     if references:
-        samples = ReferenceForwards(device, references).time(REFERENCE_ROUNDS, REFERENCE_REPS,
-                                                             deadline=started + budget_s - PROBE_RESERVE_S)
+        deadline = started + budget_s - PROBE_RESERVE_S
+        forwards = ReferenceForwards(device, references, warmup_deadline=deadline - WARMUP_RESERVE_S)
+        samples = forwards.time(REFERENCE_ROUNDS, REFERENCE_REPS, deadline=deadline)
         reference_ms = medians(samples)
-        timed = min(len(v) for v in samples.values()) // REFERENCE_REPS
-        if timed < REFERENCE_ROUNDS:  # the profile says how it was measured
-            cut = (f"reference forwards: {timed} of {REFERENCE_ROUNDS} rounds within the probe's "
-                   f"{max(budget_s, 0.0):.1f} s")
-            note = f"{note[:500 - len(cut) - 2]}; {cut}" if note else cut
+        note = _with_cut(note, len(samples), len(references), min(len(v) for v in samples.values()) // REFERENCE_REPS,
+                         budget_s)
     score = cpu_score_ns()
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
     fields: dict[str, Any] = {
         "schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "measured", "costs_us": costs,
         "reference_ms": reference_ms, "cpu_score_ns": score, "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "gpu": gpu,
-        "hostname": platform.node() or None, "measured_at": pd.Timestamp.now(tz="UTC").isoformat(),
+        "hostname": platform.node() or None, "measured_at": datetime.now(UTC).isoformat(),
         "note": note,
     }
     fields["probe_seconds"] = round(time.perf_counter() - started, 3)
     fields["id"] = make_id(fields, gpu or "cpu")
     return parse_profile(fields)
+
+
+def _with_cut(note: str | None, forwards: int, asked: int, rounds: int, budget_s: float) -> str | None:
+    """``note`` with what the budget cut of the reference forwards, if it cut any (the profile
+    says how it was measured; 500 characters at most, as the schema allows)."""
+    cuts = []
+    if forwards < asked:
+        cuts.append(f"{forwards} of {asked}")
+    if rounds < REFERENCE_ROUNDS:
+        cuts.append(f"{rounds} of {REFERENCE_ROUNDS} rounds")
+    if not cuts:
+        return note
+    cut = f"reference forwards: {', '.join(cuts)} within the probe's {max(budget_s, 0.0):.1f} s"
+    return f"{note[:500 - len(cut) - 2]}; {cut}" if note else cut
 
 
 #: a sample of the host between two rounds of a whole-model run: two rounds of 5 ms loops per kind,
@@ -232,5 +248,5 @@ def estimate_here(reference: HostProfile, note: str | None = None) -> HostProfil
     from predictor.host_profile import estimate_profile
 
     return estimate_profile(reference, cpu_score_ns(), cpu_model=cpu_model(), cpu_cores=os.cpu_count() or 1,
-                            hostname=platform.node() or None, measured_at=pd.Timestamp.now(tz="UTC").isoformat(),
+                            hostname=platform.node() or None, measured_at=datetime.now(UTC).isoformat(),
                             note=note)

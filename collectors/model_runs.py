@@ -26,7 +26,7 @@ import random
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,12 +34,13 @@ import torch
 
 from collectors.fingerprint import THROTTLE_MASK, DeviceFingerprint, Nvml
 from collectors.forward_timing import capture, eager_timer, replay_timer, synchronize
+from collectors.model_build import ModelSource, bound_forward, build_model, under_precision
 from collectors.op_measure import provenance
-from collectors.precision_flags import precision_flags, torch_dtype
+from collectors.precision_flags import torch_dtype
 from collectors.timing import coefficient_of_variation
 from collectors.zoo_models import get_zoo_model
 from predictor.model_run_schema import MODEL_RUN_SCHEMA_VERSION, MODES
-from predictor.precision import Precision, get_precision
+from predictor.precision import get_precision
 
 #: the run-id suffix of this protocol's rows; a resumed collection skips the run ids on disk.
 PROTOCOL = "interleaved-all"
@@ -62,35 +63,6 @@ class ModelUnit:
     def run_id(self, mode: str) -> str:
         """The id of this unit's row in ``mode``: what a resumed collection looks for on disk."""
         return f"{self.config_id}|{mode}|{PROTOCOL}"
-
-
-class ModelSource(Protocol):
-    """What the protocol needs of a model: its kind (the rows' ``model_kind``), how to build it
-    and one input batch. ``collectors.zoo_models.ZooModel`` and ``collectors.nas_space.NasModel``
-    are such sources."""
-
-    @property
-    def kind(self) -> str: ...
-
-    def build(self) -> Any: ...
-
-    def example_input(self, batch: int, device: Any, dtype: Any) -> Any: ...
-
-
-def build_model(source: ModelSource, device: Any, dtype: Any) -> Any:
-    """``source``'s model on ``device`` in ``dtype``, in eval mode, built and cast as a user builds
-    one: outside inference mode, even when called inside it. Parameters made inside it are
-    inference tensors, and torch.matmul then multiplies a linear layer's non-contiguous 3-d input
-    (MLP-Mixer's token mixing, attention's batch-first input on its slow path) by a batched GEMM
-    of one small matrix per token instead of copying it and running one GEMM, as PyTorch does for
-    a model built the usual way (and the importer records: predictor.importers.torch_calls.
-    linear_plan). The NAS runs before 2026-12-02 were measured so (datasets/nvidia-h200/notes.md)."""
-    import torch
-
-    with torch.inference_mode(False):
-        with torch.device(device):
-            model = source.build()
-        return model.to(device=device, dtype=dtype).eval()
 
 
 def run_row(unit: ModelUnit, mode: str, fingerprint: DeviceFingerprint, samples: list[float],
@@ -133,19 +105,6 @@ def _timer(mode: str, forward: Callable[[], Any], device: torch.device) -> Calla
     """A callable timing one run of ``forward`` in ``mode``, in milliseconds: a synchronised
     eager forward, or one replay of its captured graph."""
     return eager_timer(forward, device) if mode == "eager" else replay_timer(capture(forward))
-
-
-def bound_forward(model: Any, x: Any) -> Callable[[], Any]:
-    """One forward of ``model`` on ``x``, as a call with no arguments (bound now, not at call time)."""
-    return lambda: model(x)
-
-
-def under_precision(precision: Precision, forward: Callable[[], Any]) -> Callable[[], Any]:
-    """``forward`` run under ``precision``'s TF32 switches (restored afterwards)."""
-    def run() -> Any:
-        with precision_flags(precision):
-            return forward()
-    return run
 
 
 def measure_models(fingerprint: DeviceFingerprint, models: Sequence[str] | Mapping[str, ModelSource],

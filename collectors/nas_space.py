@@ -37,7 +37,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from predictor.model_run_schema import NAS_SPACES
+from predictor.model_kinds import NAS_SPACES
 
 SPACES = NAS_SPACES
 SPLITS = ("nas-dev", "nas-test")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from collectors.model_runs import ModelSource
+    from collectors.model_build import ModelSource
 
 OPSET = 17
 EXPORTERS = ("dynamo", "legacy")

@@ -20,26 +20,54 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from collectors.forward_timing import eager_timer, synchronize
-from collectors.model_runs import bound_forward, build_model, under_precision
+from collectors.model_build import bound_forward, build_model, under_precision
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import torch_dtype
 from predictor.host_profile import REFERENCE_KEYS, parse_reference_key
 from predictor.precision import get_precision
 
 WARMUP = 3
+#: the order the forwards are warmed up in when a deadline may cut it: precision by precision
+#: (fp32, bf16, fp16), and within one each architecture at batch 1, then at batch 8, the MBConv
+#: (nas-1002) last, so what a cut keeps spans the three architectures and what it drops is
+#: nas-1002's fp16 first. (Warmed architecture by architecture, a contended probe that kept only
+#: nas-1003's first three calibrated the costs by x3.31 from them.)
+#: A process's first forwards cost what cuDNN and cuBLAS do on a shape's first call: on the H200
+#: (benchmarks/results/probe_phases.txt) the 18 first calls took 2.9-5.2 s as the machine was and
+#: 6.5-8.6 s on a contended core; nas-1002's two fp16 forwards 2.3-3.2 s of it as is, in cuDNN's
+#: convolutions (its bf16 ones 0.07-0.3 s, run before or after them), each other forward 0.01-0.4 s.
+WARMUP_MODELS = ("nas-1003", "nas-1004", "nas-1002")
+WARMUP_PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def warmup_order(keys: Sequence[str]) -> list[str]:
+    """``keys`` by WARMUP_PRECISIONS, then batch, then WARMUP_MODELS: the most forwards, of every
+    architecture, warmed up before a deadline."""
+    def rank(key: str) -> tuple[int, int, int]:
+        name, batch, precision = parse_reference_key(key)
+        model_rank = WARMUP_MODELS.index(name) if name in WARMUP_MODELS else len(WARMUP_MODELS)
+        precision_rank = WARMUP_PRECISIONS.index(precision) if precision in WARMUP_PRECISIONS else 9
+        return precision_rank, batch, model_rank
+    return sorted(keys, key=rank)
 
 
 class ReferenceForwards:
-    """The forwards of ``keys`` (``nas-1002|b1|fp16``...) built on ``device``, ready to time."""
+    """The forwards of ``keys`` (``nas-1002|b1|fp16``...) built on ``device``, ready to time.
 
-    def __init__(self, device: str, keys: Sequence[str] = REFERENCE_KEYS) -> None:
+    With a ``warmup_deadline`` (a ``time.perf_counter()`` value) no forward starts its warm-up
+    past it, and those not warmed are dropped (``skipped``): a forward's first call can take
+    seconds, and timed cold it would say nothing of the host. The first always warms up."""
+
+    def __init__(self, device: str, keys: Sequence[str] = REFERENCE_KEYS,
+                 warmup_deadline: float | None = None) -> None:
         import torch
 
         self.device = torch.device(device)
         self.timers: dict[str, Callable[[], float]] = {}
+        self.skipped: tuple[str, ...] = ()
         models: dict[tuple[str, str], Any] = {}
         with torch.inference_mode(False):  # built as measure_models builds (a sampler calls this inside it)
-            for key in keys:
+            for key in warmup_order(keys) if warmup_deadline is not None else keys:
                 name, batch, precision = parse_reference_key(key)
                 prec = get_precision(precision)
                 source = NasModel(seed_of(name))
@@ -49,10 +77,15 @@ class ReferenceForwards:
                 self.timers[key] = eager_timer(under_precision(prec, bound_forward(models[name, precision], x)),
                                                self.device)
         with torch.inference_mode():
-            for timer in self.timers.values():  # cuDNN/cuBLAS heuristics, allocator caches
+            for i, timer in enumerate(list(self.timers.values())):  # cuDNN/cuBLAS heuristics, allocator caches
+                if i and warmup_deadline is not None and time.perf_counter() > warmup_deadline:
+                    self.skipped = tuple(list(self.timers)[i:])
+                    for late in self.skipped:
+                        del self.timers[late]
+                    break
                 for _ in range(WARMUP):
                     timer()
-            synchronize(self.device)
+                synchronize(self.device)
 
     def time(self, rounds: int, reps: int, seed: int = 0, deadline: float | None = None) -> dict[str, list[float]]:
         """Milliseconds of every forward: ``reps`` of each in each of up to ``rounds`` shuffled

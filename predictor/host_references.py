@@ -68,7 +68,7 @@ class Calibration:
         return self.scale in SCALE_BOUNDS
 
     def describe(self) -> str:
-        return f"costs x{self.scale:.2f} from {self.forwards} reference forwards"
+        return f"costs x{self.scale:.2f} from {self.forwards} reference forward{'' if self.forwards == 1 else 's'}"
 
     def warning(self) -> str | None:
         """What a prediction says where the forwards and the probe disagree by far."""

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from predictor.dataset_schema import PROVENANCE_COLUMNS, DatasetSchemaError, _describe, upgrade_v1
+from predictor.model_kinds import MODEL_KINDS, MODES
 from predictor.precision import PRECISIONS
 
 #: 2 added ``host_profile``: the id of the host profile probed before the run (version-1 rows are
@@ -33,10 +34,6 @@ NAS_RUNS_FOLDER = "nas"
 #: are scored there with each run's own host profile (``latpred validate --hosts``); training
 #: never fits on them.
 HOST_RUNS_FOLDER = "host_runs"
-MODES = ("eager", "cudagraph")
-#: the search spaces of the NAS suite's generator (collectors.nas_space): a NAS run's model_kind
-NAS_SPACES = ("mbconv", "transformer", "resnet", "convnext", "attention", "mixer")
-MODEL_KINDS = ("vision", "text", *NAS_SPACES)
 
 
 def validate_model_runs(frame: pd.DataFrame) -> pd.DataFrame:

@@ -87,3 +87,10 @@ def test_probe_writes_a_measured_profile_on_this_cpu(tmp_path: Path) -> None:
 def test_no_references_is_refused_with_a_cpu_only_estimate() -> None:
     result = run("host", "probe", "--cpu-only", "--no-references")
     assert result.exit_code == 2 and "--no-references is for a measured probe" in result.output
+
+
+def test_a_budget_is_for_a_measured_probe_and_at_least_a_second() -> None:
+    result = run("host", "probe", "--cpu-only", "--budget-s", "30")
+    assert result.exit_code == 2 and "--budget-s is for a measured probe" in result.output
+    result = run("host", "probe", "--device", "cpu", "--budget-s", "0.5")
+    assert result.exit_code == 2 and "--budget-s" in result.output and "0.5" in result.output

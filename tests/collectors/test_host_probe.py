@@ -9,11 +9,12 @@ import pytest
 
 from collectors.cpu_score import cpu_score_ns
 from collectors.host_probe import estimate_here, probe
-from collectors.reference_forwards import ReferenceForwards
+from collectors.reference_forwards import ReferenceForwards, warmup_order
 from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, REFERENCE_KEYS, HostProfile, parse_profile
 
-#: the cheapest reference forward on a CPU (a ResNet at batch 1, about 8 ms)
+#: a cheap reference forward on a CPU (a ResNet at batch 1, about 8 ms), and the one a budget warms up first
 ONE_REFERENCE = "nas-1004|b1|fp32"
+CHEAPEST_REFERENCE = "nas-1003|b1|fp32"
 
 
 def _round_trips(profile: HostProfile) -> None:
@@ -59,11 +60,28 @@ def test_reference_rounds_stop_at_the_deadline_but_one_always_runs() -> None:
     assert len(forwards.time(3, 2, deadline=time.perf_counter() + 60)[ONE_REFERENCE]) == 6
 
 
-def test_a_probe_past_its_budget_still_times_every_reference_forward() -> None:
-    profile = probe("cpu", note="x" * 500, loop_us=1000, rounds=2, references=[ONE_REFERENCE], budget_s=0.0)
-    assert list(profile.reference_ms or {}) == [ONE_REFERENCE]
+def test_warmup_spans_the_architectures_and_leaves_the_dear_first_calls_last() -> None:
+    order = warmup_order(REFERENCE_KEYS)
+    assert sorted(order) == sorted(REFERENCE_KEYS)
+    assert order[:3] == ["nas-1003|b1|fp32", "nas-1004|b1|fp32", "nas-1002|b1|fp32"]  # a cut keeps all three
+    assert order[-4:] == ["nas-1002|b1|fp16", "nas-1003|b8|fp16", "nas-1004|b8|fp16", "nas-1002|b8|fp16"]
+
+
+def test_no_forward_starts_its_warm_up_past_the_deadline_but_the_first() -> None:
+    forwards = ReferenceForwards("cpu", [ONE_REFERENCE, CHEAPEST_REFERENCE], warmup_deadline=time.perf_counter())
+    assert list(forwards.timers) == [CHEAPEST_REFERENCE] and forwards.skipped == (ONE_REFERENCE,)
+    assert list(forwards.time(1, 1)) == [CHEAPEST_REFERENCE]
+    kept = ReferenceForwards("cpu", [ONE_REFERENCE, CHEAPEST_REFERENCE], warmup_deadline=time.perf_counter() + 60)
+    assert set(kept.timers) == {ONE_REFERENCE, CHEAPEST_REFERENCE} and kept.skipped == ()
+
+
+def test_a_probe_past_its_budget_still_times_one_reference_forward() -> None:
+    profile = probe("cpu", note="x" * 500, loop_us=1000, rounds=2, references=[ONE_REFERENCE, CHEAPEST_REFERENCE],
+                    budget_s=0.0)
+    assert list(profile.reference_ms or {}) == [CHEAPEST_REFERENCE]
     # and the profile says so, within the note's 500 characters
-    assert profile.note and profile.note.endswith("1 of 5 rounds within the probe's 0.0 s") and len(profile.note) == 500
+    assert profile.note and len(profile.note) == 500
+    assert profile.note.endswith("reference forwards: 1 of 2, 1 of 5 rounds within the probe's 0.0 s")
 
 
 @pytest.mark.gpu
@@ -71,7 +89,7 @@ def test_gpu_probe_parses() -> None:
     profile = probe("cuda")
     _round_trips(profile)
     # every reference forward, each at least as long as the host takes to issue its calls
-    assert list(profile.reference_ms or {}) == list(REFERENCE_KEYS)
+    assert set(profile.reference_ms or {}) == set(REFERENCE_KEYS)
     assert all(v > 0.05 for v in (profile.reference_ms or {}).values())
     assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None  # (its time: benchmarks/)
     # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel

@@ -219,7 +219,7 @@ def test_models_are_built_as_users_build_them_and_run_in_inference_mode() -> Non
         model.forward = forward  # type: ignore[method-assign]
         return model
 
-    class Source:  # a collectors.model_runs.ModelSource
+    class Source:  # a collectors.model_build.ModelSource
         kind = "mixer"
 
         def build(self) -> nn.Module:

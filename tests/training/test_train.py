@@ -299,7 +299,7 @@ def test_model_runs_come_from_one_protocol_in_one_folder() -> None:
     assert runs["mode"].value_counts().to_dict() == {"eager": 324, "cudagraph": 324}
     # the archive drops nothing: every unit measured before has its live row (the zoo's in models/,
     # the NAS suite's in nas/); rows of this protocol were archived only for want of a host profile,
-    # because their models were built inside inference mode (collectors.model_runs.build_model),
+    # because their models were built inside inference mode (collectors.model_build.build_model),
     # because their host was probed once per group, not also between rounds, or because they were
     # measured again with the reference forwards (predictor.host_references)
     assert runs.loc[runs["mode"] == "eager", "host_profile"].notna().all()

@@ -1,6 +1,6 @@
 """Zoo models built inside inference mode against built as users build them, on one host in the
 same interleaved rounds, eager and CUDA graph (a diagnostic of 2026-12-02, behind
-``collectors.model_runs.build_model``). Run on the GPU machine from the repository root:
+``collectors.model_build.build_model``). Run on the GPU machine from the repository root:
 
     OUT=DIR python3 datasets/nvidia-h200/diagnostics/ab_built_in_inference_mode.py
 
