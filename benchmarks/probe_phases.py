@@ -108,9 +108,10 @@ def main() -> None:
                         timer()
                 synchronize(target)
 
-        if args.detail:
-            first_calls(timers, target)
-        phase("first forward each", lambda: run(1))
+        if args.detail:  # the profiler's own cost makes these no phase of the command's
+            phase("first calls, profiled (not the command's)", lambda: first_calls(timers, target))
+        else:
+            phase("first forward each", lambda: run(1))
         phase("rest of warm-up", lambda: run(WARMUP - 1))
         phase("one round", lambda: run(REFERENCE_REPS))
     from collectors.cpu_score import cpu_score_ns

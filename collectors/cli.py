@@ -435,11 +435,12 @@ def host() -> None:
 def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, no_references: bool,
           budget_s: float | None, out: Path | None, save: bool) -> None:
     """Measure this host's profile (10-15 s on the H200, Python's and CUDA's start-up and the
-    reference forwards included: forwards that would end past 15 s of the process's start are
-    left out), or estimate it without a GPU."""
-    from collectors.process_clock import process_started
+    reference forwards included: within --budget-s of the process's start, reference forwards
+    whose warm-up would start too late to end in it are left out, bar one of each architecture),
+    or estimate it without a GPU."""
+    from collectors.process_clock import command_started
 
-    started = process_started()  # Python's start, torch, the GPU's fingerprint, CUDA's: all in the budget
+    started = command_started()  # Python's start, torch, the GPU's fingerprint, CUDA's: all in the budget
     if cpu_only and no_references:
         raise click.UsageError("--no-references is for a measured probe: a CPU-only estimate times no forwards")
     if cpu_only and budget_s is not None:

@@ -191,7 +191,7 @@ def _with_cut(note: str | None, forwards: int, asked: int, rounds: int, budget_s
         cuts.append(f"{rounds} of {REFERENCE_ROUNDS} rounds")
     if not cuts:
         return note
-    cut = f"reference forwards: {', '.join(cuts)} within the probe's {max(budget_s, 0.0):.1f} s"
+    cut = f"reference forwards: {', '.join(cuts)} with {max(budget_s, 0.0):.1f} s left for the probe"
     return f"{note[:500 - len(cut) - 2]}; {cut}" if note else cut
 
 

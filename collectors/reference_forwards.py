@@ -3,7 +3,7 @@
 What they are for is in predictor.host_references: the probe's tiny per-kind loops can miss the
 speed at which a host issues a whole forward, and a prediction scales the profile's costs by how
 far these forwards ran from their prediction. They are built and timed exactly as the
-whole-model protocol builds and times a model (collectors.model_runs: built as a user builds one,
+whole-model protocol builds and times a model (collectors.model_build: built as a user builds one,
 run in inference mode under the precision's TF32 switches, a synchronised forward on the host
 clock), in shuffled rounds so that drift hits each alike. ``latpred host probe`` times them after
 its loops; a whole-model run times them between its rounds (collectors.host_probe.RoundSampler),
@@ -38,6 +38,11 @@ WARMUP = 3
 #: convolutions (its bf16 ones 0.07-0.3 s, run before or after them), each other forward 0.01-0.4 s.
 WARMUP_MODELS = ("nas-1003", "nas-1004", "nas-1002")
 WARMUP_PRECISIONS = ("fp32", "bf16", "fp16")
+#: a deadline never cuts the first forward of each architecture (at fp32, batch 1: 0.05-0.08 s of
+#: first call each as is): replayed on the zoo's runs under five host conditions
+#: (benchmarks/reference_cut.py), a calibration from one forward put 31% of eager runs within
+#: +-10%, from these three 49%, from all 18 43%, from none (the costs alone) 43%
+ALWAYS_WARMED = len(WARMUP_MODELS)
 
 
 def warmup_order(keys: Sequence[str]) -> list[str]:
@@ -56,7 +61,8 @@ class ReferenceForwards:
 
     With a ``warmup_deadline`` (a ``time.perf_counter()`` value) no forward starts its warm-up
     past it, and those not warmed are dropped (``skipped``): a forward's first call can take
-    seconds, and timed cold it would say nothing of the host. The first always warms up."""
+    seconds, and timed cold it would say nothing of the host. The first ALWAYS_WARMED of
+    ``warmup_order`` (one of each architecture) always warm up."""
 
     def __init__(self, device: str, keys: Sequence[str] = REFERENCE_KEYS,
                  warmup_deadline: float | None = None) -> None:
@@ -78,7 +84,7 @@ class ReferenceForwards:
                                                self.device)
         with torch.inference_mode():
             for i, timer in enumerate(list(self.timers.values())):  # cuDNN/cuBLAS heuristics, allocator caches
-                if i and warmup_deadline is not None and time.perf_counter() > warmup_deadline:
+                if i >= ALWAYS_WARMED and warmup_deadline is not None and time.perf_counter() > warmup_deadline:
                     self.skipped = tuple(list(self.timers)[i:])
                     for late in self.skipped:
                         del self.timers[late]

@@ -1,0 +1,105 @@
+"""What a probe that keeps fewer reference forwards costs eager accuracy (issue #12's 15 s).
+
+Under its budget ``latpred host probe`` warms the 18 reference forwards up in
+``collectors.reference_forwards.warmup_order`` and drops those it has no time for; on a contended
+H200 core it kept 1-15 of them (results/probe_budget.txt). This replays such cuts on the runs the
+dataset measured with reference forwards (the zoo under every host condition of ``host_runs/``
+whose profiles carry them, and the live runs where they do): each run's profile is cut to the
+first k forwards of that order, calibrated by them, and the run predicted with the composition
+constants fitted without its model (as ``latpred validate --hosts`` scores). k = 0 is the
+profile's costs alone (no calibration), k = 18 what a whole probe gives.
+
+    .venv/bin/python benchmarks/reference_cut.py [--dataset datasets/nvidia-h200]
+
+Prints, per condition and k, the share of runs within +-10%, the MAPE and the median
+predicted/measured, and over all conditions. A development figure: these conditions were
+scored before, and nothing here is ``nas-test``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CUTS = (0, 1, 3, 6, 10, 15, 18)
+#: subsets by what they hold, beside the cuts: which forwards the calibration does better without
+SUBSETS = {"fp32": lambda p, b: p == "fp32", "fp32+bf16": lambda p, b: p != "fp16",
+           "fp16": lambda p, b: p == "fp16", "batch 1": lambda p, b: b == 1, "batch 8": lambda p, b: b == 8}
+
+
+def main() -> None:
+    from collectors.reference_forwards import warmup_order
+    from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+    from predictor.devices import resolve_device
+    from predictor.predict import Predictor
+    from training.composition import held_out_constants, predict_run, run_arrays
+    from training.data import load_model_runs
+    from training.host_validation import host_conditions
+    from training.hosts import reference_profiles
+    from training.metrics import ape
+    from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
+    from training.train import zoo_graphs
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dataset", type=Path, default=Path("datasets/nvidia-h200"))
+    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE_DIR / "nvidia-h200")
+    args = parser.parse_args()
+
+    bundle = Bundle.load(args.bundle)
+    predictor = Predictor(bundle, resolve_device(bundle.device_id))
+    references = reference_profiles(args.dataset)
+    live = load_model_runs(args.dataset)
+    graphs = zoo_graphs(sorted(live["model"].unique()))
+    held = held_out_constants(run_arrays(predictor, graphs, live, references),
+                              nas_train_arrays(predictor, args.dataset, DEFAULT_SUITES_DIR))
+    rows = []
+    for condition, runs in host_conditions(args.dataset).items():
+        for r in run_arrays(predictor, graphs, runs, references):
+            if r.host is None or not r.host.reference_ms or r.model not in held:
+                continue
+            order = warmup_order(list(r.host.reference_ms))
+            kept = {str(k): order[:k] for k in CUTS if k <= len(order)}
+            for name, holds in SUBSETS.items():
+                kept[name] = [key for key in order if holds(*_precision_batch(key))]
+            for k, keys in kept.items():
+                cut = r.host.model_copy(update={"reference_ms": {key: r.host.reference_ms[key] for key in keys}
+                                                or None})
+                host = predictor.calibrated_host(cut, held[r.model])[0]
+                rows.append({"condition": condition, "k": k, "measured_ms": r.measured_us / 1e3,
+                             "predicted_ms": predict_run(r, held[r.model], host) / 1e3})
+    frame = pd.DataFrame(rows)
+    if frame.empty:
+        raise SystemExit(f"no eager run in {args.dataset} has a profile with reference forwards")
+
+    def scores(group: pd.DataFrame) -> dict[str, float]:
+        errors = ape(group["predicted_ms"], group["measured_ms"])
+        return {"runs": len(group), "within10": float(np.mean(errors <= 0.1)), "MAPE": float(np.mean(errors)),
+                "median pred/meas": float((group["predicted_ms"] / group["measured_ms"]).median())}
+
+    per = pd.DataFrame([{"condition": c, "k": k, **scores(g)}
+                        for (c, k), g in frame.groupby(["condition", "k"], sort=False)])
+    overall = pd.DataFrame([{"k": k, **scores(g)} for k, g in frame.groupby("k", sort=False)])
+    pd.set_option("display.width", 160)
+    print("eager runs predicted from their profiles cut to the first k reference forwards of the probe's warm-up "
+          "order (k = 0: the costs alone), or to those of one precision or batch; constants fitted without the "
+          "run's model")
+    print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nall conditions with reference forwards")
+    print(overall.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+
+
+def _precision_batch(key: str) -> tuple[str, int]:
+    from predictor.host_profile import parse_reference_key
+
+    _name, batch, precision = parse_reference_key(key)
+    return precision, batch
+
+
+if __name__ == "__main__":
+    main()
