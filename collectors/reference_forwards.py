@@ -38,7 +38,7 @@ WARMUP = 3
 #: convolutions (its bf16 ones 0.07-0.3 s, run before or after them), each other forward 0.01-0.4 s.
 WARMUP_MODELS = ("nas-1003", "nas-1004", "nas-1002")
 WARMUP_PRECISIONS = ("fp32", "bf16", "fp16")
-#: a deadline never cuts the first forward of each architecture (at fp32, batch 1: 0.05-0.08 s of
+#: a deadline never cuts the first forward of each architecture (at fp32, batch 1: 0.05-0.09 s of
 #: first call each as is): replayed on the zoo's runs under five host conditions
 #: (benchmarks/reference_cut.py), a calibration from one forward put 31% of eager runs within
 #: +-10%, from these three 49%, from all 18 43%, from none (the costs alone) 43%
