@@ -35,33 +35,22 @@ SUBSETS = {"fp32": lambda p, b: p == "fp32", "fp32+bf16": lambda p, b: p != "fp1
 
 def main() -> None:
     from collectors.reference_forwards import warmup_order
-    from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-    from predictor.devices import resolve_device
-    from predictor.predict import Predictor
-    from training.composition import held_out_constants, predict_run, run_arrays
-    from training.data import load_model_runs
-    from training.host_validation import host_conditions
-    from training.hosts import reference_profiles
+    from predictor.bundle import DEFAULT_BUNDLE_DIR
+    from training.composition import predict_run
+    from training.host_validation import held_out_runs, host_conditions
     from training.metrics import ape
-    from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
-    from training.train import zoo_graphs
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", type=Path, default=Path("datasets/nvidia-h200"))
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE_DIR / "nvidia-h200")
     args = parser.parse_args()
 
-    bundle = Bundle.load(args.bundle)
-    predictor = Predictor(bundle, resolve_device(bundle.device_id))
-    references = reference_profiles(args.dataset)
-    live = load_model_runs(args.dataset)
-    graphs = zoo_graphs(sorted(live["model"].unique()))
-    held = held_out_constants(run_arrays(predictor, graphs, live, references),
-                              nas_train_arrays(predictor, args.dataset, DEFAULT_SUITES_DIR))
+    scored = held_out_runs(args.bundle, args.dataset)
+    predictor, held = scored.predictor, scored.held
     rows = []
     for condition, runs in host_conditions(args.dataset).items():
-        for r in run_arrays(predictor, graphs, runs, references):
-            if r.host is None or not r.host.reference_ms or r.model not in held:
+        for r in scored.runs(runs):
+            if r.host is None or not r.host.reference_ms:
                 continue
             order = warmup_order(list(r.host.reference_ms))
             kept = {str(k): order[:k] for k in CUTS if k <= len(order)}

@@ -83,14 +83,14 @@ class ReferenceForwards:
                 self.timers[key] = eager_timer(under_precision(prec, bound_forward(models[name, precision], x)),
                                                self.device)
         with torch.inference_mode():
-            for i, timer in enumerate(list(self.timers.values())):  # cuDNN/cuBLAS heuristics, allocator caches
+            keys = list(self.timers)
+            for i, key in enumerate(keys):  # cuDNN/cuBLAS heuristics, allocator caches
                 if i >= ALWAYS_WARMED and warmup_deadline is not None and time.perf_counter() > warmup_deadline:
-                    self.skipped = tuple(list(self.timers)[i:])
-                    for late in self.skipped:
-                        del self.timers[late]
+                    self.skipped = tuple(keys[i:])
+                    self.timers = {k: self.timers[k] for k in keys[:i]}
                     break
                 for _ in range(WARMUP):
-                    timer()
+                    self.timers[key]()
                 synchronize(self.device)
 
     def time(self, rounds: int, reps: int, seed: int = 0, deadline: float | None = None) -> dict[str, list[float]]:

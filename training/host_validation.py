@@ -25,10 +25,13 @@ import numpy as np
 import pandas as pd
 
 from predictor.bundle import Bundle
+from predictor.compose import CompositionConstants
 from predictor.devices import resolve_device
+from predictor.graph import Graph
+from predictor.host_profile import HostProfile
 from predictor.model_run_schema import HOST_RUNS_FOLDER, MODEL_RUNS_FOLDER
 from predictor.predict import Predictor, default_host
-from training.composition import held_out_constants, predict_run, run_arrays
+from training.composition import RunArrays, held_out_constants, predict_run, run_arrays
 from training.data import load_model_runs
 from training.hosts import estimate_of, reference_profiles
 from training.metrics import ape
@@ -60,29 +63,53 @@ def host_conditions(dataset: Path) -> dict[str, pd.DataFrame]:
     return {name: runs for name, runs in eager.items() if name == LIVE_CONDITION or not runs.empty}
 
 
-def predict_conditions(bundle_dir: Path, dataset: Path,
-                       suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every eager run of every condition, predicted by each method (``METHODS``); and each
-    condition's probes beside the bundle's host and their CPU-only estimates."""
+@dataclass
+class HeldOutRuns:
+    """What scoring a condition's runs leave-one-model-out needs: the bundle's predictor, the zoo's
+    graphs, each run's host profile and the composition constants fitted without each model."""
+
+    bundle: Bundle
+    predictor: Predictor
+    graphs: dict[str, Graph]
+    references: dict[str, HostProfile]
+    held: dict[str, CompositionConstants]
+
+    def runs(self, runs: pd.DataFrame) -> list[RunArrays]:
+        """``runs`` as run arrays, those with a host profile and held-out constants only."""
+        return [r for r in run_arrays(self.predictor, self.graphs, runs, self.references)
+                if r.host is not None and r.model in self.held]
+
+
+def held_out_runs(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> HeldOutRuns:
+    """The bundle's predictor and the constants fitted without each zoo model (on the live zoo
+    runs and ``nas-train``'s, as training fits them)."""
     from training.train import zoo_graphs
 
     bundle = Bundle.load(bundle_dir)
     predictor = Predictor(bundle, resolve_device(bundle.device_id))
-    default = default_host(bundle)
-    if default is None:
-        raise ValueError(f"bundle {bundle_dir} names no host profile: retrain it with this latpred")
     references = reference_profiles(dataset)
     live = load_model_runs(dataset)
     graphs = zoo_graphs(sorted(live["model"].unique()))
     held = held_out_constants(run_arrays(predictor, graphs, live, references),
                               nas_train_arrays(predictor, dataset, suites_dir))
+    return HeldOutRuns(bundle, predictor, graphs, references, held)
+
+
+def predict_conditions(bundle_dir: Path, dataset: Path,
+                       suites_dir: Path = DEFAULT_SUITES_DIR) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every eager run of every condition, predicted by each method (``METHODS``); and each
+    condition's probes beside the bundle's host and their CPU-only estimates."""
+    scored = held_out_runs(bundle_dir, dataset, suites_dir)
+    predictor, held = scored.predictor, scored.held
+    default = default_host(scored.bundle)
+    if default is None:
+        raise ValueError(f"bundle {bundle_dir} names no host profile: retrain it with this latpred")
     rows: list[dict] = []
     profiles: list[dict] = []
     seen: set[str] = set()
     for condition, runs in host_conditions(dataset).items():
-        for r in run_arrays(predictor, graphs, runs, references):
-            if r.host is None or r.model not in held:
-                continue
+        for r in scored.runs(runs):
+            assert r.host is not None  # (HeldOutRuns.runs keeps only those)
             hosts = {"own probe": predictor.calibrated_host(r.host, held[r.model])[0]}
             if r.host.reference_ms:
                 hosts["probe costs alone"] = r.host
