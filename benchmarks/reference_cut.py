@@ -1,13 +1,16 @@
-"""What a probe that keeps fewer reference forwards costs eager accuracy (issue #12's 15 s).
+"""Which reference forwards a calibration should read, and what a probe that keeps fewer costs
+eager accuracy (issue #12's 15 s).
 
-Under its budget ``latpred host probe`` warms the 18 reference forwards up in
-``collectors.reference_forwards.warmup_order`` and drops those it has no time for; on a contended
-H200 core it kept 1-15 of them (results/probe_budget.txt). This replays such cuts on the runs the
-dataset measured with reference forwards (the zoo under every host condition of ``host_runs/``
-whose profiles carry them, and the live runs where they do): each run's profile is cut to the
-first k forwards of that order, calibrated by them, and the run predicted with the composition
-constants fitted without its model (as ``latpred validate --hosts`` scores). k = 0 is the
-profile's costs alone (no calibration), k = 18 what a whole probe gives.
+Under its budget ``latpred host probe`` warms the reference forwards it times (the six fp32 ones,
+``predictor.host_profile.CALIBRATION_KEYS``) up in ``collectors.reference_forwards.warmup_order``
+and drops those it has no time for (on a contended H200 core, when it timed all 18, it kept 1-15
+of them: results/probe_budget.txt). This replays such cuts on the runs the dataset measured with
+reference forwards (the zoo under every host condition of ``host_runs/`` whose profiles carry
+them, all 18, and the live runs where they do): each run's profile is calibrated by the first k
+forwards of that order and the run predicted with the composition constants fitted without its
+model (as ``latpred validate --hosts`` scores). k = 0 is the profile's costs alone (no
+calibration), k = 6 what a whole probe gives. Beside the cuts, calibrations from other sets of the
+18 the profiles carry: all of them (what predictions read before 2026-12-03), one precision, one batch.
 
     .venv/bin/python benchmarks/reference_cut.py [--dataset datasets/nvidia-h200]
 
@@ -27,15 +30,16 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CUTS = (0, 1, 3, 6, 10, 15, 18)
-#: subsets by what they hold, beside the cuts: which forwards the calibration does better without
-SUBSETS = {"fp32": lambda p, b: p == "fp32", "fp32+bf16": lambda p, b: p != "fp16",
-           "fp16": lambda p, b: p == "fp16", "batch 1": lambda p, b: b == 1, "batch 8": lambda p, b: b == 8}
+CUTS = (0, 1, 3, 6)
+#: sets of the 18 by what they hold, beside the cuts: which forwards the calibration does better without
+SUBSETS = {"all 18": lambda p, b: True, "fp32+bf16": lambda p, b: p != "fp16", "fp16": lambda p, b: p == "fp16",
+           "bf16": lambda p, b: p == "bf16", "batch 1": lambda p, b: b == 1, "batch 8": lambda p, b: b == 8}
 
 
 def main() -> None:
     from collectors.reference_forwards import warmup_order
     from predictor.bundle import DEFAULT_BUNDLE_DIR
+    from predictor.host_profile import CALIBRATION_KEYS
     from training.composition import predict_run
     from training.host_validation import held_out_runs, host_conditions
     from training.metrics import ape
@@ -52,14 +56,12 @@ def main() -> None:
         for r in scored.runs(runs):
             if r.host is None or not r.host.reference_ms:
                 continue
-            order = warmup_order(list(r.host.reference_ms))
+            order = warmup_order([key for key in r.host.reference_ms if key in CALIBRATION_KEYS])
             kept = {str(k): order[:k] for k in CUTS if k <= len(order)}
             for name, holds in SUBSETS.items():
-                kept[name] = [key for key in order if holds(*_precision_batch(key))]
+                kept[name] = [key for key in r.host.reference_ms if holds(*_precision_batch(key))]
             for k, keys in kept.items():
-                cut = r.host.model_copy(update={"reference_ms": {key: r.host.reference_ms[key] for key in keys}
-                                                or None})
-                host = predictor.calibrated_host(cut, held[r.model])[0]
+                host = predictor.calibrated_host(r.host, held[r.model], keys=tuple(keys))[0]
                 rows.append({"condition": condition, "k": k, "measured_ms": r.measured_us / 1e3,
                              "predicted_ms": predict_run(r, held[r.model], host) / 1e3})
     frame = pd.DataFrame(rows)
@@ -75,9 +77,9 @@ def main() -> None:
                         for (c, k), g in frame.groupby(["condition", "k"], sort=False)])
     overall = pd.DataFrame([{"k": k, **scores(g)} for k, g in frame.groupby("k", sort=False)])
     pd.set_option("display.width", 160)
-    print("eager runs predicted from their profiles cut to the first k reference forwards of the probe's warm-up "
-          "order (k = 0: the costs alone), or to those of one precision or batch; constants fitted without the "
-          "run's model")
+    print("eager runs predicted from their profiles calibrated by the first k of the fp32 reference forwards in the "
+          "probe's warm-up order (k = 0: the costs alone; 6: as predictions are), or by another set of the 18 the "
+          "profiles carry; constants fitted without the run's model")
     print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("\nall conditions with reference forwards")
     print(overall.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

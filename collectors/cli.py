@@ -434,10 +434,10 @@ def host() -> None:
 @click.option("--save", is_flag=True, help="also store it where 'latpred predict --host ID' finds it")
 def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, no_references: bool,
           budget_s: float | None, out: Path | None, save: bool) -> None:
-    """Measure this host's profile (10-15 s on the H200, Python's and CUDA's start-up and the
-    reference forwards included: within --budget-s of the process's start, reference forwards
-    whose warm-up would start too late to end in it are left out, bar one of each architecture),
-    or estimate it without a GPU."""
+    """Measure this host's profile, with the six fp32 reference forwards a calibration reads
+    (10-15 s on the H200 when it timed all 18, Python's and CUDA's start-up included: within
+    --budget-s of the process's start, reference forwards whose warm-up would start too late to
+    end in it are left out, bar one of each architecture), or estimate it without a GPU."""
     from collectors.process_clock import command_started
 
     started = command_started()  # Python's start, torch, the GPU's fingerprint, CUDA's: all in the budget

@@ -37,9 +37,9 @@ from typing import Any
 from collectors.cpu_score import cpu_score_ns
 from collectors.fingerprint import cpu_model
 from predictor.host_profile import (
+    CALIBRATION_KEYS,
     HOST_KINDS,
     HOST_PROFILE_SCHEMA_VERSION,
-    REFERENCE_KEYS,
     HostProfile,
     make_id,
     mean_costs,
@@ -54,9 +54,10 @@ LOOP_US = 10_000.0
 ROUNDS = 12
 WARMUP_CALLS = 64
 MAX_CALLS = 20_000
-#: the probe's reference forwards: 18 forwards of 1.5-5.5 ms, 3 of each in each of 5 rounds, about a
-#: second on the H200; with building the nine models, one to three (the CLI's first probe, CUDA's
-#: start-up and cuDNN's heuristics included, took 8.5 s in all)
+#: the probe's reference forwards: the six fp32 ones a calibration reads (predictor.host_profile.
+#: CALIBRATION_KEYS), 3 of each in each of 5 rounds. Measured when it timed all 18 (fp16 and bf16
+#: too: 18 forwards of 1.5-5.5 ms, about a second on the H200; with building the nine models, one to
+#: three; the CLI's first probe, CUDA's start-up and cuDNN's heuristics included, 8.5 s in all)
 REFERENCE_ROUNDS = 5
 REFERENCE_REPS = 3
 #: Issue #12 asks a probe to take at most 15 s. On a core shared with a busy loop one took 15.3 s
@@ -140,8 +141,9 @@ def measure_costs(device: str = "cuda", loop_us: float = LOOP_US, rounds: int = 
 
 
 def default_references(device: str) -> tuple[str, ...]:
-    """The reference forwards a probe of ``device`` times: all on a GPU, none on the CPU."""
-    return REFERENCE_KEYS if device.startswith("cuda") else ()
+    """The reference forwards a probe of ``device`` times: on a GPU those a calibration reads (the
+    fp32 ones), none on the CPU."""
+    return CALIBRATION_KEYS if device.startswith("cuda") else ()
 
 
 def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_US,
@@ -149,7 +151,7 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
           budget_s: float = PROBE_BUDGET_S) -> HostProfile:
     """A measured profile of this host issuing to ``device`` ('cuda', or 'cpu' to exercise the
     probe where there is no GPU: CPU kernels run inside the call, so its costs include them),
-    with the reference forwards of ``references`` (default: all of them on a GPU, none on the
+    with the reference forwards of ``references`` (default: the fp32 ones on a GPU, none on the
     CPU, where a batch of 8 takes a tenth of a second and no eager GPU forward is predicted),
     timed in as many of REFERENCE_ROUNDS rounds as end within ``budget_s`` of the start."""
     import torch

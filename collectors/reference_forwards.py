@@ -23,7 +23,7 @@ from collectors.forward_timing import eager_timer, synchronize
 from collectors.model_build import bound_forward, build_model, under_precision
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import torch_dtype
-from predictor.host_profile import REFERENCE_KEYS, parse_reference_key
+from predictor.host_profile import CALIBRATION_KEYS, parse_reference_key
 from predictor.precision import get_precision
 
 WARMUP = 3
@@ -41,7 +41,8 @@ WARMUP_PRECISIONS = ("fp32", "bf16", "fp16")
 #: a deadline never cuts the first forward of each architecture (at fp32, batch 1: 0.05-0.09 s of
 #: first call each as is): replayed on the zoo's runs under five host conditions
 #: (benchmarks/reference_cut.py), a calibration from one forward put 31% of eager runs within
-#: +-10%, from these three 49%, from all 18 43%, from none (the costs alone) 43%
+#: +-10%, from these three 49%, from the six fp32 ones (what a probe times now) 48%, from all 18
+#: 43%, from none (the costs alone) 43%
 ALWAYS_WARMED = len(WARMUP_MODELS)
 
 
@@ -64,7 +65,7 @@ class ReferenceForwards:
     seconds, and timed cold it would say nothing of the host. The first ALWAYS_WARMED of
     ``warmup_order`` (one of each architecture) always warm up."""
 
-    def __init__(self, device: str, keys: Sequence[str] = REFERENCE_KEYS,
+    def __init__(self, device: str, keys: Sequence[str] = CALIBRATION_KEYS,
                  warmup_deadline: float | None = None) -> None:
         import torch
 

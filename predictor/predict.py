@@ -21,7 +21,15 @@ from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
 from predictor.graph import CAST_OPS, Graph
-from predictor.host_profile import HOST_KINDS, HostProfile, host_kind, parse_profile, parse_reference_key
+from predictor.host_profile import (
+    CALIBRATION_KEYS,
+    CALIBRATION_PRECISIONS,
+    HOST_KINDS,
+    HostProfile,
+    host_kind,
+    parse_profile,
+    parse_reference_key,
+)
 from predictor.host_references import Calibration, calibrate, reference_graph
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
@@ -145,8 +153,8 @@ class Predictor:
         widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
                                   for family, q in {"*": 0.3, **widths}.items()}
-        #: (a profile's JSON, other constants' or None) -> it calibrated by its reference forwards
-        self._calibrated: dict[tuple[str, str | None], tuple[HostProfile, Calibration | None]] = {}
+        #: (a profile's JSON, other constants' or None, the forwards read) -> it calibrated by them
+        self._calibrated: dict[tuple[str, str | None, tuple[str, ...]], tuple[HostProfile, Calibration | None]] = {}
 
     def __repr__(self) -> str:
         return (f"Predictor({self.device.device_id}, bundle {self.bundle.version}, "
@@ -321,21 +329,22 @@ class Predictor:
         except ValueError:
             return False
 
-    def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None
-                        ) -> tuple[HostProfile, Calibration | None]:
-        """``host`` scaled by its reference forwards as ``constants`` (default: this predictor's)
-        predict them; the same profile where it carries none, or where they were timed on another
-        device (``references_apply``). Remembered per profile and constants (a service asks for one
+    def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None,
+                        keys: tuple[str, ...] = CALIBRATION_KEYS) -> tuple[HostProfile, Calibration | None]:
+        """``host`` scaled by its reference forwards of ``keys`` (default: the fp32 ones, which
+        predictions read) as ``constants`` (default: this predictor's) predict them; the same
+        profile where it carries none, or where they were timed on another device
+        (``references_apply``). Remembered per profile, constants and keys (a service asks for one
         stored host thousands of times; validation, for each held-out model's constants)."""
         if not self.references_apply(host):
             return host, None
         c = constants or self.constants
-        key = (host.model_dump_json(), None if c is self.constants else json.dumps(c.as_dict(), sort_keys=True))
+        key = (host.model_dump_json(), None if c is self.constants else json.dumps(c.as_dict(), sort_keys=True), keys)
         if key not in self._calibrated:
             if len(self._calibrated) >= CALIBRATED_HOSTS_KEPT:  # (a service may be posted many hosts)
                 self._calibrated.clear()
             self._calibrated[key] = calibrate(host, lambda ref, h: compose(self.reference_layers(ref), c, "eager", h)
-                                              / 1e3)
+                                              / 1e3, keys)
         return self._calibrated[key]
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
@@ -403,7 +412,10 @@ class Predictor:
             warnings.append(str(calibration.warning()))
         elif eager and named is not None and named.reference_ms and calibration is None:
             warnings.append(f"the host's reference forwards were timed on {named.gpu or 'no GPU'}, not "
-                            f"{self.device.name}: its costs are used as probed")
+                            f"{self.device.name}: its costs are used as probed" if not self.references_apply(named)
+                            else f"none of the host's {len(named.reference_ms)} reference forwards is in "
+                                 f"{', '.join(CALIBRATION_PRECISIONS)}, the precision calibration reads: its costs "
+                                 "are used as probed")
         if fallbacks and times is not None:
             fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback.tolist()) if is_fallback)
             unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")

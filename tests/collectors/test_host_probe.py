@@ -8,9 +8,16 @@ import time
 import pytest
 
 from collectors.cpu_score import cpu_score_ns
-from collectors.host_probe import estimate_here, probe
+from collectors.host_probe import default_references, estimate_here, probe
 from collectors.reference_forwards import ReferenceForwards, warmup_order
-from predictor.host_profile import HOST_KINDS, HOST_PROFILE_SCHEMA_VERSION, REFERENCE_KEYS, HostProfile, parse_profile
+from predictor.host_profile import (
+    CALIBRATION_KEYS,
+    HOST_KINDS,
+    HOST_PROFILE_SCHEMA_VERSION,
+    REFERENCE_KEYS,
+    HostProfile,
+    parse_profile,
+)
 
 #: a cheap reference forward on a CPU (a ResNet at batch 1, about 8 ms), and the one a budget warms up first
 ONE_REFERENCE = "nas-1004|b1|fp32"
@@ -56,6 +63,11 @@ def test_a_probe_times_the_reference_forwards_it_is_given() -> None:
     assert list(profile.reference_ms or {}) == [ONE_REFERENCE] and (profile.reference_ms or {})[ONE_REFERENCE] > 0
 
 
+def test_a_gpu_probe_times_the_forwards_calibration_reads_and_a_cpu_probe_none() -> None:
+    assert default_references("cuda") == default_references("cuda:1") == CALIBRATION_KEYS
+    assert default_references("cpu") == ()
+
+
 def test_reference_rounds_stop_at_the_deadline_but_one_always_runs() -> None:
     forwards = ReferenceForwards("cpu", [ONE_REFERENCE])
     assert len(forwards.time(3, 2)[ONE_REFERENCE]) == 6  # no deadline: every round
@@ -90,8 +102,8 @@ def test_a_probe_past_its_budget_still_times_one_forward_of_each_architecture() 
 def test_gpu_probe_parses() -> None:
     profile = probe("cuda")
     _round_trips(profile)
-    # every reference forward, each at least as long as the host takes to issue its calls
-    assert set(profile.reference_ms or {}) == set(REFERENCE_KEYS)
+    # every reference forward a calibration reads, each at least as long as the host takes to issue its calls
+    assert set(profile.reference_ms or {}) == set(CALIBRATION_KEYS)
     assert all(v > 0.05 for v in (profile.reference_ms or {}).values())
     assert profile.gpu and profile.cuda_version and profile.probe_seconds is not None  # (its time: benchmarks/)
     # on a GPU, a view launches nothing: it is cheaper than any call that launches a kernel

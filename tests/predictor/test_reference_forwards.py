@@ -13,6 +13,7 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.devices import resolve_device
 from predictor.graph import Graph
 from predictor.host_profile import (
+    CALIBRATION_KEYS,
     REFERENCE_KEYS,
     REFERENCE_MODELS,
     HostProfile,
@@ -44,7 +45,8 @@ def scaled(host: HostProfile, factor: float, **fields: object) -> HostProfile:
                           "costs_us": {k: v * factor for k, v in host.costs_us.items()}, **fields})
 
 
-def measured_as(predictor: Predictor, host: HostProfile, keys: tuple[str, ...] = REFERENCE_KEYS) -> dict[str, float]:
+def measured_as(predictor: Predictor, host: HostProfile, keys: tuple[str, ...] = CALIBRATION_KEYS
+                ) -> dict[str, float]:
     """The reference forwards as ``host`` would run them, were the predictions exact."""
     out = {}
     for key in keys:
@@ -64,6 +66,7 @@ def test_the_shipped_reference_graphs_are_the_suites_torch_traces() -> None:
 def test_the_keys_parse_into_model_batch_and_precision() -> None:
     assert parse_reference_key("nas-1003|b8|bf16") == ("nas-1003", 8, "bf16")
     assert len(REFERENCE_KEYS) == 18 and all(parse_reference_key(k)[0] in REFERENCE_MODELS for k in REFERENCE_KEYS)
+    assert len(CALIBRATION_KEYS) == 6 and {parse_reference_key(k)[2] for k in CALIBRATION_KEYS} == {"fp32"}
 
 
 def test_the_factor_sets_the_median_error_to_zero_and_stays_in_its_bounds() -> None:
@@ -87,7 +90,7 @@ def test_a_host_whose_forwards_ran_slower_is_predicted_with_costs_scaled_to_them
     assert got.total_ms == pytest.approx(want.total_ms, rel=1e-4)
     assert got.total_ms > predictor.predict(graph, 1, "fp16", "eager", host=host).total_ms * 1.1
     assert got.host is not None and got.host.startswith("calibrated-host (")
-    assert "costs x1.30 from 18 reference forwards" in got.host
+    assert "costs x1.30 from 6 reference forwards" in got.host
     assert got.warnings == []  # 1.3x: within what a probe may miss
     # a captured graph is the GPU's: no host, no calibration
     assert predictor.predict(graph, 1, "fp16", "cudagraph", host=calibrated).host is None
@@ -99,7 +102,7 @@ def test_forwards_far_from_the_probe_say_so(predictor: Predictor, host: HostProf
     assert any("reference forwards ran 2.2" in w and "probe again" in w for w in p.warnings)
     # beyond the factor's bound: the warning says the forwards are further off than it
     beyond = scaled(host, 1.0, id="beyond-host",
-                    reference_ms={k: v * 100 for k, v in measured_as(predictor, host, REFERENCE_KEYS[:3]).items()})
+                    reference_ms={k: v * 100 for k, v in measured_as(predictor, host, CALIBRATION_KEYS[:3]).items()})
     p = predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=beyond)
     assert any(f"ran at least {SCALE_BOUNDS[1]:.2f}x" in w for w in p.warnings)
 
@@ -115,8 +118,25 @@ def test_forwards_timed_on_another_gpu_do_not_calibrate_and_say_so(predictor: Pr
     assert any("timed on NVIDIA H100 80GB HBM3" in w and "used as probed" in w for w in p.warnings)
 
 
+def test_only_the_fp32_forwards_calibrate_and_a_profile_without_them_says_so(predictor: Predictor,
+                                                                          host: HostProfile) -> None:
+    # a profile of all 18 whose fp16 and bf16 forwards ran as a host 3x slower: the fp32 ones decide
+    others = tuple(k for k in REFERENCE_KEYS if k not in CALIBRATION_KEYS)
+    all18 = {**measured_as(predictor, scaled(host, 1.3)), **measured_as(predictor, scaled(host, 3.0), others)}
+    calibration = predictor.calibrated_host(scaled(host, 1.0, id="all-18", reference_ms=all18))[1]
+    assert calibration is not None and calibration.forwards == 6
+    assert calibration.scale == pytest.approx(1.3, rel=1e-3)
+    # half-precision forwards only: the costs as probed, and the answer says why
+    half = scaled(host, 1.0, id="half-only", reference_ms=measured_as(predictor, scaled(host, 1.3), others))
+    assert predictor.calibrated_host(half) == (half, None)
+    p = predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=half)
+    assert p.total_ms == predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=host).total_ms
+    assert any("none of the host's 12 reference forwards is in fp32" in w for w in p.warnings)
+
+
 def test_a_calibrated_profile_carries_no_forwards_to_calibrate_again(predictor: Predictor, host: HostProfile) -> None:
-    profile = scaled(host, 1.0, id="twice", reference_ms=measured_as(predictor, scaled(host, 1.2), REFERENCE_KEYS[:2]))
+    profile = scaled(host, 1.0, id="twice",
+                     reference_ms=measured_as(predictor, scaled(host, 1.2), CALIBRATION_KEYS[:2]))
     calibrated, calibration = predictor.calibrated_host(profile)
     assert calibration is not None and calibrated.reference_ms is None
     assert predictor.calibrated_host(calibrated) == (calibrated, None)
@@ -135,7 +155,7 @@ def test_means_of_reference_forwards_take_each_forward_where_it_was_timed(host: 
 
 def test_slower_forwards_never_make_a_prediction_faster(predictor: Predictor, host: HostProfile) -> None:
     graph = load_zoo_graph("mobilenet_v3_small")
-    base = measured_as(predictor, host, REFERENCE_KEYS[:4])
+    base = measured_as(predictor, host, CALIBRATION_KEYS[:4])
     totals = [predictor.predict(graph, 8, "bf16", "eager", host=scaled(
         host, 1.0, id=f"r{i}", reference_ms={k: v * f for k, v in base.items()})).total_ms
         for i, f in enumerate((0.8, 1.0, 1.25, 1.6))]

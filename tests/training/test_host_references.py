@@ -139,14 +139,14 @@ def test_cuda_graph_runs_do_not_follow_the_host() -> None:
 
 def test_runs_measured_with_reference_forwards_carry_them_and_are_predicted_calibrated(shipped: Predictor) -> None:
     """Machine 10's zoo runs (2026-12-02) sampled the reference forwards between their rounds: their
-    profile carries all of them, and an eager prediction for it is scaled by them."""
-    from predictor.host_profile import REFERENCE_KEYS
+    profile carries all 18, and an eager prediction for it is scaled by the six fp32 ones."""
+    from predictor.host_profile import CALIBRATION_KEYS, REFERENCE_KEYS
 
     runs = host_conditions(DATASET)["machine-10-2026-12-02"]
     profile = reference_profiles(DATASET)[runs["host_profile"].mode()[0]]
     assert set(profile.reference_ms or {}) == set(REFERENCE_KEYS)
     calibrated, calibration = shipped.calibrated_host(profile)
-    assert calibration is not None and calibration.forwards == len(REFERENCE_KEYS)
+    assert calibration is not None and calibration.forwards == len(CALIBRATION_KEYS)
     assert calibrated.costs_us["gemm"] == pytest.approx(profile.costs_us["gemm"] * calibration.scale)
     graph = load_zoo_graph("resnet34")
     plain = profile.model_copy(update={"reference_ms": None})

@@ -6,8 +6,9 @@ bundle from its group's run profile. Prints, for nas-dev's runs, the share withi
 predicted from the profile, and divided by the median predicted/measured of the group's reference
 runs (three nas-train architectures at every batch and precision, timed in the same rounds); as
 predicted now, from the group's profile carrying those reference runs at batch 1 and 8 as its
-reference forwards (predictor.host_references); and how the runs compare with the dataset's
-measurement of the same units on another lease.
+reference forwards (predictor.host_references: calibrated by the fp32 ones), and as calibrated
+by all 18 (before 2026-12-03); and how the runs compare with the dataset's measurement of the
+same units on another lease.
 
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py --pack DIR
@@ -86,8 +87,11 @@ def main() -> None:
                                   host=hosts[r["host_profile"]])
             q = predictor.predict(graph, r["batch"], r["precision"], "eager", with_layers=False,
                                   host=calibrated[r["host_profile"]])
+            all18 = predictor.calibrated_host(calibrated[r["host_profile"]], keys=REFERENCE_KEYS)[0]
+            q18 = predictor.predict(graph, r["batch"], r["precision"], "eager", with_layers=False, host=all18)
             rows.append({**r, "group": group["group"], "reference": reference, "ratio": p.total_ms / r["latency_ms"],
-                         "as_predicted_now": q.total_ms / r["latency_ms"]})
+                         "as_predicted_now": q.total_ms / r["latency_ms"],
+                         "from_all_18": q18.total_ms / r["latency_ms"]})
     runs = pd.DataFrame(rows)
     dev = runs[~runs["reference"]].copy()
     by_group = runs[runs["reference"]].groupby("group")["ratio"].median()
@@ -97,7 +101,9 @@ def main() -> None:
           "references", by_group.round(3).to_dict())
     print(f"within +-10% from the group's profile: {within(dev['ratio']):.1%}; "
           f"divided by its reference runs' median: {within(dev['calibrated']):.1%}; "
-          f"calibrated by them at batch 1 and 8, as predictions now are: {within(dev['as_predicted_now']):.1%}")
+          "calibrated by the fp32 ones at batch 1 and 8, as predictions now are: "
+          f"{within(dev['as_predicted_now']):.1%}; "
+          f"by all 18 (fp16 and bf16 too, as before 2026-12-03): {within(dev['from_all_18']):.1%}")
     earlier = load_nas_runs(Path("datasets/nvidia-h200"))
     earlier = earlier[earlier["mode"] == "eager"][["model", "batch", "precision", "latency_ms"]]
     again = dev.merge(earlier, on=["model", "batch", "precision"], suffixes=("", "_dataset"))
