@@ -25,12 +25,13 @@ The probe runs at the start and end of every operator sweep and whole-model run
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import random
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -106,13 +107,14 @@ def measure_costs(device: str = "cuda", loop_us: float = LOOP_US, rounds: int = 
                   seed: int = 0) -> dict[str, float]:
     """Host microseconds per call of each kind: the median over ``rounds`` shuffled rounds of a
     loop of back-to-back calls lasting about ``loop_us``, the GPU synchronised before each loop
-    (an empty queue: the loop never waits for a slot)."""
+    (an empty queue: the loop never waits for a slot). On the CPU device the loops run on one of
+    torch's intra-op threads (``_one_cpu_thread``)."""
     import torch
 
     target = torch.device(device)
     sync = torch.cuda.synchronize if target.type == "cuda" else (lambda: None)
     samples: dict[str, list[float]] = {k: [] for k in HOST_KINDS}
-    with torch.inference_mode():
+    with torch.inference_mode(), _one_cpu_thread(torch, target):
         fns = _calls(torch, target)
         calls: dict[str, int] = {}
         for kind, fn in fns.items():  # cuDNN/cuBLAS handles, heuristics, the allocator's first blocks
@@ -138,6 +140,25 @@ def measure_costs(device: str = "cuda", loop_us: float = LOOP_US, rounds: int = 
                 samples[kind].append((time.perf_counter_ns() - t0) / 1e3 / calls[kind])
         sync()
     return {k: float(statistics.median(v)) for k, v in samples.items()}
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(torch: Any, device: Any) -> Iterator[None]:
+    """On the CPU device, torch at one intra-op thread for the block (as it was after). There a
+    call's kernel runs inside it, and on a core that another process keeps busy the intra-op
+    threads of each tiny call wait for one another: on this workplace's 2 cores, beside two busy
+    loops, an 8x64 linear took 7,845 us a call on torch's two threads and 4.5 us on one (quiet: 5.8
+    and 4.8 us), past the profile's bound of a plausible cost. A GPU's calls are the host's
+    alone: nothing changes there."""
+    if device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def default_references(device: str) -> tuple[str, ...]:

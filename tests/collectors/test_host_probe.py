@@ -33,7 +33,11 @@ def _round_trips(profile: HostProfile) -> None:
 
 
 def test_cpu_probe_parses_and_orders_costs() -> None:
+    import torch
+
+    threads = torch.get_num_threads()
     profile = probe("cpu", note="test", loop_us=1000, rounds=4)
+    assert torch.get_num_threads() == threads  # its loops ran on one thread, and torch is as it was
     _round_trips(profile)
     assert profile.label == "measured" and profile.gpu is None and profile.note == "test"
     assert profile.reference_ms is None  # on the CPU, by default, no reference forwards
