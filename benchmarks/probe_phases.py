@@ -1,7 +1,7 @@
 """Where the seconds of ``latpred host probe`` go, phase by phase, in one process as the command
 runs them (issue #12's 15 s): Python's start and the CLI's imports, torch's import, the GPU's
-fingerprint, the probe's loops, building the reference forwards' nine models, their warm-up,
-one round of forwards, the CPU score.
+fingerprint, the probe's loops, building the reference forwards' models (three: the fp32 ones;
+nine with --all-18), their warm-up, one round of forwards, the CPU score.
 
 On the GPU machine, from the repository's root (``PYTHONPATH`` as for ``python3 -m latpred``):
 
@@ -32,7 +32,10 @@ def main() -> None:
                              "order run, and torch.profiler's costliest operators of those first calls")
     parser.add_argument("--order", choices=("warmup", "schema"), default="warmup",
                         help="the forwards in the order the probe warms them up (collectors.reference_forwards."
-                             "warmup_order), or in the profile schema's REFERENCE_KEYS order (the probe's before)")
+                             "warmup_order), or in the profile schema's order (the probe's before 2026-12-03)")
+    parser.add_argument("--all-18", action="store_true",
+                        help="all 18 reference forwards, as the probe timed them before 2026-12-03 (default: "
+                             "the six fp32 ones it times now, predictor.host_profile.CALIBRATION_KEYS)")
     parser.add_argument("--cpu-forwards", action="store_true",
                         help="time the reference forwards on the CPU too (to try this script without a GPU)")
     args = parser.parse_args()
@@ -66,9 +69,10 @@ def main() -> None:
     phase("probe loops", lambda: measure_costs(device))
     if device == "cuda" or args.cpu_forwards:
         from collectors.reference_forwards import WARMUP, warmup_order
-        from predictor.host_profile import REFERENCE_KEYS
+        from predictor.host_profile import CALIBRATION_KEYS, REFERENCE_KEYS
 
-        keys = warmup_order(REFERENCE_KEYS) if args.order == "warmup" else list(REFERENCE_KEYS)
+        timed = REFERENCE_KEYS if args.all_18 else CALIBRATION_KEYS
+        keys = warmup_order(timed) if args.order == "warmup" else list(timed)
 
         phase("forwards' imports", lambda: __import__("collectors.reference_forwards"))
         from collectors.forward_timing import eager_timer, synchronize
@@ -89,7 +93,8 @@ def main() -> None:
                                                           torch_dtype(get_precision(precision)))
             synchronize(target)
 
-        phase("build 9 models", build_models)
+        built = len({parse_reference_key(k)[::2] for k in keys})  # (model, precision) pairs
+        phase(f"build {built} models", build_models)
         timers: dict[str, Callable[[], float]] = {}
 
         def make_timers() -> None:
