@@ -5,7 +5,10 @@ Both exporters write ``F.scaled_dot_product_attention`` out as ``q * sqrt(scale)
 MatMul with v; the dynamo exporter transposes k with Reshape -> Transpose -> Reshape. Scaling q
 *and* k is what tells the call from attention written by hand (scores or q scaled once), which
 PyTorch runs as the separate matmul, softmax and elementwise kernels it is written as, and is
-left to them here too.
+left to them here too. A call at ``scale=1.0`` (transformers' OPT and others scale q in their own
+code and pass 1.0) has no Muls left in a dynamo export, whose optimizer drops a product with 1:
+there the Reshape -> Transpose -> Reshape of k, which no hand-written ``k.transpose`` exports
+as, tells the call.
 
 ``nn.MultiheadAttention`` is one call in PyTorch. An export records its slow path, which an
 exporter's trace forces: the batch_first transposes of ``MultiheadAttention.forward``, then
@@ -149,7 +152,7 @@ def find_sdpa(t: GraphTensors, softmax: int) -> FusedKernel | None:
     q, k = t.nodes[qk].input
     if q in t.static or k in t.static:
         return None  # a product with weights, not attention
-    scales, views = 0, 0
+    scales, views, torchlib_k = 0, 0, False
     for side in (0, 1):
         x = str(t.nodes[qk].input[side])
         i = producer(t, x, ("Mul", "Div"))
@@ -164,9 +167,13 @@ def find_sdpa(t: GraphTensors, softmax: int) -> FusedKernel | None:
         if found is None:
             return None
         nodes, views, k = found
+        torchlib_k = len(nodes) == 3
         taken += nodes
-    if scales != 2:
-        return None  # q and k each scaled: the exporters' writing of the call, not a hand-written one
+    if scales != 2 and not (scales == 0 and torchlib_k):
+        # q and k each scaled: the exporters' writing of the call, not a hand-written one; or, at
+        # scale 1 (whose Muls the dynamo exporter's optimizer drops), k transposed as only the
+        # dynamo exporter writes the call (a hand-written k.transpose is one Transpose)
+        return None
     qs, ss, vs = t.shape(q), t.shape(t.nodes[qk].output[0]), t.shape(t.nodes[pv].input[1])
     if qs is None or ss is None or vs is None or min(len(qs), len(ss), len(vs)) < 3:
         return None

@@ -367,16 +367,18 @@ def test_scaled_dot_product_attention_is_one_sdpa(mask: str, causal: bool, varia
         assert any("attention" in a for a in graph.meta["assumptions"])
 
 
-def dynamo_attention(mask: bool) -> bytes:
+def dynamo_attention(mask: bool, unit_scale: bool = False) -> bytes:
     """What the dynamo exporter writes for F.scaled_dot_product_attention(q, k, v[, bool mask]):
     k transposed by Reshape -> Transpose -> Reshape, q and k each scaled by sqrt(scale), the bool
-    mask made additive by a Where, a NaN guard after the Softmax."""
+    mask made additive by a Where, a NaN guard after the Softmax. At ``scale=1.0`` (transformers'
+    OPT) its optimizer drops the two products with 1."""
     scale = np.array(8 ** -0.25, np.float32)
     nodes = [helper.make_node("Reshape", ["k", "flat"], ["k3"]),
              helper.make_node("Transpose", ["k3"], ["kt3"], perm=[0, 2, 1]),
-             helper.make_node("Reshape", ["kt3", "unflat"], ["kt"]),
-             helper.make_node("Mul", ["q", "s"], ["qs"]), helper.make_node("Mul", ["kt", "s"], ["ks"]),
-             helper.make_node("MatMul", ["qs", "ks"], ["scores"])]
+             helper.make_node("Reshape", ["kt3", "unflat"], ["kt" if unit_scale else "ktr"])]
+    nodes += [] if unit_scale else [helper.make_node("Mul", ["q", "s"], ["qs"]),
+                                    helper.make_node("Mul", ["ktr", "s"], ["kt"])]
+    nodes += [helper.make_node("MatMul", ["q" if unit_scale else "qs", "kt"], ["scores"])]
     if mask:
         nodes += [helper.make_node("Expand", ["keep", "mask_shape"], ["keep4"]),
                   helper.make_node("Where", ["keep4", "zero", "minus_inf"], ["additive"]),
@@ -391,14 +393,26 @@ def dynamo_attention(mask: bool) -> bytes:
     return model(nodes, {"q": [2, 4, 6, 8], "k": [2, 4, 6, 8], "v": [2, 4, 6, 8]}, "out", weights)
 
 
-@pytest.mark.parametrize("mask", [False, True])
-def test_the_dynamo_exporters_attention_is_one_sdpa(mask: bool) -> None:
-    graph = graph_from_onnx(dynamo_attention(mask))
+@pytest.mark.parametrize("mask,unit_scale", [(False, False), (True, False), (False, True), (True, True)])
+def test_the_dynamo_exporters_attention_is_one_sdpa(mask: bool, unit_scale: bool) -> None:
+    graph = graph_from_onnx(dynamo_attention(mask, unit_scale))
     assert calls(graph) == [("kernel", "sdpa", "")]
     node = graph.nodes[0]
     assert node.params == dict(heads=4, seq_q=6, seq_kv=6, head_dim=8, causal=0)
     assert node.capture_variant == ("math" if mask else "")  # the all-pass mask: see the test above
-    assert len(node.merged) == (11 if mask else 10)  # the mask's Expand and Where, built for it alone, are gone
+    # the mask's Expand and Where, built for it alone, are gone
+    assert len(node.merged) == (11 if mask else 10) - (2 if unit_scale else 0)
+
+
+def test_unscaled_attention_written_by_hand_stays_its_kernels() -> None:
+    """softmax(q @ k.transpose(-2, -1)) @ v with no scale at all: k's transpose is one Transpose, as
+    an export of hand-written code shows it, so it is the matmuls and softmax PyTorch runs."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["scores"]),
+             helper.make_node("Softmax", ["scores"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "v"], ["out"])]
+    graph = graph_from_onnx(model(nodes, {"q": [2, 4, 6, 8], "k": [2, 4, 6, 8], "v": [2, 4, 6, 8]}, "out", {}))
+    assert [n.family for n in graph.nodes if n.kind == "kernel"] == ["matmul", "softmax", "matmul"]
 
 
 class HandAttention(nn.Module):
