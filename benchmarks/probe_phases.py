@@ -32,9 +32,9 @@ def main() -> None:
                              "order run, and torch.profiler's costliest operators of those first calls")
     parser.add_argument("--order", choices=("warmup", "schema"), default="warmup",
                         help="the forwards in the order the probe warms them up (collectors.reference_forwards."
-                             "warmup_order), or in the profile schema's order (the probe's before 2026-12-03)")
+                             "warmup_order), or in the profile schema's order (the probe's before commit d5b8abb)")
     parser.add_argument("--all-18", action="store_true",
-                        help="all 18 reference forwards, as the probe timed them before 2026-12-03 (default: "
+                        help="all 18 reference forwards, as the probe timed them until commit f751b6a (default: "
                              "the six fp32 ones it times now, predictor.host_profile.CALIBRATION_KEYS)")
     parser.add_argument("--cpu-forwards", action="store_true",
                         help="time the reference forwards on the CPU too (to try this script without a GPU)")

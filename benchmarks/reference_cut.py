@@ -10,7 +10,8 @@ them, all 18, and the live runs where they do): each run's profile is calibrated
 forwards of that order and the run predicted with the composition constants fitted without its
 model (as ``latpred validate --hosts`` scores). k = 0 is the profile's costs alone (no
 calibration), k = 6 what a whole probe gives. Beside the cuts, calibrations from other sets of the
-18 the profiles carry: all of them (what predictions read before 2026-12-03), one precision, one batch.
+18 the profiles carry: all of them (what predictions read until commit f751b6a, 2026-12-03), fp32 and bf16,
+one precision, one batch.
 
     .venv/bin/python benchmarks/reference_cut.py [--dataset datasets/nvidia-h200]
 
@@ -52,10 +53,15 @@ def main() -> None:
     scored = held_out_runs(args.bundle, args.dataset)
     predictor, held = scored.predictor, scored.held
     rows = []
+    factors: dict[str, dict[str, float]] = {}  # condition -> {profile id: ...}: with the bundle's constants
     for condition, runs in host_conditions(args.dataset).items():
         for r in scored.runs(runs):
             if r.host is None or not r.host.reference_ms:
                 continue
+            for name, read in (("fp32 (as predictions are)", CALIBRATION_KEYS), ("all 18", tuple(r.host.reference_ms))):
+                calibration = predictor.calibrated_host(r.host, keys=read)[1]
+                if calibration is not None:
+                    factors.setdefault(condition, {})[f"{name}: {r.host.id}"] = calibration.scale
             order = warmup_order([key for key in r.host.reference_ms if key in CALIBRATION_KEYS])
             kept = {str(k): order[:k] for k in CUTS if k <= len(order)}
             for name, holds in SUBSETS.items():
@@ -83,6 +89,10 @@ def main() -> None:
     print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("\nall conditions with reference forwards")
     print(overall.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print("\nthe factor on each run profile's costs, calibrated with the bundle's constants (what a prediction "
+          "for that host applies)")
+    for condition, by in factors.items():
+        print(f"  {condition}: " + "; ".join(f"{k} x{v:.2f}" for k, v in sorted(by.items())))
 
 
 def _precision_batch(key: str) -> tuple[str, int]:

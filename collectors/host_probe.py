@@ -149,7 +149,9 @@ def _one_cpu_thread(torch: Any, device: Any) -> Iterator[None]:
     threads of each tiny call wait for one another: on this workplace's 2 cores, beside two busy
     loops, an 8x64 linear took 7,845 us a call on torch's two threads and 4.5 us on one (quiet: 5.8
     and 4.8 us), past the profile's bound of a plausible cost. A GPU's calls are the host's
-    alone: nothing changes there."""
+    alone: nothing changes there. (The CPU dataset's profiles, datasets/cpu-*/hosts/, were probed
+    at torch's default threads, before this; CPU reference forwards, which only tests time, still
+    run at them.)"""
     if device.type != "cpu":
         yield
         return
@@ -219,7 +221,8 @@ def _with_cut(note: str | None, forwards: int, asked: int, rounds: int, budget_s
 
 
 #: a sample of the host between two rounds of a whole-model run: two rounds of 5 ms loops per kind,
-#: about a tenth of a second, and one round of the reference forwards (3 each: a tenth more)
+#: about a tenth of a second, and one round of the reference forwards (3 each: a tenth more when
+#: there were 18 of them, a third of that for the six fp32 ones)
 SAMPLE_LOOP_US = 5_000.0
 SAMPLE_ROUNDS = 2
 SAMPLE_REFERENCE_REPS = 3

@@ -30,8 +30,9 @@ WARMUP = 3
 #: the order the forwards are warmed up in when a deadline may cut it: precision by precision
 #: (fp32, bf16, fp16), and within one each architecture at batch 1, then at batch 8, the MBConv
 #: (nas-1002) last, so what a cut keeps spans the three architectures and what it drops is
-#: nas-1002's fp16 first. (Warmed architecture by architecture, a contended probe that kept only
-#: nas-1003's first three calibrated the costs by x3.31 from them.)
+#: nas-1002's batch 8 first (of the six fp32 forwards a probe times; of all 18, its fp16 ones).
+#: (Warmed architecture by architecture, a contended probe that kept only nas-1003's first three
+#: calibrated the costs by x3.31 from them.)
 #: A process's first forwards cost what cuDNN and cuBLAS do on a shape's first call: on the H200
 #: (benchmarks/results/probe_phases.txt) the 18 first calls took 2.9-5.2 s as the machine was and
 #: 6.5-8.6 s on a contended core; nas-1002's two fp16 forwards 2.3-3.2 s of it as is, in cuDNN's

@@ -12,7 +12,7 @@ import functools
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -330,7 +330,7 @@ class Predictor:
             return False
 
     def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None,
-                        keys: tuple[str, ...] = CALIBRATION_KEYS) -> tuple[HostProfile, Calibration | None]:
+                        keys: Collection[str] = CALIBRATION_KEYS) -> tuple[HostProfile, Calibration | None]:
         """``host`` scaled by its reference forwards of ``keys`` (default: the fp32 ones, which
         predictions read) as ``constants`` (default: this predictor's) predict them; the same
         profile where it carries none, or where they were timed on another device
@@ -339,12 +339,13 @@ class Predictor:
         if not self.references_apply(host):
             return host, None
         c = constants or self.constants
-        key = (host.model_dump_json(), None if c is self.constants else json.dumps(c.as_dict(), sort_keys=True), keys)
+        read = tuple(sorted(set(keys)))  # the same forwards in any order are one calibration
+        key = (host.model_dump_json(), None if c is self.constants else json.dumps(c.as_dict(), sort_keys=True), read)
         if key not in self._calibrated:
             if len(self._calibrated) >= CALIBRATED_HOSTS_KEPT:  # (a service may be posted many hosts)
                 self._calibrated.clear()
             self._calibrated[key] = calibrate(host, lambda ref, h: compose(self.reference_layers(ref), c, "eager", h)
-                                              / 1e3, keys)
+                                              / 1e3, read)
         return self._calibrated[key]
 
     def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
@@ -411,11 +412,13 @@ class Predictor:
         if calibration is not None and calibration.warning():
             warnings.append(str(calibration.warning()))
         elif eager and named is not None and named.reference_ms and calibration is None:
-            warnings.append(f"the host's reference forwards were timed on {named.gpu or 'no GPU'}, not "
-                            f"{self.device.name}: its costs are used as probed" if not self.references_apply(named)
-                            else f"none of the host's {len(named.reference_ms)} reference forwards is in "
-                                 f"{', '.join(CALIBRATION_PRECISIONS)}, the precision calibration reads: its costs "
-                                 "are used as probed")
+            if not self.references_apply(named):
+                warnings.append(f"the host's reference forwards were timed on {named.gpu or 'no GPU'}, not "
+                                f"{self.device.name}: its costs are used as probed")
+            else:
+                warnings.append(f"none of the host's {len(named.reference_ms)} reference forwards is in "
+                                f"{', '.join(CALIBRATION_PRECISIONS)}, the precision calibration reads: its "
+                                "costs are used as probed")
         if fallbacks and times is not None:
             fallback = Counter(n.op for n, is_fallback in zip(graph.nodes, arrays.is_fallback.tolist()) if is_fallback)
             unsupported = [UnsupportedOp(op=op, count=count, costed_as="roofline on bytes moved")

@@ -7,8 +7,9 @@ MatMul with v; the dynamo exporter transposes k with Reshape -> Transpose -> Res
 PyTorch runs as the separate matmul, softmax and elementwise kernels it is written as, and is
 left to them here too. A call at ``scale=1.0`` (transformers' OPT and others scale q in their own
 code and pass 1.0) has no Muls left in a dynamo export, whose optimizer drops a product with 1:
-there the Reshape -> Transpose -> Reshape of k, which no hand-written ``k.transpose`` exports
-as, tells the call.
+there the Reshape -> Transpose -> Reshape of k tells the call (a hand-written ``k.transpose``
+exports as one Transpose; only code that reshapes k to 3-d, transposes and reshapes back by
+hand, unscaled, would pass for it).
 
 ``nn.MultiheadAttention`` is one call in PyTorch. An export records its slow path, which an
 exporter's trace forces: the batch_first transposes of ``MultiheadAttention.forward``, then

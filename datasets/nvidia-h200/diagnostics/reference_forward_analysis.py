@@ -7,10 +7,10 @@ predicted from the profile, and divided by the median predicted/measured of the 
 runs (three nas-train architectures at every batch and precision, timed in the same rounds); as
 predicted now, from the group's profile carrying those reference runs at batch 1 and 8 as its
 reference forwards (predictor.host_references: calibrated by the fp32 ones), and as calibrated
-by all 18 (before 2026-12-03); and how the runs compare with the dataset's measurement of the
+by all 18 (until commit f751b6a, 2026-12-03); and how the runs compare with the dataset's measurement of the
 same units on another lease.
 
-    .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py
+    .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py  # -> its .txt
     .venv/bin/python datasets/nvidia-h200/diagnostics/reference_forward_analysis.py --pack DIR
 
 ``--pack DIR`` first writes the diagnostic file from the device's ``refdiag.tgz`` unpacked in DIR
@@ -103,7 +103,7 @@ def main() -> None:
           f"divided by its reference runs' median: {within(dev['calibrated']):.1%}; "
           "calibrated by the fp32 ones at batch 1 and 8, as predictions now are: "
           f"{within(dev['as_predicted_now']):.1%}; "
-          f"by all 18 (fp16 and bf16 too, as before 2026-12-03): {within(dev['from_all_18']):.1%}")
+          f"by all 18 (fp16 and bf16 too, as until commit f751b6a): {within(dev['from_all_18']):.1%}")
     earlier = load_nas_runs(Path("datasets/nvidia-h200"))
     earlier = earlier[earlier["mode"] == "eager"][["model", "batch", "precision", "latency_ms"]]
     again = dev.merge(earlier, on=["model", "batch", "precision"], suffixes=("", "_dataset"))
