@@ -40,7 +40,7 @@ SUBSETS = {"all 18": lambda p, b: True, "fp32+bf16": lambda p, b: p != "fp16", "
 def main() -> None:
     from collectors.reference_forwards import warmup_order
     from predictor.bundle import DEFAULT_BUNDLE_DIR
-    from predictor.host_profile import CALIBRATION_KEYS
+    from predictor.host_references import calibration_forwards
     from training.composition import predict_run
     from training.host_validation import held_out_runs, host_conditions
     from training.metrics import ape
@@ -58,14 +58,14 @@ def main() -> None:
         for r in scored.runs(runs):
             if r.host is None or not r.host.reference_ms:
                 continue
-            for name, read in (("fp32 (as predictions are)", CALIBRATION_KEYS), ("all 18", tuple(r.host.reference_ms))):
-                calibration = predictor.calibrated_host(r.host, keys=read)[1]
-                if calibration is not None:
-                    factors.setdefault(condition, {})[f"{name}: {r.host.id}"] = calibration.scale
-            order = warmup_order([key for key in r.host.reference_ms if key in CALIBRATION_KEYS])
+            order = warmup_order(list(calibration_forwards(r.host)))
             kept = {str(k): order[:k] for k in CUTS if k <= len(order)}
             for name, holds in SUBSETS.items():
                 kept[name] = [key for key in r.host.reference_ms if holds(*_precision_batch(key))]
+            for name, read in (("fp32 (as predictions are)", order), ("all 18", kept["all 18"])):
+                calibration = predictor.calibrated_host(r.host, keys=read)[1]
+                if calibration is not None:
+                    factors.setdefault(condition, {})[f"{name}: {r.host.id}"] = calibration.scale
             for k, keys in kept.items():
                 host = predictor.calibrated_host(r.host, held[r.model], keys=tuple(keys))[0]
                 rows.append({"condition": condition, "k": k, "measured_ms": r.measured_us / 1e3,
