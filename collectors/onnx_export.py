@@ -8,6 +8,13 @@ every suite graph exercise the importer's rule that external data is never opene
 ``torch.onnx.export`` in PyTorch 2.9 and later runs the dynamo exporter by default; it can fail
 where the TorchScript ("legacy") exporter does not (data-dependent control flow in transformers
 models), so each export says which exporter made it. torch and onnx are imported inside.
+
+A zoo model is built untrained, and what initialization leaves constant (zero biases, unit norm
+weights, a BatchNorm's fresh statistics) an exporter's optimizer may remove: the dynamo exporter
+drops an all-zero bias (onnxscript's RemoveZeroBias), so the export of an untrained SqueezeNet
+runs convolutions without bias where PyTorch runs them with one, and where the trained model a
+user exports keeps it. ``as_trained`` gives those tensors varied values before every export;
+timing never depends on the values.
 """
 
 from __future__ import annotations
@@ -31,6 +38,37 @@ STRIP_ABOVE_BYTES = 1024
 #: the batch an export is traced at, symbolic in the file: at batch 1 an exporter may fold the
 #: batch into constants
 EXPORT_BATCH = 2
+
+
+#: the spread given to a tensor initialization left at zero (a trained bias's order of size)
+TRAINED_ZERO_STD = 0.02
+
+
+def as_trained(module: Any, seed: int = 0) -> int:
+    """Give every floating parameter and buffer of ``module`` with more than one element, all of
+    them equal, varied values as a trained model's are: a zero one N(0, 0.02), any other c
+    times U(0.5, 1.5) (so a running variance stays positive). Returns how many it changed; in
+    place, without grad. Tensors that already vary are left as they are."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    changed = 0
+    with torch.no_grad():
+        tensors = [*module.named_parameters(), *module.named_buffers()]
+        for _, tensor in tensors:
+            if not tensor.is_floating_point() or tensor.numel() < 2:
+                continue
+            first = tensor.reshape(-1)[0]
+            if not bool((tensor == first).all()):
+                continue
+            if float(first) == 0.0:
+                noise = torch.randn(tensor.shape, generator=generator) * TRAINED_ZERO_STD
+                tensor.copy_(noise.to(tensor.dtype))
+            else:
+                scale = 0.5 + torch.rand(tensor.shape, generator=generator)
+                tensor.copy_((tensor.float().cpu() * scale).to(tensor.dtype))
+            changed += 1
+    return changed
 
 
 def _export(module: Any, example: Any, path: Path, exporter: str) -> None:
@@ -138,8 +176,9 @@ def export_models(out: Path, models: Mapping[str, ModelSource], exporters: tuple
                   say: Callable[[str], None] = lambda line: None) -> list[dict[str, Any]]:
     """Export each model with each exporter, separately, to ``out/<exporter>/<name>.onnx.gz``
     (gzipped: a suite's exports are a tenth of their size so), weights stripped, skipping files
-    already there (so a run cut short resumes). Text models are called as ``TextForward``.
-    Returns one record per export tried, also appended to ``out/exports.jsonl``."""
+    already there (so a run cut short resumes). Text models are called as ``TextForward``, and
+    every model is exported ``as_trained``. Returns one record per export tried, also appended
+    to ``out/exports.jsonl``."""
     import json
 
     import torch
@@ -152,12 +191,13 @@ def export_models(out: Path, models: Mapping[str, ModelSource], exporters: tuple
             continue
         torch.manual_seed(0)
         module = source.build().eval()
+        constants_given_values = as_trained(module)
         if source.kind == "text":
             module = TextForward(module)
         example = source.example_input(EXPORT_BATCH, "cpu", torch.float32)
         for exporter in todo:
             made = export_stripped(module, example, out / exporter / f"{name}.onnx.gz", (exporter,))
-            record = {"model": name, **made}
+            record = {"model": name, **made, "as_trained": constants_given_values}
             records.append(record)
             with open(out / "exports.jsonl", "a") as log:
                 log.write(json.dumps(record) + "\n")
