@@ -28,13 +28,16 @@ for group in groups:
     print(",".join(group))
 PY
 i=0
+pids=()
 while read -r models; do
+  [ -n "$models" ] || continue  # (more workers than models: an empty --models would export them all)
   OMP_NUM_THREADS=2 python3 -m latpred collect onnx --out $OUT/w$i --models "$models" > $OUT/w$i.log 2>&1 &
-  i=$((i + 1))
+  pids+=($!); i=$((i + 1))
 done < $OUT/groups.txt
 OMP_NUM_THREADS=2 python3 -m latpred collect onnx --out $OUT/nas_check --nas-seeds 0-11 > $OUT/nas_check.log 2>&1 &
+pids+=($!)
 started=$(date +%s)
-wait
+for pid in "${pids[@]}"; do wait $pid || echo "an export process failed (exit $?): see its log below" >> $OUT/export.txt; done
 echo "exports took $(( $(date +%s) - started )) s" >> $OUT/export.txt
 mkdir -p $OUT/zoo/dynamo $OUT/zoo/legacy
 for w in $OUT/w*/; do

@@ -487,15 +487,17 @@ def _estimated_profile(reference: str | None, note: str | None) -> Any:
     from predictor.host_lookup import resolve_host, user_store
     from predictor.predict import default_host
 
-    bundles = bundle_dirs(DEFAULT_BUNDLE_DIR)
+    bundles = [Bundle.load(d) for d in bundle_dirs(DEFAULT_BUNDLE_DIR).values()]
     if reference is None:
-        found = [h for h in (default_host(Bundle.load(d)) for d in bundles.values()) if h is not None]
+        found = [h for h in (default_host(b) for b in bundles) if h is not None]
+        # a GPU's host first: the estimate stands for a host issuing a GPU's kernels, which a CPU
+        # device's profile (its calls compute on the CPU) does not time
+        found.sort(key=lambda h: h.gpu is None)
         if not found:
             raise ValueError("no shipped bundle names a host profile to scale: give one with --reference")
         return estimate_here(found[0], note)
-    bundle = Bundle.load(next(iter(bundles.values()))) if bundles else None
-    if bundle is None:
+    if not bundles:
         from predictor.host_profile import load_profile
 
         return estimate_here(load_profile(Path(reference)), note)
-    return estimate_here(resolve_host(reference, bundle, [user_store()]), note)
+    return estimate_here(resolve_host(reference, bundles, [user_store()]), note)

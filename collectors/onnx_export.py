@@ -45,10 +45,11 @@ TRAINED_ZERO_STD = 0.02
 
 
 def as_trained(module: Any, seed: int = 0) -> int:
-    """Give every floating parameter and buffer of ``module`` with more than one element, all of
-    them equal, varied values as a trained model's are: a zero one N(0, 0.02), any other c
-    times U(0.5, 1.5) (so a running variance stays positive). Returns how many it changed; in
-    place, without grad. Tensors that already vary are left as they are."""
+    """Give every floating parameter and buffer of ``module`` whose elements are all equal varied
+    values as a trained model's are: a zero one N(0, 0.02), any other c times U(0.5, 1.5) (so a
+    running variance stays positive). A one-element tensor only where it is zero (the bias of a
+    Linear(..., 1)); a 0-d one never (a scalar buffer a model reads as a constant). Returns how
+    many it changed; in place, without grad. Tensors that already vary are left as they are."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -56,10 +57,10 @@ def as_trained(module: Any, seed: int = 0) -> int:
     with torch.no_grad():
         tensors = [*module.named_parameters(), *module.named_buffers()]
         for _, tensor in tensors:
-            if not tensor.is_floating_point() or tensor.numel() < 2:
+            if not tensor.is_floating_point() or tensor.dim() == 0 or tensor.numel() == 0:
                 continue
             first = tensor.reshape(-1)[0]
-            if not bool((tensor == first).all()):
+            if not bool((tensor == first).all()) or (tensor.numel() == 1 and float(first) != 0.0):
                 continue
             if float(first) == 0.0:
                 noise = torch.randn(tensor.shape, generator=generator) * TRAINED_ZERO_STD
@@ -197,7 +198,7 @@ def export_models(out: Path, models: Mapping[str, ModelSource], exporters: tuple
         example = source.example_input(EXPORT_BATCH, "cpu", torch.float32)
         for exporter in todo:
             made = export_stripped(module, example, out / exporter / f"{name}.onnx.gz", (exporter,))
-            record = {"model": name, **made, "as_trained": constants_given_values}
+            record = {"model": name, **made, "as_trained_tensors": constants_given_values}
             records.append(record)
             with open(out / "exports.jsonl", "a") as log:
                 log.write(json.dumps(record) + "\n")

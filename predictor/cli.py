@@ -46,9 +46,10 @@ def devices(bundles: Path) -> None:
     transfer = device_bundles.TRANSFER_BUNDLE in trained
     for spec in DEVICES.values():
         state = (f"bundle {spec.device_id}" if spec.device_id in trained
-                 else "transfer bundle" if transfer else "no bundle")
+                 else "transfer bundle" if transfer and spec.kind == "gpu" else "no bundle")
         price = "price unknown" if spec.price_per_hour is None else f"${spec.price_per_hour:.2f}/h"
-        click.echo(f"{spec.device_id}\t{spec.name}\t{spec.sm_count} SMs\t{spec.provenance}\t{price}\t{state}")
+        size = f"{spec.sm_count} cores" if spec.kind == "cpu" else f"{spec.sm_count} SMs"
+        click.echo(f"{spec.device_id}\t{spec.name}\t{size}\t{spec.provenance}\t{price}\t{state}")
 
 
 def load_predictor(device: str, bundle: Path | None) -> Predictor:
@@ -167,6 +168,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
     predictor, host = predictor_and_host(device, bundle, host_spec)
+    if predictor.device.planning_refusal() is not None:
+        raise click.BadParameter(str(predictor.device.planning_refusal()), param_hint="--device")
     try:
         graph = load_graph(path, None, {})
     except ValueError as exc:

@@ -15,6 +15,13 @@ operators one by one while the GPU runs them; kernel i starts once it has been i
 kernel i-1 has finished. At small batch the host's issue time, not the kernels, sets the
 latency, which summing kernels can never show.
 
+serial (a CPU device's eager forward, ``CompositionConstants.serial``): there is no second
+stream to overlap. Each call computes its kernels itself before it returns, so the forward is the
+sum of its calls: the operators' measured time (on a CPU the sweep's timer is the call's wall time,
+dispatch included) scaled per group, plus the Python around each call and each view, in units of
+the host profile's module_call and view costs, and a fixed cost per forward. That sum is linear in
+every constant, so training fits them by least squares (``serial_terms``), as for a CUDA graph.
+
 The host's issue time comes from a host profile (predictor.host_profile): what one call of each
 kind costs that host, probed in seconds. A kernel call costs its learned dispatch *relative to
 its kind* times the profile's cost of that kind, so the same layers compose for any host; the
@@ -87,6 +94,9 @@ class CompositionConstants:
     sync_us: float = 20.0
     #: the floor of any launch, applied to fallbacks' bandwidth estimate
     min_kernel_us: float = 2.0
+    #: an eager forward is the sum of its calls, not two overlapping streams: a CPU device, which
+    #: runs each call's kernels inside the call (``serial_terms``)
+    serial: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,7 +209,7 @@ def _in_model_us(a: LayerArrays, c: CompositionConstants) -> tuple[np.ndarray, n
     """Kernel time inside the model with its interval: group scale x alone, plus what a learned
     kernel adds there (short kernels' share, its weights' cold read)."""
     scale = c.group_scales()[a.group]
-    extra = _in_model_extra_us(a, c)
+    extra = 0.0 if c.serial else _in_model_extra_us(a, c)  # (serial: serial_terms has no such term)
     kernel, low, high = _alone_us(a, c)
     return kernel * scale + extra, low * scale + extra, high * scale + extra
 
@@ -210,6 +220,9 @@ def layer_times(a: LayerArrays, c: CompositionConstants, host: HostProfile | np.
     launch for a kernel another call launches, the view cost for a call that launches nothing,
     the fallback dispatch plus a call's Python for a fallback."""
     coefficients, fixed = _host_terms(a, c, host_costs(host))
+    if c.serial:  # a call's dispatch is inside its measured time: its host time is the Python around it
+        coefficients[0] = 0.0
+        fixed = np.zeros_like(fixed)
     return LayerTimes(*_in_model_us(a, c), (_host_point(c) @ coefficients)[0] + fixed)
 
 
@@ -232,6 +245,28 @@ def cudagraph_terms(a: LayerArrays, c: CompositionConstants) -> np.ndarray:
 def cudagraph_weights(c: CompositionConstants) -> np.ndarray:
     """The constants ``cudagraph_terms`` are multiplied by, in the same order."""
     return np.append(c.group_scales(), [getattr(c, name) for name in CUDAGRAPH_TERMS])
+
+
+#: serial_terms' columns after the group sums, in order: the constants that multiply them.
+SERIAL_TERMS = ("call_share", "view_share", "sync_us")
+
+
+def serial_terms(a: LayerArrays, c: CompositionConstants, host: HostProfile | np.ndarray) -> np.ndarray:
+    """A serial (CPU) forward split into the terms each constant multiplies: each group's
+    operator time alone summed (GROUPS order), the host's module_call cost per call that computes
+    (a kernel or a fallback; ``_host_terms``), its view cost per call that does not, and 1 for the
+    cost of a forward. ``compose`` is these terms times ``serial_weights``; training fits the
+    weights. (The short-kernel and cold-weight shares, what a GPU's L2 makes of a kernel inside a
+    captured graph, do not apply to a serial forward, here or in ``layer_times``.)"""
+    kernel, _, _ = _alone_us(a, c)
+    sums = np.bincount(a.group, weights=kernel, minlength=len(GROUPS))
+    coefficients, _ = _host_terms(a, c, host_costs(host))  # (a launch or a fallback's dispatch is inside its time)
+    return np.append(sums, [float(coefficients[1].sum()), float(coefficients[2].sum()), 1.0])
+
+
+def serial_weights(c: CompositionConstants) -> np.ndarray:
+    """The constants ``serial_terms`` are multiplied by, in the same order."""
+    return np.append(c.group_scales(), [getattr(c, name) for name in SERIAL_TERMS])
 
 
 def eager_grid_us(a: LayerArrays, c: CompositionConstants, grid: np.ndarray,
@@ -276,5 +311,7 @@ def compose(a: LayerArrays, c: CompositionConstants, mode: str, host: HostProfil
     if mode == "eager":
         if host is None:
             raise ValueError("an eager prediction needs a host profile: the host issues every kernel")
+        if c.serial:
+            return float(serial_terms(a, c, host) @ serial_weights(c))
         return float(eager_grid_us(a, c, _host_point(c), host)[0]) + c.sync_us
     raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")

@@ -1,7 +1,8 @@
 """Which bundle predicts which device: its own, or the transfer bundle from its datasheet.
 
 A device measured with a dataset of its own and trained alone (the H200) has a bundle folder named
-by its id. Every other catalog device is predicted by the transfer bundle (``bundles/transfer``,
+by its id, and so does a CPU (which only its own bundle predicts). Every other catalog GPU is
+predicted by the transfer bundle (``bundles/transfer``,
 training/transfer.py): one kernel model across the measured GPUs that reads a device's specs,
 with composition fitted per measured device (the H200's partitions, whose runs it was fitted on:
 'measured') or across them (every device never measured: 'transferred'). The CLI and the service
@@ -28,10 +29,14 @@ def is_transfer(key: str) -> bool:
 
 def bundle_folder(device_id: str, root: Path = DEFAULT_BUNDLE_DIR) -> Path:
     """The folder whose bundle predicts ``device_id``: its own where it has one, else the transfer
-    bundle's; a BundleError naming both where neither is there."""
+    bundle's (never a CPU's: the transfer model knows GPUs); a BundleError naming both where
+    neither is there."""
     own = Path(root) / device_id
     if (own / "metadata.json").is_file():
         return own
+    if device_id in DEVICES and DEVICES[device_id].kind == "cpu":
+        raise BundleError(f"no model bundle predicts {device_id}, a CPU: {own} is not there (run 'latpred train "
+                          f"--dataset datasets/{device_id}')")
     transfer = Path(root) / TRANSFER_BUNDLE
     if (transfer / "metadata.json").is_file():
         return transfer
@@ -54,15 +59,20 @@ def verification_device(key: str, bundle: Bundle | None = None) -> DeviceSpec | 
 
 def expand_transfer(predictors: Mapping[str, Predictor], own: Collection[str] = ()) -> dict[str, Predictor]:
     """Predictors by device id: each one-device bundle's for its device, and over the transfer
-    bundle (keyed ``TRANSFER_BUNDLE`` in ``predictors``) one for every other catalog device, all
+    bundle (keyed ``TRANSFER_BUNDLE`` in ``predictors``) one for every other catalog GPU, all
     sharing that one loaded bundle (its trees compiled once). A device in ``own`` (it has a bundle
     folder of its own, which may have failed to load) is never handed to the transfer bundle: its
-    folder serves it or nothing does, and the failure is said where it happened."""
-    out = {key: p for key, p in predictors.items() if not is_transfer(key)}
+    folder serves it or nothing does, and the failure is said where it happened. The own bundles
+    come first, in catalog order."""
+    # in catalog order (the H200 first): what a service names first is its first GPU's bundle, not
+    # whichever folder sorts first
+    order = {device_id: i for i, device_id in enumerate(DEVICES)}
+    out = {key: p for key, p in sorted(predictors.items(), key=lambda item: order.get(item[0], len(order)))
+           if not is_transfer(key)}
     transfer = predictors.get(TRANSFER_BUNDLE)
     if transfer is not None:
         for device_id, spec in DEVICES.items():
-            if device_id not in out and device_id not in own:
+            if device_id not in out and device_id not in own and spec.kind == "gpu":
                 same = transfer.device.device_id == device_id
                 out[device_id] = transfer if same else Predictor(transfer.bundle, spec)
     return out

@@ -1,4 +1,4 @@
-"""The device catalog: the GPUs latpred knows, read from a data file users can extend.
+"""The device catalog: the GPUs (and CPUs) latpred knows, read from a data file users can extend.
 
 The shipped file (``device_catalog.toml``, beside this module) holds each GPU's size and ceilings
 with the page every figure came from, and an on-demand price. Prices go stale and specs get added
@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 #: the catalog shipped with latpred (package data)
 SHIPPED_CATALOG = Path(__file__).with_name("device_catalog.toml")
@@ -47,15 +47,19 @@ MAX_TDP_W = 10_000.0
 ID_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 
 Provenance = Literal["measured", "transferred"]
+#: 'gpu', or 'cpu': a CPU timed through torch on the CPU, whose eager forward is one call after
+#: another (predictor.compose, serial) and which runs no CUDA graph
+DeviceKind = Literal["gpu", "cpu"]
 
 
-def _check_tensor_flops(value: dict[str, float]) -> dict[str, float]:
-    """Known precisions only, fp16 present, each rate a FLOP/s in range."""
+def _check_tensor_flops(value: dict[str, float], required: tuple[str, ...] = REQUIRED_TENSOR_PRECISIONS
+                        ) -> dict[str, float]:
+    """Known precisions only, the ``required`` ones present, each rate a FLOP/s in range."""
     unknown = sorted(set(value) - set(TENSOR_PRECISIONS))
     if unknown:
         raise ValueError(f"unknown precision(s) {', '.join(map(repr, unknown))}: expected some of "
                          f"{', '.join(TENSOR_PRECISIONS)} (leave out one the hardware lacks)")
-    missing = [p for p in REQUIRED_TENSOR_PRECISIONS if p not in value]
+    missing = [p for p in required if p not in value]
     if missing:
         raise ValueError(f"{', '.join(missing)} is required")
     for precision, rate in value.items():
@@ -89,6 +93,9 @@ class CatalogEntry(BaseModel):
 
     name: str = Field(min_length=1, max_length=200)
     provenance: Provenance
+    #: a CPU's sm_count is the cores torch computes on, its l2_bytes its last-level cache, its
+    #: tensor_flops empty (none required) and its vector_flops its fp32 rate
+    kind: DeviceKind = "gpu"
     sm_count: int = Field(gt=0, le=MAX_SM_COUNT)
     l2_bytes: int = Field(gt=0)
     memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
@@ -112,8 +119,8 @@ class CatalogEntry(BaseModel):
 
     @field_validator("tensor_flops")
     @classmethod
-    def _tensor_flops(cls, value: dict[str, float]) -> dict[str, float]:
-        return _check_tensor_flops(value)
+    def _tensor_flops(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
+        return _check_tensor_flops(value, () if info.data.get("kind") == "cpu" else REQUIRED_TENSOR_PRECISIONS)
 
     @model_validator(mode="after")
     def _l2_below_memory(self) -> CatalogEntry:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
-from predictor.device_catalog import CatalogEntry, Provenance, load_catalog, user_catalog_path
+from predictor.device_catalog import CatalogEntry, DeviceKind, Provenance, load_catalog, user_catalog_path
 
 #: Families whose arithmetic runs on tensor cores (in fp32 only where TF32 is allowed).
 TENSOR_CORE_FAMILIES = frozenset({"conv2d", "linear", "matmul", "sdpa"})
@@ -41,6 +42,36 @@ class DeviceSpec:
     #: the datasheet's (memory_bandwidth, tensor_flops, vector_flops) where the ceilings above were
     #: measured; None where they are the datasheet's already
     datasheet: tuple[float, dict[str, float], float] | None = None
+    #: 'gpu', or 'cpu' (sm_count its cores, l2_bytes its last-level cache): torch on the CPU
+    kind: DeviceKind = "gpu"
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        """The execution modes the device runs: a CPU runs eager only (no CUDA graph without a GPU)."""
+        return ("eager",) if self.kind == "cpu" else ("eager", "cudagraph")
+
+    #: the precisions a CPU was measured in (fp16 and bf16 on a CPU run other kernels, unmeasured)
+    CPU_PRECISIONS: ClassVar[tuple[str, ...]] = ("fp32",)
+
+    def refusal(self, precision: str, mode: str) -> str | None:
+        """Why this device cannot be predicted at ``precision`` in ``mode`` (a field named
+        first), or None: a CPU runs eager forwards in fp32 only."""
+        if mode not in self.modes:
+            return (f"mode: {self.name} ({self.device_id}) is a CPU and runs eager only: a CUDA graph needs a "
+                    "GPU (ask mode eager)")
+        if self.kind == "cpu" and precision not in self.CPU_PRECISIONS:
+            return (f"precision: {self.name} ({self.device_id}) is a CPU measured in fp32 only, not {precision} "
+                    "(ask precision fp32)")
+        return None
+
+    def planning_refusal(self) -> str | None:
+        """Why capacity planning does not plan this device, or None: it plans GPUs (Triton instances
+        of KIND_GPU, GPUs to buy) from batched latencies; a CPU's were measured at batch 1-32 only
+        and no server on a CPU was checked."""
+        if self.kind == "cpu":
+            return (f"device: {self.name} ({self.device_id}) is a CPU: capacity planning plans GPUs; predict the "
+                    "CPU's latency per batch instead (POST /v1/predict, latpred predict)")
+        return None
 
     @classmethod
     def from_entry(cls, device_id: str, entry: CatalogEntry) -> DeviceSpec:
@@ -49,7 +80,7 @@ class DeviceSpec:
                    memory_bandwidth=entry.memory_bandwidth, tensor_flops=dict(entry.tensor_flops),
                    vector_flops=entry.vector_flops, price_per_hour=entry.price_per_hour,
                    memory_bytes=entry.memory_bytes, tdp_w=entry.tdp_w, provenance=entry.provenance,
-                   source=entry.source, price_source=entry.price_source,
+                   source=entry.source, price_source=entry.price_source, kind=entry.kind,
                    datasheet=None if entry.datasheet is None else (
                        entry.datasheet.memory_bandwidth, dict(entry.datasheet.tensor_flops),
                        entry.datasheet.vector_flops))

@@ -37,7 +37,7 @@ def bundle_profiles(bundle: Bundle) -> dict[str, HostProfile]:
     return found
 
 
-def resolve_host(spec: str, bundle: Bundle, stores: Sequence[HostStore] = ()) -> HostProfile:
+def resolve_host(spec: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore] = ()) -> HostProfile:
     """The profile ``spec`` names: a JSON file (a path that exists, or one ending in .json), or
     an id (``host_by_id``). Raises ``UnknownHostError`` for an id found nowhere,
     ``HostProfileError`` for a file that is not a valid profile."""
@@ -46,20 +46,29 @@ def resolve_host(spec: str, bundle: Bundle, stores: Sequence[HostStore] = ()) ->
     return host_by_id(spec, bundle, stores)
 
 
-def host_by_id(host_id: str, bundle: Bundle, stores: Sequence[HostStore] = ()) -> HostProfile:
-    """The profile with id ``host_id``: one the bundle carries, else one of ``stores`` holds. An
-    id only, never a path (a service must not read a file a request names); ``UnknownHostError``
+def host_by_id(host_id: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore] = ()) -> HostProfile:
+    """The profile with id ``host_id``: one the bundle carries (or the first of several bundles
+    that does: a GPU's host named beside a CPU's bundle), else one of ``stores`` holds. An id
+    only, never a path (a service must not read a file a request names); ``UnknownHostError``
     names the id and the known ones, or says it is not an id at all."""
     if not re.match(ID_PATTERN, host_id):
         raise UnknownHostError(f"{host_id!r} is not a host profile id (letters, digits, '.', '_', '-'; at most 64)")
-    carried = bundle_profiles(bundle)
-    if host_id in carried:
-        return carried[host_id]
+    known: list[str] = []
+    seen: set[int] = set()
+    for one in [bundle] if isinstance(bundle, Bundle) else bundle:  # in order, each bundle once, until found
+        if id(one) in seen:
+            continue
+        seen.add(id(one))
+        carried = bundle_profiles(one)
+        if host_id in carried:
+            return carried[host_id]
+        known += carried
     for store in stores:
         try:
             return store.get(host_id)
         except UnknownHostError:
             continue
-    known = [*carried, *(i for store in stores for i in store.ids())]
-    raise UnknownHostError(f"no host profile {host_id!r} is known (known: {', '.join(known[:12]) or 'none'}; "
+    known += [i for store in stores for i in store.ids()]
+    listed = ", ".join(list(dict.fromkeys(known))[:12]) or "none"
+    raise UnknownHostError(f"no host profile {host_id!r} is known (known: {listed}; "
                            "probe one with 'latpred host probe')")

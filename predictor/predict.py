@@ -236,6 +236,8 @@ class Predictor:
             except ValueError:
                 continue
             name = get_precision(precision).name
+            if self.device.refusal(name, mode) is not None:  # (a CPU asked for a CUDA graph)
+                continue
             graph = graph.at_precision(name, batch)
             needed.update(key for key in self._node_keys(graph, batch, name, mode) if key is not None)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
@@ -261,6 +263,8 @@ class Predictor:
                 else:
                     check_variant(batch, precision, mode)
                 name = get_precision(precision).name
+                if self.device.refusal(name, mode) is not None:
+                    continue
                 graph = graph.at_precision(name, batch)
             except ValueError:
                 continue
@@ -383,9 +387,18 @@ class Predictor:
             _checked_variant(batch, precision, mode)
         else:  # (not hashable, or a bool or float the check refuses): checked, never remembered
             check_variant(batch, precision, mode)
+        refusal = self.device.refusal(get_precision(precision).name, mode)
+        if refusal is not None:  # a CPU: eager, fp32
+            raise ValueError(refusal)
         graph = graph.at_precision(get_precision(precision).name, batch)
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
+        warnings: list[str] = []
+        if host is not None and self.device.kind == "cpu" and host.gpu and self.host is not None:
+            # a profile probed beside a GPU times CUDA launches; a CPU's own calls are its operators
+            warnings.append(f"the host profile {host.id} was probed beside a GPU ({host.gpu}): a CPU's forward is "
+                            f"predicted from its own profile, {self.host.id}")
+            host = self.host
         host = host or self.host
         eager = mode == "eager"
         if host is None and eager:
@@ -408,7 +421,6 @@ class Predictor:
             # what scaling a measured profile by the CPU's speed missed on the measured hosts
             q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
         unsupported = []
-        warnings = []
         if calibration is not None and calibration.warning():
             warnings.append(str(calibration.warning()))
         elif eager and named is not None and named.reference_ms and calibration is None:

@@ -69,9 +69,9 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
             raise click.ClickException(f"no bundle under {bundles}")
     except (ValueError, BundleError) as exc:
         raise click.ClickException(str(exc)) from None
-    first = next(iter(predictors.values()))
     try:
-        host = resolve_host(host_spec, first.bundle, [user_store()]) if host_spec else None
+        host = (resolve_host(host_spec, [p.bundle for p in predictors.values()], [user_store()])
+                if host_spec else None)
     except (ValueError, KeyError) as exc:
         raise click.BadParameter(str(exc), param_hint="--host") from None
     try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from predictor.capacity.service_time import DEFAULT_SIGMA
 from predictor.graph import Graph
 from predictor.host_profile import HostProfile
-from predictor.memory import memory_estimate
+from predictor.memory import WORKSPACE_BYTES, memory_estimate
 from predictor.predict import Predictor
 from predictor.variant import check_variant
 
@@ -125,6 +125,8 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     p99 = out.total_ms * math.exp(Z99 * DEFAULT_SIGMA[mode])
     throughput = batch / out.total_ms * 1e3
     cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
+    if spec.kind == "cpu":  # no CUDA context or GPU libraries' workspaces: the weights and activations
+        memory_bytes -= WORKSPACE_BYTES
     reasons = []
     if memory_bytes > spec.memory_bytes:
         reasons.append(f"needs {memory_bytes / 2**30:.1f} GiB, has {spec.memory_bytes / 2**30:.0f} GiB")
@@ -175,6 +177,8 @@ def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predicto
         except ValueError as exc:  # a precision the device lacks: the others can still be ranked
             skipped[predictor.device.device_id] = str(exc)
     choices.sort(key=lambda c: (rank_key(c, constraints), c.device))
-    eager_host = host or next((p.host for p in items if p.host is not None), None)
+    # the GPUs' host (a CPU device's own bundle names the profile of its CPU alone, in each choice)
+    eager_host = host or next((p.host for p in items if p.host is not None and p.device.kind == "gpu"),
+                              next((p.host for p in items if p.host is not None), None))
     return Selection(graph.name, batch, precision, mode, constraints, choices, skipped,
                      eager_host.id if mode == "eager" and eager_host is not None else None)

@@ -13,6 +13,7 @@ import math
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from predictor.devices import DEVICES, DeviceSpec, resolve_device
@@ -60,14 +61,14 @@ def not_ready(detail: str) -> ProblemError:
 
 
 def resolve_device_id(registry: ModelRegistry, device: str | None, field: str = "device") -> DeviceSpec:
-    """A device by id or part of its name; without one, the only device that has a bundle of its
-    own (the devices the transfer bundle predicts are asked for by name)."""
+    """A device by id or part of its name; without one, the only GPU that has a bundle of its
+    own (the devices the transfer bundle predicts, and CPUs, are asked for by name)."""
     if device is None:
         registry.wait_first_load(registry.load_wait_s)
         snapshot = registry.snapshot
         if not snapshot.loaded or not snapshot.predictors:
             raise not_ready(registry.state_detail())
-        own = [d for d, p in snapshot.predictors.items() if p.bundle.transfer is None]
+        own = [d for d, p in snapshot.predictors.items() if p.bundle.transfer is None and p.device.kind == "gpu"]
         if len(own) != 1:
             raise ProblemError(422, f"name a device: one of {', '.join(snapshot.predictors)}", field=field)
         return DEVICES[own[0]]
@@ -86,13 +87,15 @@ def host_key(profile: HostProfile | None) -> str | None:
 
 
 def resolve_host_id(predictor: Predictor, host: str | None, store: HostStore | None,
-                    field: str = "host") -> HostProfile | None:
-    """The profile ``host`` names (an id: one the predictor's bundle carries, else one of
-    ``store``; never a file); without ``host``, the bundle's default."""
+                    field: str = "host", others: Sequence[Predictor] = ()) -> HostProfile | None:
+    """The profile ``host`` names (an id: one the predictor's bundle carries, else one of the
+    ``others``' bundles, else one of ``store``; never a file); without ``host``, the bundle's
+    default."""
     if host is None:
         return predictor.host
     try:
-        return host_by_id(host, predictor.bundle, [store] if store is not None else [])
+        return host_by_id(host, [predictor.bundle, *(p.bundle for p in others)],
+                          [store] if store is not None else [])
     except UnknownHostError as exc:
         known_form = bool(re.match(ID_PATTERN, host))  # an id that is not there, or no id at all
         raise ProblemError(404 if known_form else 422, f"{exc}; GET /v1/hosts lists them, POST /v1/hosts adds one",
@@ -114,7 +117,9 @@ def resolve_variant(registry: ModelRegistry, variant: Variant, prefix: str = "",
         raise ProblemError(404, f"no model bundle is loaded for {spec.device_id} ({spec.name}): "
                                 "GET /v1/devices lists the devices that have one",
                            field=join_path(prefix, "device"), kind="no-bundle")
-    profile = resolve_host_id(predictor, host, store, join_path(prefix, "host"))
+    # (the other bundles too: a GPU's host id asked beside a CPU, whose bundle carries its own probes)
+    others = list(registry.snapshot.predictors.values()) if host is not None else []
+    profile = resolve_host_id(predictor, host, store, join_path(prefix, "host"), others)
     return ResolvedVariant(predictor, spec, variant.batch, variant.precision, variant.mode, profile,
                            host_key(profile), prefix)
 
@@ -170,6 +175,9 @@ def predict(graph: Graph, variant: ResolvedVariant, field: str = "", cache: Pred
         where = join_path(field, "batch") if str(exc).startswith("batch") else (field or None)
         if variant.host is None and str(exc).startswith(NO_HOST):
             where = join_path(variant.prefix, "host")
+        for name in ("mode", "precision"):  # what a device cannot run (a CPU: eager, fp32)
+            if str(exc).startswith(f"{name}: "):
+                where = join_path(variant.prefix, name)
         raise ProblemError(422, str(exc) or type(exc).__name__, field=where, kind="cannot-predict") from None
     if not (math.isfinite(result.total_ms) and math.isfinite(result.low_ms) and math.isfinite(result.high_ms)):
         raise ProblemError(422, "the graph's sizes are outside the range the models can predict (the result "

@@ -8,6 +8,9 @@ error (a layer inside a model is not the same layer measured alone: no bias, ano
 another cache state). eager: the shares of the host profile's costs a call, a module's Python
 and a view take inside a model, and the synchronisation, are chosen on a grid, each run composed
 with the host profile probed beside it (training.hosts): no host's speed is fitted into them.
+A CPU device's eager forward is serial (predictor.compose): its group scales, the Python per
+call and per view in units of the run's host profile, and the cost of a forward are fitted by
+non-negative least squares on relative error, as a captured graph's are.
 Validation fits the constants on all models but one and predicts that one, for each model in
 turn; two baselines are computed in the same run: the pure roofline sum, and latency
 proportional to FLOPs.
@@ -28,11 +31,13 @@ from predictor.catalogue import flops as op_flops
 from predictor.compose import (
     CUDAGRAPH_TERMS,
     GROUPS,
+    SERIAL_TERMS,
     CompositionConstants,
     LayerArrays,
     compose,
     cudagraph_terms,
     eager_grid_us,
+    serial_terms,
 )
 from predictor.features import roofline_us
 from predictor.graph import Graph
@@ -71,6 +76,8 @@ class RunArrays:
     flops: float
     #: the host profile measured beside the run (None: none was, e.g. a run before the probe)
     host: HostProfile | None = None
+    #: measured on a CPU, whose eager forward is serial (CompositionConstants.serial)
+    serial: bool = False
 
 
 def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFrame,
@@ -101,7 +108,7 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
         named = getattr(r, "host_profile", None)
         host = (hosts or {}).get(named, default_host) if isinstance(named, str) else default_host
         out.append(RunArrays(r.model, int(r.batch), r.precision, r.mode, float(r.latency_ms) * 1e3,
-                             layers, roof, flops, host))
+                             layers, roof, flops, host, serial=predictor.device.kind == "cpu"))
     return out
 
 
@@ -141,6 +148,38 @@ def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
                     fitted["cold_weight_share"])
 
 
+#: A serial (CPU) group's operators run inside a model within these multiples of their time
+#: alone: a prior. The CPU's 56 zoo runs hold few calls of some groups (Swin's and ShuffleNet's
+#: copies), and unbounded, the transpose group's scale went to 355.
+SERIAL_SCALE_BOUNDS = (0.2, 5.0)
+
+
+def fit_serial_constants(runs: list[RunArrays], c: CompositionConstants) -> CompositionConstants:
+    """``c`` with the serial (CPU) constants fitted on ``runs`` (eager, each with its host
+    profile): least squares of measured = compose.serial_terms . (group scales, call_share,
+    view_share, sync_us), each run weighted by 1/measured, with each used group's scale within
+    SERIAL_SCALE_BOUNDS and the rest non-negative; fallbacks keep scale 1."""
+    from scipy.optimize import lsq_linear
+
+    terms = len(SERIAL_TERMS)
+    a = np.array([serial_terms(r.layers, c, cast(HostProfile, r.host)) / r.measured_us for r in runs])
+    groups = a[:, :len(GROUPS)]
+    fixed = np.array([g in FIXED_GROUPS for g in GROUPS])
+    used = (groups.sum(axis=0) > 0) & ~fixed
+    low, high = SERIAL_SCALE_BOUNDS
+    n_used = int(used.sum())
+    fit = lsq_linear(a[:, np.r_[used, [True] * terms]], 1.0 - groups[:, fixed].sum(axis=1),
+                     bounds=([low] * n_used + [0.0] * terms, [high] * n_used + [np.inf] * terms))
+    coef = fit.x
+    scales = dict.fromkeys(GROUPS, 1.0)
+    for group, value in zip([g for g, u in zip(GROUPS, used) if u], coef[:-terms]):
+        scales[group] = float(value)
+    fitted = {name: float(x) for name, x in zip(SERIAL_TERMS, coef[-terms:])}
+    # (no short-kernel or cold-weight share: what a GPU's L2 does inside a captured graph; at 0,
+    # compose and layer_times agree on a serial forward)
+    return replace(c, group_scale=scales, serial=True, short_kernel_share=0.0, cold_weight_share=0.0, **fitted)
+
+
 def predict_run(r: RunArrays, c: CompositionConstants, host: HostProfile | None = None) -> float:
     """The run's latency in microseconds as the predictor composes it, on ``host`` (default: the
     run's own)."""
@@ -167,6 +206,14 @@ def fit_constants(runs: list[RunArrays]) -> CompositionConstants:
                              replay_us=g.replay_us, cold_weight_share=g.cold_weight_share,
                              fallback_ratio=elementwise_dispatch_ratio(runs))
     eager_runs = [r for r in runs if r.mode == "eager" and r.host is not None]
+    serial = {r.serial for r in runs}
+    if serial == {True}:  # a CPU's runs: a serial forward, or nothing to fit it on
+        if not eager_runs:
+            raise ValueError("a CPU's runs need the host profiles probed beside them to fit its serial forward: "
+                             "none of these eager runs names one (measure with this latpred's 'collect models')")
+        return fit_serial_constants(eager_runs, c)
+    if True in serial:
+        raise ValueError("runs of a CPU (serial) and of a GPU cannot share one set of composition constants")
     if not eager_runs:
         return c
     measured = np.array([r.measured_us for r in eager_runs])
@@ -229,7 +276,7 @@ def leave_one_model_out(runs: list[RunArrays], extra: Sequence[RunArrays] = (),
     predicted_over_measured = np.array([*(predictions["predicted_ms"] / predictions["measured_ms"]),
                                         *(predict_run(r, constants) / r.measured_us for r in held_out)], dtype=float)
     log_err = np.abs(np.log(predicted_over_measured))
-    interval = {m: float(np.quantile(log_err[modes == m], 0.9)) if (modes == m).any() else math.nan
-                for m in ("eager", "cudagraph")}
+    interval = {m: float(np.quantile(log_err[modes == m], 0.9)) for m in ("eager", "cudagraph")
+                if (modes == m).any()}  # (a CPU has no CUDA-graph runs: no interval, not a NaN in JSON)
     return CompositionFit(constants, interval, predictions, {"zoo_runs": len(runs), "nas_train_runs": len(extra)},
                           {"zoo_leave_one_model_out_runs": len(predictions), "nas_dev_runs": len(held_out)})

@@ -30,7 +30,7 @@ composition is the host's (issue #12): its shares come from the H200's eager run
 device is issued by the host profile asked for (the H200 bundle's by default).
 
 ``latpred transfer`` fits it, scores leave-one-device-out and writes the bundle
-(``predictor/bundles/transfer``), which the service and the CLI use for every catalog device
+(``predictor/bundles/transfer``), which the service and the CLI use for every catalog GPU
 without a bundle of its own.
 """
 

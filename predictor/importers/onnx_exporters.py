@@ -16,8 +16,8 @@ The dynamo exporter's optimizer also removes a Conv's or Gemm's bias that is all
 (onnxscript's ``RemoveZeroBias``), which PyTorch would still add. That leaves no trace (a Conv
 made without a bias looks the same), and only a model whose biases are zeros is affected (an
 untrained one whose code initialises them so, as torchvision does): such a Conv is costed as it
-is shown, without the bias. The suites' exports are made ``as_trained`` (collectors.onnx_export),
-so that none of theirs is.
+is shown, without the bias. The zoo's exports are made ``as_trained`` (collectors.onnx_export),
+so that none of theirs is; the NAS modules' biases are torch's random ones.
 
 The fold's traces are naming conventions of the exporters, not part of ONNX: an export from elsewhere, or
 renamed, shows no folded BatchNorm and is costed as its Conv alone. Whether the convolution had a

@@ -1,4 +1,4 @@
-"""``GET /v1/devices``: the GPUs latpred knows, and which bundle predicts each."""
+"""``GET /v1/devices``: the devices (GPUs and CPUs) latpred knows, and which bundle predicts each."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def devices() -> dict[str, Any]:
     here, or datasheet figures the transfer model predicts from) and the bundle that predicts it."""
     predictors = state().registry.snapshot.predictors
     return {"devices": [{
-        "id": d.device_id, "name": d.name, "provenance": d.provenance, "sm_count": d.sm_count,
+        "id": d.device_id, "name": d.name, "provenance": d.provenance, "kind": d.kind, "modes": list(d.modes),
+        "sm_count": d.sm_count,
         "l2_bytes": d.l2_bytes, "memory_bytes": d.memory_bytes, "memory_bandwidth": d.memory_bandwidth,
         "tensor_flops": dict(d.tensor_flops), "vector_flops": d.vector_flops, "tdp_w": d.tdp_w,
         "price_per_hour": d.price_per_hour, "source": d.source, "price_source": d.price_source,

@@ -152,7 +152,7 @@ def _host(st: ServiceState, candidates: list[Predictor], host: str | None, mode:
     else each bundle's default (None)."""
     if host is None or mode != "eager":
         return None
-    return predictions.resolve_host_id(candidates[0], host, st.host_store)
+    return predictions.resolve_host_id(candidates[0], host, st.host_store, others=candidates[1:])
 
 
 def _select(st: ServiceState, graph: Graph, batch: int | None, precision: str, mode: str, host: str | None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from predictor.device_catalog import Provenance
+from predictor.device_catalog import DeviceKind, Provenance
 from service.schemas.common import ResponseModel
 
 
@@ -14,14 +14,17 @@ class DeviceOut(ResponseModel):
     provenance: Provenance = Field(description=(
         "'measured': latpred has a dataset and model bundle of this device, and its ceilings were measured "
         "on it; 'transferred': its specs are datasheet figures and it has no bundle of its own"))
+    kind: DeviceKind = Field(description="'gpu', or 'cpu': torch on the CPU, eager forwards in fp32 only (its "
+                                         "sm_count is its cores, its l2_bytes its last-level cache)")
+    modes: list[str] = Field(description="the execution modes it runs: a CPU runs eager only")
     sm_count: int
     l2_bytes: int
     memory_bytes: int = Field(description="device memory, bytes")
     memory_bandwidth: float = Field(description="bytes per second")
     tensor_flops: dict[str, float] = Field(description=(
         "precision (fp16, bf16, tf32) -> dense tensor-core FLOP/s; a precision the device has no tensor cores "
-        "for is absent"))
-    vector_flops: float = Field(description="fp32 FLOP/s on CUDA cores")
+        "for is absent (a CPU: none)"))
+    vector_flops: float = Field(description="fp32 FLOP/s on CUDA cores (a CPU: its fp32 rate)")
     tdp_w: float = Field(description="the board's maximum power, watts")
     price_per_hour: float | None = Field(description="on-demand USD per GPU-hour (editable: "
                                                      "LATPRED_DEVICE_CATALOG); null where unknown")
@@ -39,7 +42,7 @@ class DevicesResponse(ResponseModel):
 
 class BundleOut(ResponseModel):
     device: str = Field(description="the device a one-device bundle was trained on, or 'transfer': the transfer "
-                                    "bundle, which predicts every catalog device without a bundle of its own")
+                                    "bundle, which predicts every catalog GPU without a bundle of its own")
     version: str
 
 

@@ -37,3 +37,11 @@ def test_it_is_the_same_for_the_same_seed() -> None:
     as_trained(first, seed=3)
     as_trained(second, seed=3)
     assert torch.equal(conv_1.bias, conv_2.bias) and torch.equal(norm_1.running_var, norm_2.running_var)
+
+
+def test_a_one_element_zero_bias_gets_a_value_and_a_scalar_buffer_is_left_alone() -> None:
+    head = torch.nn.Linear(4, 1)
+    torch.nn.init.zeros_(head.bias)
+    head.register_buffer("scale", torch.tensor(-1e4))  # a constant the model reads, as GPT-2's masked_bias
+    assert as_trained(head) == 1
+    assert float(head.bias) != 0.0 and float(head.scale) == -1e4

@@ -25,11 +25,12 @@ def test_without_either_the_error_names_both_folders(tmp_path: Path) -> None:
 
 
 def test_a_broken_own_bundle_is_never_covered_by_the_transfer_bundle(tmp_path: Path) -> None:
-    """Every catalog device gets a predictor; a device whose own folder is there but did not load
-    gets none, so its failure shows instead of a silent switch to another model."""
+    """Every catalog GPU gets a predictor; a device whose own folder is there but did not load
+    gets none, so its failure shows instead of a silent switch to another model. A CPU is
+    never the transfer bundle's (the transfer model knows GPUs)."""
     shutil.copytree(DEFAULT_BUNDLE_DIR / "transfer", tmp_path / "transfer")
     loaded = device_bundles.load_all(tmp_path)
-    assert set(loaded) == set(DEVICES)
+    assert set(loaded) == {d for d, spec in DEVICES.items() if spec.kind == "gpu"}
     assert loaded["nvidia-h200"].provenance == "measured" and loaded["nvidia-l4"].provenance == "transferred"
     only_transfer = {device_bundles.TRANSFER_BUNDLE: loaded["nvidia-l4"]}
     assert "nvidia-h200" not in device_bundles.expand_transfer(only_transfer, own=["nvidia-h200"])

@@ -26,6 +26,8 @@ NAMED = {
     "nvidia-h100-pcie": "NVIDIA H100 PCIe", "nvidia-l4": "NVIDIA L4", "nvidia-l40s": "NVIDIA L40S",
     "tesla-t4": "NVIDIA T4", "nvidia-a10": "NVIDIA A10", "nvidia-geforce-rtx-4090": "NVIDIA GeForce RTX 4090",
     "nvidia-b200": "NVIDIA B200",
+    # and a CPU: the GPU machine's host, timed through torch on the CPU
+    "cpu-intel-r-xeon-r-processor": "Intel Xeon (16 vCPUs)",
 }
 
 #: a complete entry for a device the shipped catalog does not have
@@ -59,8 +61,10 @@ def test_the_shipped_catalog_holds_the_named_devices_in_order() -> None:
     entries = load_catalog()
     assert {device_id: e.name for device_id, e in entries.items()} == NAMED
     assert list(DEVICES) == list(entries) and next(iter(DEVICES)) == "nvidia-h200"
-    for spec in DEVICES.values():  # every figure says where it came from, and every price
-        assert spec.source.strip() and spec.price_per_hour is not None and spec.price_source
+    for spec in DEVICES.values():  # every figure says where it came from, and every GPU's price
+        assert spec.source.strip()
+        assert (spec.price_per_hour is not None and spec.price_source) if spec.kind == "gpu" else (
+            spec.price_per_hour is None)  # a CPU is not sold apart from its GPU machine
 
 
 def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() -> None:
@@ -70,7 +74,8 @@ def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() ->
     transfer = json.loads((folders["transfer"] / "metadata.json").read_text())["transfer"]["devices"]
     measured = {d for d, spec in DEVICES.items() if spec.provenance == "measured"}
     assert measured == (set(folders) - {"transfer"}) | set(transfer)
-    assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40"}
+    assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
+                        "cpu-intel-r-xeon-r-processor"}
     assert all((REPO / "datasets" / d / "fingerprint.json").is_file() for d in measured)
     assert {spec.provenance for d, spec in DEVICES.items() if d not in measured} == {"transferred"}
 
@@ -87,8 +92,11 @@ def test_the_h200_keeps_the_measured_ceilings_its_bundle_was_built_with() -> Non
 def test_datasheet_figures_are_dense_and_ordered_as_hardware_is() -> None:
     for spec in DEVICES.values():
         t = spec.tensor_flops
-        assert t["fp16"] > spec.vector_flops and t.get("tf32", 0) < t["fp16"], spec.device_id
         assert spec.l2_bytes < spec.memory_bytes and spec.tdp_w > 0
+        if spec.kind == "cpu":  # no tensor cores
+            assert t == {}, spec.device_id
+            continue
+        assert t["fp16"] > spec.vector_flops and t.get("tf32", 0) < t["fp16"], spec.device_id
     # a sparsity figure would be twice these
     assert DEVICES["nvidia-h100-80gb-hbm3"].tensor_flops["bf16"] == pytest.approx(989.5e12)
     assert DEVICES["nvidia-a100-sxm4-80gb"].tensor_flops["tf32"] == 156e12

@@ -24,6 +24,8 @@ from service.client import LatpredClient, LatpredError
 from service.problems import PROBLEM_JSON
 
 DEVICE = "nvidia-h200"
+#: the measured CPU (the GPU machine's host), with a bundle of its own
+CPU = "cpu-intel-r-xeon-r-processor"
 ROOT = Path(__file__).absolute().parents[2]
 
 #: a valid host profile (the H200 collection host's order of magnitude), for bundles that carry none
@@ -74,8 +76,9 @@ def assert_problem(response: Any, status: int, field: str | None = None) -> dict
     return body
 
 
-def bundle_version() -> str:
-    return str(json.loads((DEFAULT_BUNDLE_DIR / DEVICE / "metadata.json").read_text())["version"])
+def bundle_version(device: str = "") -> str:
+    """The shipped bundle's version of ``device`` (default: the H200's)."""
+    return str(json.loads((DEFAULT_BUNDLE_DIR / (device or DEVICE) / "metadata.json").read_text())["version"])
 
 
 def small_onnx(batch: int | str = 1, name: str = "tiny_cnn") -> bytes:

@@ -182,3 +182,41 @@ def test_an_inline_graph_the_catalogue_refuses_is_its_items_problem_and_the_rest
     as_text = {**fc, "params": {"tokens": 4, "k": 64, "n": "64"}}
     schema_broken = {"graphs": [{"graph": {"name": "g", "nodes": [as_text]}}, {"model": "resnet18"}]}
     assert_problem(client.post("/v1/predict/batch", json=schema_broken), 422, "graphs[0].graph.nodes[0].params.n")
+
+
+def test_the_cpu_is_predicted_eagerly_in_fp32_and_refuses_the_rest_by_field(client: Any) -> None:
+    """The measured CPU (the GPU machine's host): asked by name, never the default device."""
+    ok = client.post("/v1/predict", json={"model": "resnet18", "device": "xeon", "batch": 1, "precision": "fp32",
+                                          "mode": "eager"})
+    assert ok.status_code == 200, ok.get_data(as_text=True)[:300]
+    body = ok.get_json()
+    assert body["device"] == "cpu-intel-r-xeon-r-processor" and body["total_ms"] > 1 and body["host"]
+    captured = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "device": "xeon",
+                                                               "precision": "fp32"}), 422, "mode")
+    assert "eager only" in captured["detail"]
+    half = assert_problem(client.post("/v1/predict", json={"model": "resnet18", "device": "xeon", "mode": "eager"}),
+                          422, "precision")
+    assert "fp32 only" in half["detail"]
+    sheet = client.get("/v1/latency?model=resnet18&device=xeon&mode=eager&precision=fp32&format=txt")
+    assert sheet.status_code == 200 and float(sheet.get_data(as_text=True)) == pytest.approx(body["total_ms"], rel=1e-3)
+    assert client.post("/v1/predict", json={"model": "resnet18"}).get_json()["device"] == DEVICE
+
+
+def test_a_gpu_host_named_beside_the_cpu_is_found_and_the_cpu_keeps_its_own(client: Any) -> None:
+    import json
+
+    from predictor.bundle import DEFAULT_BUNDLE_DIR
+
+    h200_host = json.loads((DEFAULT_BUNDLE_DIR / DEVICE / "metadata.json").read_text())["host_profile"]["id"]
+    sheet = client.get(f"/v1/latency?model=resnet18&device=h200,xeon&mode=eager&precision=fp32&host={h200_host}"
+                       "&format=json")
+    assert sheet.status_code == 200, sheet.get_data(as_text=True)[:300]
+    rows = {r["device"]: r for r in sheet.get_json()}
+    assert rows[DEVICE]["host"].startswith(h200_host)
+    assert rows["cpu-intel-r-xeon-r-processor"]["host"].startswith("cpu-")  # its own profile, with a warning
+    chosen = client.post("/v1/select", json={"model": "resnet18", "batch": 1, "precision": "fp32", "mode": "eager",
+                                             "devices": ["cpu-intel-r-xeon-r-processor", DEVICE], "host": h200_host})
+    assert chosen.status_code == 200, chosen.get_data(as_text=True)[:300]
+    assert {d["device"] for d in chosen.get_json()["ranked"]} == {DEVICE, "cpu-intel-r-xeon-r-processor"}
+    plan = assert_problem(client.get("/v1/capacity?model=resnet18&device=xeon&qps=100&slo_p99_ms=50"), 400, "device")
+    assert "capacity planning plans GPUs" in plan["detail"]

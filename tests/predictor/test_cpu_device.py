@@ -1,0 +1,188 @@
+"""A CPU as a measured device: its catalog entry, its serial eager composition, its bundle
+(trained on datasets/cpu-intel-r-xeon-r-processor) and what it refuses; in selection beside the GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError
+from predictor.bundle_check import smoke_test
+from predictor.compose import CompositionConstants, compose, layer_times
+from predictor.device_bundles import bundle_folder, expand_transfer, load_all
+from predictor.device_catalog import validate
+from predictor.devices import DEVICES, resolve_device
+from predictor.host_profile import HOST_KINDS
+from predictor.memory import WORKSPACE_BYTES, memory_estimate
+from predictor.predict import Predictor
+from predictor.selection import select
+from predictor.zoo import load_zoo_graph
+
+CPU = "cpu-intel-r-xeon-r-processor"
+DATASET = Path(__file__).resolve().parents[2] / "datasets" / CPU
+
+#: a CPU entry as a user's catalog would add one: no tensor cores
+CPU_ENTRY = {"name": "Acme C1 (32 cores)", "provenance": "measured", "kind": "cpu", "sm_count": 32,
+             "l2_bytes": 64 * 2**20, "memory_bytes": 256 * 2**30, "memory_bandwidth": 2e11, "tensor_flops": {},
+             "vector_flops": 3e12, "tdp_w": 300, "source": "test"}
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Predictor:
+    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))
+
+
+def test_a_cpu_entry_needs_no_tensor_cores_where_a_gpu_still_needs_fp16() -> None:
+    entries = validate({"acme-c1": CPU_ENTRY}, "test")
+    assert entries["acme-c1"].kind == "cpu" and entries["acme-c1"].tensor_flops == {}
+    with pytest.raises(ValueError, match=r"'acme-g1': tensor_flops: fp16 is required"):
+        validate({"acme-g1": {**CPU_ENTRY, "kind": "gpu"}}, "test")
+    with pytest.raises(ValueError, match=r"'acme-c1': kind: "):
+        validate({"acme-c1": {**CPU_ENTRY, "kind": "tpu"}}, "test")
+
+
+def test_the_shipped_cpu_runs_eager_forwards_in_fp32_only() -> None:
+    spec = resolve_device("xeon")
+    assert spec.device_id == CPU and spec.kind == "cpu" and spec.provenance == "measured"
+    assert spec.modes == ("eager",) and DEVICES["nvidia-h200"].modes == ("eager", "cudagraph")
+    assert spec.refusal("fp32", "eager") is None
+    assert str(spec.refusal("fp32", "cudagraph")).startswith("mode: ")
+    assert str(spec.refusal("fp16", "eager")).startswith("precision: ")
+    assert resolve_device("h200").device_id == "nvidia-h200"  # its name does not take the GPU's
+    with pytest.raises(ValueError, match="unknown device"):
+        resolve_device("gpu")
+
+
+def test_a_serial_forward_is_the_sum_of_its_layers(cpu: Predictor) -> None:
+    graph = load_zoo_graph("resnet34").at_precision("fp32", 8)
+    arrays = cpu.layers(graph, 8, "fp32", "eager")
+    assert cpu.constants.serial and cpu.host is not None
+    # the GPU-only shares set too: a serial forward and its breakdown must ignore them alike
+    for c in (cpu.constants, replace(cpu.constants, short_kernel_share=0.5, cold_weight_share=2.0, sync_us=30.0)):
+        total = compose(arrays, c, "eager", cpu.host)
+        times = layer_times(arrays, c, cpu.host)
+        assert total == pytest.approx(float(times.kernel_us.sum() + times.host_us.sum()) + c.sync_us, rel=1e-9)
+    # the dispatch inside each call's measured time is not counted a second time as host time
+    assert layer_times(arrays, cpu.constants, cpu.host).host_us.max() < 100
+
+
+def test_a_serial_forward_grows_with_each_host_cost_it_reads(cpu: Predictor) -> None:
+    graph = load_zoo_graph("mobilenet_v3_small").at_precision("fp32", 1)
+    arrays = cpu.layers(graph, 1, "fp32", "eager")
+    c = replace(cpu.constants, view_share=1.0, call_share=max(cpu.constants.call_share, 1.0))
+    assert cpu.host is not None
+    base = cpu.host.costs()
+    for kind in ("module_call", "view"):
+        slower = np.array(base, dtype=float)
+        slower[HOST_KINDS.index(kind)] *= 2
+        assert compose(arrays, c, "eager", slower) > compose(arrays, c, "eager", np.array(base, dtype=float))
+
+
+def test_the_cpu_bundle_predicts_the_zoo_and_refuses_what_a_cpu_does_not_run(cpu: Predictor) -> None:
+    smoke_test(cpu)  # eager only: a CPU bundle verifies without a CUDA graph
+    out = cpu.predict(load_zoo_graph("resnet34"), 1, "fp32", "eager", with_layers=False)
+    assert out.device == CPU and out.provenance == "measured" and out.host and out.host.startswith("cpu-")
+    assert out.low_ms < out.total_ms < out.high_ms
+    with pytest.raises(ValueError, match=r"^mode: .*runs eager only"):
+        cpu.predict(load_zoo_graph("resnet34"), 1, "fp32", "cudagraph")
+    with pytest.raises(ValueError, match=r"^precision: .*fp32 only, not bf16"):
+        cpu.predict(load_zoo_graph("resnet34"), 1, "bf16", "eager")
+
+
+def test_its_predictions_follow_its_measured_runs() -> None:
+    """The shipped bundle on the CPU's own runs (composition was fitted on them: a development
+    check, not an accuracy figure; the README's is leave-one-model-out)."""
+    import pandas as pd
+
+    from training.composition import run_arrays
+    from training.data import load_model_runs
+    from training.hosts import reference_profiles
+    from training.train import zoo_graphs
+
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))
+    runs = load_model_runs(DATASET)
+    arrays = run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs, reference_profiles(DATASET))
+    assert len(arrays) >= 50 and all(r.serial and r.host is not None for r in arrays)
+    ratio = pd.Series([compose(r.layers, predictor.constants, "eager", r.host) / r.measured_us for r in arrays])
+    assert 0.9 < ratio.median() < 1.1 and (ratio - 1).abs().quantile(0.9) < 0.35
+
+
+def test_the_shipped_constants_are_what_its_dataset_fits() -> None:
+    """The bundle's serial constants, read back from its metadata.json, are a refit of the
+    dataset's runs through the bundle's own per-layer models: nothing hand-set, nothing stale."""
+    import json
+
+    from training.composition import SERIAL_SCALE_BOUNDS, fit_constants, run_arrays
+    from training.data import load_model_runs
+    from training.hosts import reference_profiles
+    from training.train import zoo_graphs
+
+    metadata = json.loads((DEFAULT_BUNDLE_DIR / CPU / "metadata.json").read_text())
+    shipped = CompositionConstants(**metadata["composition"]["constants"])
+    assert "cudagraph" not in metadata["composition"]["interval_log"]  # no runs, no interval (and no NaN)
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))
+    runs = load_model_runs(DATASET)
+    refit = fit_constants(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
+                                     reference_profiles(DATASET)))
+    assert refit.serial and shipped.serial and refit.call_share == pytest.approx(shipped.call_share, rel=1e-6)
+    assert refit.group_scale == pytest.approx(shipped.group_scale, rel=1e-6)
+    low, high = SERIAL_SCALE_BOUNDS
+    assert all(low - 1e-9 <= v <= high + 1e-9 for v in shipped.group_scale.values())
+
+
+def test_runs_of_a_cpu_and_a_gpu_are_never_fitted_together(cpu: Predictor) -> None:
+    from training.composition import RunArrays, fit_constants
+
+    layers = cpu.layers(load_zoo_graph("alexnet").at_precision("fp32", 1), 1, "fp32", "eager")
+    serial = RunArrays("alexnet", 1, "fp32", "eager", 5000.0, layers, 1.0, 1.0, cpu.host, serial=True)
+    with pytest.raises(ValueError, match="cannot share"):
+        fit_constants([serial, replace(serial, serial=False)])
+    with pytest.raises(ValueError, match="host profiles"):
+        fit_constants([replace(serial, host=None)])
+
+
+def test_a_cpu_in_a_batch_of_variants_is_refused_by_field_not_by_tensor_cores(cpu: Predictor) -> None:
+    from predictor.variant import Variant
+
+    graphs = [load_zoo_graph("alexnet")]
+    with pytest.raises(ValueError, match=r"^precision: "):
+        cpu.predict_many(graphs, [Variant(batch=1, precision="fp16", mode="eager")])
+    with pytest.raises(ValueError, match=r"^mode: "):
+        cpu.predict_many(graphs, [Variant(batch=1, precision="fp32", mode="cudagraph")])
+    assert cpu.new_kernels([(graphs[0], 1, "fp32", "cudagraph")]) == (0, 0)  # nothing to evaluate for a refusal
+
+
+def test_a_host_probed_beside_a_gpu_is_not_a_cpus_profile(cpu: Predictor) -> None:
+    h200 = load_all()["nvidia-h200"].host
+    assert h200 is not None and h200.gpu and cpu.host is not None
+    out = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=h200)
+    own = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False)
+    assert out.total_ms == own.total_ms and out.host == own.host
+    assert any(h200.id in w and cpu.host.id in w for w in out.warnings)
+
+
+def test_the_transfer_bundle_never_predicts_a_cpu(tmp_path: Path) -> None:
+    with pytest.raises(BundleError, match="a CPU"):
+        bundle_folder(CPU, tmp_path)  # no folder of its own: no transfer bundle stands in
+    predictors = load_all()
+    assert predictors[CPU].bundle.transfer is None
+    transfer_only = expand_transfer({"transfer": predictors["nvidia-l4"]})
+    assert CPU not in transfer_only and "nvidia-l4" in transfer_only
+
+
+def test_selection_ranks_the_cpu_for_eager_fp32_and_says_why_not_otherwise() -> None:
+    predictors = load_all()
+    graph = load_zoo_graph("resnet34")
+    eager = select(graph, predictors, 1, "fp32", "eager")
+    cpu = next(c for c in eager.ranked if c.device == CPU)
+    gpu = next(c for c in eager.ranked if c.device == "nvidia-h200")
+    assert cpu.latency_ms > gpu.latency_ms  # 16 vCPUs against an H200
+    assert cpu.cost_per_million is None  # unpriced: ranked after the priced devices
+    assert cpu.memory_bytes == gpu.memory_bytes - WORKSPACE_BYTES  # no CUDA context on a CPU
+    assert gpu.memory_bytes == memory_estimate(graph, 1, "fp32").total_bytes
+    captured = select(graph, predictors, 1, "fp16", "cudagraph")
+    assert CPU not in {c.device for c in captured.ranked}
+    assert captured.skipped[CPU].startswith("mode: ")
