@@ -168,8 +168,9 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
     predictor, host = predictor_and_host(device, bundle, host_spec)
-    if predictor.device.planning_refusal() is not None:
-        raise click.BadParameter(str(predictor.device.planning_refusal()), param_hint="--device")
+    refusal = predictor.device.planning_refusal()
+    if refusal is not None:
+        raise click.BadParameter(refusal, param_hint="--device")
     try:
         graph = load_graph(path, None, {})
     except ValueError as exc:

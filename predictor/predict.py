@@ -387,10 +387,11 @@ class Predictor:
             _checked_variant(batch, precision, mode)
         else:  # (not hashable, or a bool or float the check refuses): checked, never remembered
             check_variant(batch, precision, mode)
-        refusal = self.device.refusal(get_precision(precision).name, mode)
+        name = get_precision(precision).name
+        refusal = self.device.refusal(name, mode)
         if refusal is not None:  # a CPU: eager, fp32
             raise ValueError(refusal)
-        graph = graph.at_precision(get_precision(precision).name, batch)
+        graph = graph.at_precision(name, batch)
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
         warnings: list[str] = []

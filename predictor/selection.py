@@ -177,8 +177,8 @@ def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predicto
         except ValueError as exc:  # a precision the device lacks: the others can still be ranked
             skipped[predictor.device.device_id] = str(exc)
     choices.sort(key=lambda c: (rank_key(c, constraints), c.device))
-    # the GPUs' host (a CPU device's own bundle names the profile of its CPU alone, in each choice)
-    eager_host = host or next((p.host for p in items if p.host is not None and p.device.kind == "gpu"),
-                              next((p.host for p in items if p.host is not None), None))
+    # the GPUs' host first (a CPU device's own bundle names the profile of its CPU alone, in each choice)
+    hosts = sorted((p for p in items if p.host is not None), key=lambda p: p.device.kind != "gpu")
+    eager_host = host or (hosts[0].host if hosts else None)
     return Selection(graph.name, batch, precision, mode, constraints, choices, skipped,
                      eager_host.id if mode == "eager" and eager_host is not None else None)

@@ -127,23 +127,39 @@ class GraphFit:
     cold_weight_share: float
 
 
-def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
-    """NNLS of measured = compose.cudagraph_terms . constants (group scales, gap, short-kernel
-    share, replay, cold-weight share), each run weighted by 1/measured; fallbacks keep scale 1."""
-    from scipy.optimize import nnls
+def _fit_group_scales(a: np.ndarray, names: Sequence[str],
+                      scale_bounds: tuple[float, float] | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    """Least squares of 1 = a . (group scales, then the constants ``names``), ``a`` being a run per
+    row of ``*_terms / measured`` (so each run is weighted by 1/measured): the scale of each used
+    group and the value of each name. Fallbacks keep scale 1 (their column moves to the target).
+    Without ``scale_bounds`` NNLS, each scale then floored at 0.2; with them, bounded least
+    squares keeps each scale within them. Every other constant is non-negative."""
+    from scipy.optimize import lsq_linear, nnls
 
-    terms = len(CUDAGRAPH_TERMS)
-    neutral = CompositionConstants()
-    a = np.array([cudagraph_terms(r.layers, neutral) / r.measured_us for r in runs])
     groups = a[:, :len(GROUPS)]
     fixed = np.array([g in FIXED_GROUPS for g in GROUPS])
     used = (groups.sum(axis=0) > 0) & ~fixed
-    target = 1.0 - groups[:, fixed].sum(axis=1)
-    coef, _ = nnls(a[:, np.r_[used, [True] * terms]], target)
+    columns, target = a[:, np.r_[used, [True] * len(names)]], 1.0 - groups[:, fixed].sum(axis=1)
+    if scale_bounds is None:
+        coef, _ = nnls(columns, target)
+        values = [max(float(v), 0.2) for v in coef[:-len(names)]]
+    else:
+        low, high = scale_bounds
+        n_used = int(used.sum())
+        coef = lsq_linear(columns, target, bounds=([low] * n_used + [0.0] * len(names),
+                                                   [high] * n_used + [np.inf] * len(names))).x
+        values = [float(v) for v in coef[:-len(names)]]
     scales = dict.fromkeys(GROUPS, 1.0)
-    for group, value in zip([g for g, u in zip(GROUPS, used) if u], coef[:-terms]):
-        scales[group] = float(max(value, 0.2))
-    fitted = dict(zip(CUDAGRAPH_TERMS, (float(x) for x in coef[-terms:])))
+    scales.update(zip([g for g, u in zip(GROUPS, used) if u], values))
+    return scales, {name: float(x) for name, x in zip(names, coef[-len(names):])}
+
+
+def fit_graph_constants(runs: list[RunArrays]) -> GraphFit:
+    """NNLS of measured = compose.cudagraph_terms . constants (group scales, gap, short-kernel
+    share, replay, cold-weight share), each run weighted by 1/measured; fallbacks keep scale 1."""
+    neutral = CompositionConstants()
+    scales, fitted = _fit_group_scales(np.array([cudagraph_terms(r.layers, neutral) / r.measured_us for r in runs]),
+                                       CUDAGRAPH_TERMS)
     return GraphFit(scales, fitted["gap_us"], fitted["short_kernel_share"], fitted["replay_us"],
                     fitted["cold_weight_share"])
 
@@ -159,22 +175,8 @@ def fit_serial_constants(runs: list[RunArrays], c: CompositionConstants) -> Comp
     profile): least squares of measured = compose.serial_terms . (group scales, call_share,
     view_share, sync_us), each run weighted by 1/measured, with each used group's scale within
     SERIAL_SCALE_BOUNDS and the rest non-negative; fallbacks keep scale 1."""
-    from scipy.optimize import lsq_linear
-
-    terms = len(SERIAL_TERMS)
     a = np.array([serial_terms(r.layers, c, cast(HostProfile, r.host)) / r.measured_us for r in runs])
-    groups = a[:, :len(GROUPS)]
-    fixed = np.array([g in FIXED_GROUPS for g in GROUPS])
-    used = (groups.sum(axis=0) > 0) & ~fixed
-    low, high = SERIAL_SCALE_BOUNDS
-    n_used = int(used.sum())
-    fit = lsq_linear(a[:, np.r_[used, [True] * terms]], 1.0 - groups[:, fixed].sum(axis=1),
-                     bounds=([low] * n_used + [0.0] * terms, [high] * n_used + [np.inf] * terms))
-    coef = fit.x
-    scales = dict.fromkeys(GROUPS, 1.0)
-    for group, value in zip([g for g, u in zip(GROUPS, used) if u], coef[:-terms]):
-        scales[group] = float(value)
-    fitted = {name: float(x) for name, x in zip(SERIAL_TERMS, coef[-terms:])}
+    scales, fitted = _fit_group_scales(a, SERIAL_TERMS, SERIAL_SCALE_BOUNDS)
     # (no short-kernel or cold-weight share: what a GPU's L2 does inside a captured graph; at 0,
     # compose and layer_times agree on a serial forward)
     return replace(c, group_scale=scales, serial=True, short_kernel_share=0.0, cold_weight_share=0.0, **fitted)

@@ -113,8 +113,9 @@ def _capacity(query: CapacityQuery) -> Response:
     name = query.model.strip(" ")
     graph = st.resolver.from_name(name, "model")
     device = predictions.resolve_device_id(st.registry, query.device.strip(" ") if query.device else None)
-    if device.planning_refusal() is not None:
-        raise ProblemError(400, str(device.planning_refusal()), field="device", kind="not-planned")
+    refusal = device.planning_refusal()
+    if refusal is not None:
+        raise ProblemError(400, refusal, field="device", kind="not-planned")
     precision = variant_field("precision", query.precision, DEFAULT_PRECISION)
     mode = variant_field("mode", query.mode, DEFAULT_MODE)
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
