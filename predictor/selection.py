@@ -5,9 +5,9 @@ predicted (by its own bundle, or by the transfer bundle from its datasheet: ``pr
 from it:
 
 - **p99** of one batch's latency: the predicted median with the run-to-run spread of the mode
-  (``capacity.service_time.DEFAULT_SIGMA``: lognormal 0.01 for CUDA graphs, 0.15 eager), at the
-  99th percentile. Back-to-back batches on an idle device; queueing under load is capacity
-  planning's question (``predictor.capacity``), not this one.
+  (``capacity.service_time.run_spread``: lognormal 0.01 for CUDA graphs, 0.15 eager on a GPU,
+  0.10 on a CPU), at the 99th percentile. Back-to-back batches on an idle device; queueing under
+  load is capacity planning's question (``predictor.capacity``), not this one.
 - **throughput**: batch / median latency, one model instance running batches back to back.
 - **memory**: weights, peak activations and the runtime's allowance (``predictor.memory``) against
   the device's memory.
@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from predictor.capacity.service_time import DEFAULT_SIGMA
+from predictor.capacity.service_time import run_spread
 from predictor.graph import Graph
 from predictor.host_profile import HostProfile
 from predictor.memory import WORKSPACE_BYTES, memory_estimate
@@ -122,7 +122,7 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     if not out.total_ms > 0:
         raise NothingToRun(f"{graph.name!r} runs nothing on {spec.name} ({out.total_ms} ms): with no latency to "
                            "compare, there is no device to choose")
-    p99 = out.total_ms * math.exp(Z99 * DEFAULT_SIGMA[mode])
+    p99 = out.total_ms * math.exp(Z99 * run_spread(spec.kind, mode))
     throughput = batch / out.total_ms * 1e3
     cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
     if spec.kind == "cpu":  # no CUDA context or GPU libraries' workspaces: the weights and activations

@@ -4,9 +4,13 @@ The median of a batch is the whole-model prediction at that batch (``Predictor.p
 once per batch size. The spread around it is the run-to-run spread of the zoo's measured runs, as
 a lognormal sigma: CUDA-graph replays varied by a median coefficient of variation of 0.4% (75th
 percentile 0.7%) and eager forwards by 14% (22%) (``datasets/nvidia-h200/models``, the ``cv``
-column), so the defaults are 0.01 and 0.15. The prediction's own interval is not that spread: it
-says how far the model may be off, the same way for every request, which shifts the whole curve
-rather than widening it; the planner's answer holds for the median prediction.
+column), so the defaults are 0.01 and 0.15. A CPU computes each call before it returns, with no
+GPU queue to hide the host's jitter in: the eager forwards of the two measured CPUs varied by a
+median coefficient of variation of 10.6% (75th percentile 16%; 8.0% on the H200 machine's 16 vCPUs,
+11.9% on this workplace's 2; ``datasets/cpu-*/models``), so 0.10 (``run_spread``). The
+prediction's own interval is not that spread: it says how far the model may be off, the same way
+for every request, which shifts the whole curve rather than widening it; the planner's answer
+holds for the median prediction.
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ from predictor.predict import Predictor
 
 #: lognormal sigma of one batch's service time, per execution mode (see the module docstring)
 DEFAULT_SIGMA = {"cudagraph": 0.01, "eager": 0.15}
+#: the same, for a CPU (kind "cpu"), which runs eager forwards only
+CPU_EAGER_SIGMA = 0.10
+
+
+def run_spread(device_kind: str, mode: str) -> float:
+    """The lognormal sigma of one batch's run-to-run spread on a device of ``device_kind`` in ``mode``."""
+    return CPU_EAGER_SIGMA if device_kind == "cpu" and mode == "eager" else DEFAULT_SIGMA[mode]
 
 
 def predicted_service_time(predictor: Predictor, graph: Graph, precision: str, mode: str,

@@ -1,8 +1,10 @@
-"""A CPU as a measured device: its catalog entry, its serial eager composition, its bundle
-(trained on datasets/cpu-intel-r-xeon-r-processor) and what it refuses; in selection beside the GPUs."""
+"""A CPU as a measured device: its catalog entry, its serial eager composition, its bundles (the
+H200 machine's CPU, trained on datasets/cpu-intel-r-xeon-r-processor, and this workplace's, on
+datasets/cpu-amd-epyc) and what it refuses; in selection beside the GPUs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError
 from predictor.bundle_check import smoke_test
+from predictor.capacity.service_time import run_spread
 from predictor.compose import CompositionConstants, compose, layer_times
 from predictor.device_bundles import bundle_folder, expand_transfer, load_all
 from predictor.device_catalog import validate
@@ -18,11 +21,13 @@ from predictor.devices import DEVICES, resolve_device
 from predictor.host_profile import HOST_KINDS
 from predictor.memory import WORKSPACE_BYTES, memory_estimate
 from predictor.predict import Predictor
-from predictor.selection import select
+from predictor.selection import Z99, select
 from predictor.zoo import load_zoo_graph
 
 CPU = "cpu-intel-r-xeon-r-processor"
-DATASET = Path(__file__).resolve().parents[2] / "datasets" / CPU
+#: every measured CPU that ships a bundle: each must be what its own dataset fits
+MEASURED_CPUS = (CPU, "cpu-amd-epyc")
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 
 #: a CPU entry as a user's catalog would add one: no tensor cores
 CPU_ENTRY = {"name": "Acme C1 (32 cores)", "provenance": "measured", "kind": "cpu", "sm_count": 32,
@@ -47,6 +52,7 @@ def test_a_cpu_entry_needs_no_tensor_cores_where_a_gpu_still_needs_fp16() -> Non
 def test_the_shipped_cpu_runs_eager_forwards_in_fp32_only() -> None:
     spec = resolve_device("xeon")
     assert spec.device_id == CPU and spec.kind == "cpu" and spec.provenance == "measured"
+    assert resolve_device("epyc").device_id == "cpu-amd-epyc" and resolve_device("epyc").modes == ("eager",)
     assert spec.modes == ("eager",) and DEVICES["nvidia-h200"].modes == ("eager", "cudagraph")
     assert spec.refusal("fp32", "eager") is None
     assert str(spec.refusal("fp32", "cudagraph")).startswith("mode: ")
@@ -81,10 +87,12 @@ def test_a_serial_forward_grows_with_each_host_cost_it_reads(cpu: Predictor) -> 
         assert compose(arrays, c, "eager", slower) > compose(arrays, c, "eager", np.array(base, dtype=float))
 
 
-def test_the_cpu_bundle_predicts_the_zoo_and_refuses_what_a_cpu_does_not_run(cpu: Predictor) -> None:
+@pytest.mark.parametrize("device", MEASURED_CPUS)
+def test_the_cpu_bundle_predicts_the_zoo_and_refuses_what_a_cpu_does_not_run(device: str) -> None:
+    cpu = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
     smoke_test(cpu)  # eager only: a CPU bundle verifies without a CUDA graph
     out = cpu.predict(load_zoo_graph("resnet34"), 1, "fp32", "eager", with_layers=False)
-    assert out.device == CPU and out.provenance == "measured" and out.host and out.host.startswith("cpu-")
+    assert out.device == device and out.provenance == "measured" and out.host and out.host.startswith("cpu-")
     assert out.low_ms < out.total_ms < out.high_ms
     with pytest.raises(ValueError, match=r"^mode: .*runs eager only"):
         cpu.predict(load_zoo_graph("resnet34"), 1, "fp32", "cudagraph")
@@ -92,7 +100,8 @@ def test_the_cpu_bundle_predicts_the_zoo_and_refuses_what_a_cpu_does_not_run(cpu
         cpu.predict(load_zoo_graph("resnet34"), 1, "bf16", "eager")
 
 
-def test_its_predictions_follow_its_measured_runs() -> None:
+@pytest.mark.parametrize("device", MEASURED_CPUS)
+def test_its_predictions_follow_its_measured_runs(device: str) -> None:
     """The shipped bundle on the CPU's own runs (composition was fitted on them: a development
     check, not an accuracy figure; the README's is leave-one-model-out)."""
     import pandas as pd
@@ -102,15 +111,17 @@ def test_its_predictions_follow_its_measured_runs() -> None:
     from training.hosts import reference_profiles
     from training.train import zoo_graphs
 
-    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))
-    runs = load_model_runs(DATASET)
-    arrays = run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs, reference_profiles(DATASET))
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
+    runs = load_model_runs(DATASETS / device)
+    arrays = run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
+                        reference_profiles(DATASETS / device))
     assert len(arrays) >= 50 and all(r.serial and r.host is not None for r in arrays)
     ratio = pd.Series([compose(r.layers, predictor.constants, "eager", r.host) / r.measured_us for r in arrays])
     assert 0.9 < ratio.median() < 1.1 and (ratio - 1).abs().quantile(0.9) < 0.35
 
 
-def test_the_shipped_constants_are_what_its_dataset_fits() -> None:
+@pytest.mark.parametrize("device", MEASURED_CPUS)
+def test_the_shipped_constants_are_what_its_dataset_fits(device: str) -> None:
     """The bundle's serial constants, read back from its metadata.json, are a refit of the
     dataset's runs through the bundle's own per-layer models: nothing hand-set, nothing stale."""
     import json
@@ -120,13 +131,13 @@ def test_the_shipped_constants_are_what_its_dataset_fits() -> None:
     from training.hosts import reference_profiles
     from training.train import zoo_graphs
 
-    metadata = json.loads((DEFAULT_BUNDLE_DIR / CPU / "metadata.json").read_text())
+    metadata = json.loads((DEFAULT_BUNDLE_DIR / device / "metadata.json").read_text())
     shipped = CompositionConstants(**metadata["composition"]["constants"])
     assert "cudagraph" not in metadata["composition"]["interval_log"]  # no runs, no interval (and no NaN)
-    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))
-    runs = load_model_runs(DATASET)
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
+    runs = load_model_runs(DATASETS / device)
     refit = fit_constants(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
-                                     reference_profiles(DATASET)))
+                                     reference_profiles(DATASETS / device)))
     assert refit.serial and shipped.serial and refit.call_share == pytest.approx(shipped.call_share, rel=1e-6)
     assert refit.group_scale == pytest.approx(shipped.group_scale, rel=1e-6)
     low, high = SERIAL_SCALE_BOUNDS
@@ -183,6 +194,10 @@ def test_selection_ranks_the_cpu_for_eager_fp32_and_says_why_not_otherwise() -> 
     assert cpu.cost_per_million is None  # unpriced: ranked after the priced devices
     assert cpu.memory_bytes == gpu.memory_bytes - WORKSPACE_BYTES  # no CUDA context on a CPU
     assert gpu.memory_bytes == memory_estimate(graph, 1, "fp32").total_bytes
+    # a CPU's eager runs spread less than a GPU's, whose host races its kernel queue
+    assert cpu.p99_ms / cpu.latency_ms == pytest.approx(math.exp(Z99 * run_spread("cpu", "eager")), rel=1e-9)
+    assert gpu.p99_ms / gpu.latency_ms == pytest.approx(math.exp(Z99 * run_spread("gpu", "eager")), rel=1e-9)
+    assert run_spread("cpu", "eager") < run_spread("gpu", "eager")
     captured = select(graph, predictors, 1, "fp16", "cudagraph")
     assert CPU not in {c.device for c in captured.ranked}
     assert captured.skipped[CPU].startswith("mode: ")

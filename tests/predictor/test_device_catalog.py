@@ -26,8 +26,8 @@ NAMED = {
     "nvidia-h100-pcie": "NVIDIA H100 PCIe", "nvidia-l4": "NVIDIA L4", "nvidia-l40s": "NVIDIA L40S",
     "tesla-t4": "NVIDIA T4", "nvidia-a10": "NVIDIA A10", "nvidia-geforce-rtx-4090": "NVIDIA GeForce RTX 4090",
     "nvidia-b200": "NVIDIA B200",
-    # and a CPU: the GPU machine's host, timed through torch on the CPU
-    "cpu-intel-r-xeon-r-processor": "Intel Xeon (16 vCPUs)",
+    # and CPUs, timed through torch on the CPU: the GPU machine's host, and the CPU latpred runs on here
+    "cpu-intel-r-xeon-r-processor": "Intel Xeon (16 vCPUs)", "cpu-amd-epyc": "AMD EPYC (2 vCPUs)",
 }
 
 #: a complete entry for a device the shipped catalog does not have
@@ -75,7 +75,7 @@ def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() ->
     measured = {d for d, spec in DEVICES.items() if spec.provenance == "measured"}
     assert measured == (set(folders) - {"transfer"}) | set(transfer)
     assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
-                        "cpu-intel-r-xeon-r-processor"}
+                        "cpu-intel-r-xeon-r-processor", "cpu-amd-epyc"}
     assert all((REPO / "datasets" / d / "fingerprint.json").is_file() for d in measured)
     assert {spec.provenance for d, spec in DEVICES.items() if d not in measured} == {"transferred"}
 

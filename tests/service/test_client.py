@@ -94,8 +94,8 @@ def test_devices_models_reload_ready(api: LatpredClient) -> None:
     assert "resnet50" in api.models()["zoo"]
     bundles = api.reload()["bundles"]
     assert {"device": DEVICE, "version": bundle_version()} in bundles
-    # each one-device bundle in catalog order (the H200, the CPU), then the transfer bundle, once for all it predicts
-    assert [b["device"] for b in bundles] == [DEVICE, "cpu-intel-r-xeon-r-processor", "transfer"]
+    # each one-device bundle in catalog order (the H200, the CPUs), then the transfer bundle, once for all it predicts
+    assert [b["device"] for b in bundles] == [DEVICE, "cpu-intel-r-xeon-r-processor", "cpu-amd-epyc", "transfer"]
 
 
 def test_errors_are_raised_with_the_problem(api: LatpredClient, base_url: str) -> None:

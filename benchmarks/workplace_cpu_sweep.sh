@@ -1,0 +1,24 @@
+#!/bin/bash
+# The CPU latpred itself runs on as a measured device (issue #14): this workplace's machine (2 cores),
+# timed through torch on its CPU, operators and then the zoo eagerly, resuming datasets/cpu-<model>/.
+# The project's .venv has torch 2.13's CPU build, beside which PyPI's torchvision does not import, so
+# the zoo is built in a venv of its own (VENV, default /tmp/latpred-measure): torch 2.14.1 and
+# torchvision 0.29.1 from this machine's disk, transformers from PyPI. Run it on a quiet machine
+# (nothing else on the two cores), from the repository's root:
+#   bash benchmarks/workplace_cpu_sweep.sh [OPS_SECONDS=900] [MODELS=a,b] [BATCHES=1,8]
+set -eu
+VENV=${VENV:-/tmp/latpred-measure}
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q torch==2.14.1 torchvision==0.29.1
+  "$VENV/bin/pip" install -q -e ".[collect]" "transformers>=5,<6"
+fi
+PY="$VENV/bin/python"
+"$PY" -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__, 'threads', torch.get_num_threads())"
+date -u
+"$PY" -m latpred collect ops --device cpu --out datasets --precisions fp32 --max-flops 2e9 \
+  --budget-s "${OPS_SECONDS:-900}"
+date -u
+"$PY" -m latpred collect models --device cpu --out datasets --modes eager --batches "${BATCHES:-1,8}" \
+  --precisions fp32 --rounds 3 --reps 2 ${MODELS:+--models $MODELS}
+date -u
