@@ -5,7 +5,8 @@
 # the zoo is built in a venv of its own (VENV, default /tmp/latpred-measure): torch 2.14.1 and
 # torchvision 0.29.1 from this machine's disk, transformers from PyPI. Run it on a quiet machine
 # (nothing else on the two cores), from the repository's root:
-#   bash benchmarks/workplace_cpu_sweep.sh [OPS_SECONDS=900] [MODELS=a,b] [BATCHES=1,8]
+#   bash benchmarks/workplace_cpu_sweep.sh [OPS_SECONDS=900] [MODELS=a,b] [BATCHES=1,8] [NAS_SEEDS=6-11,...]
+# NAS_SEEDS (default: nas-test's 72 architectures, which are only ever scored) times NAS architectures too.
 set -eu
 VENV=${VENV:-/tmp/latpred-measure}
 if [ ! -x "$VENV/bin/python" ]; then
@@ -21,4 +22,8 @@ date -u
 date -u
 "$PY" -m latpred collect models --device cpu --out datasets --modes eager --batches "${BATCHES:-1,8}" \
   --precisions fp32 --rounds 3 --reps 2 ${MODELS:+--models $MODELS}
+date -u
+NAS_TEST=6-11,18-23,30-35,42-47,54-59,66-71,78-83,90-95,102-107,114-119,126-131,138-143
+"$PY" -m latpred collect nas --device cpu --out datasets --seeds "${NAS_SEEDS:-$NAS_TEST}" --modes eager \
+  --batches 1,8 --precisions fp32 --rounds 3 --reps 2
 date -u

@@ -24,8 +24,9 @@ from service.client import LatpredClient, LatpredError
 from service.problems import PROBLEM_JSON
 
 DEVICE = "nvidia-h200"
-#: the measured CPU (the GPU machine's host), with a bundle of its own
+#: the measured CPUs, each with a bundle of its own: the GPU machine's host, and the CPU latpred runs on here
 CPU = "cpu-intel-r-xeon-r-processor"
+WORKPLACE_CPU = "cpu-amd-epyc"
 ROOT = Path(__file__).absolute().parents[2]
 
 #: a valid host profile (the H200 collection host's order of magnitude), for bundles that carry none

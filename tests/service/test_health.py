@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from service_helpers import CPU, DEVICE, assert_problem, bundle_version, transfer_version
+from service_helpers import CPU, DEVICE, WORKPLACE_CPU, assert_problem, bundle_version, transfer_version
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
 from predictor.graph import Graph, Node
@@ -36,7 +36,7 @@ def test_livez_answers_while_bundles_load_and_readyz_once_they_are_in(tmp_path: 
     body = ready.get_json()
     assert body["status"] == "ready" and body["model_version"] == bundle_version() and body["fallbacks"] == {}
     assert body["model_versions"] == {DEVICE: bundle_version(), CPU: bundle_version(CPU),
-                                      "transfer": transfer_version()}
+                                      WORKPLACE_CPU: bundle_version(WORKPLACE_CPU), "transfer": transfer_version()}
 
 
 def test_not_ready_is_503_with_retry_after_and_predictions_wait(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_helpers import CPU, DEVICE, assert_problem, bundles_with_host, host_profile, small_onnx
+from service_helpers import CPU, DEVICE, WORKPLACE_CPU, assert_problem, bundles_with_host, host_profile, small_onnx
 
 from predictor.host_profile import parse_profile, parse_reference_key
 from predictor.host_references import reference_graph
@@ -60,7 +60,7 @@ def test_a_posted_profile_is_stored_listed_and_served(client: Any, config: Servi
     for bundle in {h["device"] for h in carried}:  # each bundle's default first (the transfer bundle's too)
         own = [h for h in carried if h["device"] == bundle]
         assert [h["default"] for h in own].count(True) == 1 and own[0]["default"]
-    assert {h["device"] for h in carried} == {DEVICE, CPU, "transfer"}
+    assert {h["device"] for h in carried} == {DEVICE, CPU, WORKPLACE_CPU, "transfer"}
     got = client.get("/v1/hosts/ci-box-1").get_json()
     assert got["profile"] == body["profile"] and got["source"] == "stored"
 

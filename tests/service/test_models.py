@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from service_helpers import CPU, DEVICE, assert_problem, bundle_version, bundles_with_host, transfer_version
+from service_helpers import (
+    CPU,
+    DEVICE,
+    WORKPLACE_CPU,
+    assert_problem,
+    bundle_version,
+    bundles_with_host,
+    transfer_version,
+)
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR
 from predictor.devices import DEVICES, resolve_device
@@ -32,14 +40,16 @@ def test_devices_say_which_were_measured_and_which_bundle_predicts_each(client: 
     devices = {d["id"]: d for d in client.get("/v1/devices").get_json()["devices"]}
     assert len(devices) == len(DEVICES) > 10
     measured = {i for i, d in devices.items() if d["provenance"] == "measured"}
-    assert measured == {DEVICE, "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40", CPU}
+    assert measured == {DEVICE, "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40", CPU, WORKPLACE_CPU}
     assert all(d["bundle_loaded"] for d in devices.values())
     assert devices[DEVICE]["predicted_by"] == DEVICE and devices[DEVICE]["model_version"] == bundle_version()
     assert devices[CPU]["predicted_by"] == CPU and devices[CPU]["model_version"] == bundle_version(CPU)
     assert (devices[CPU]["kind"], devices[CPU]["modes"]) == ("cpu", ["eager"])
+    assert devices[WORKPLACE_CPU]["predicted_by"] == WORKPLACE_CPU and devices[WORKPLACE_CPU]["kind"] == "cpu"
     assert (devices[DEVICE]["kind"], devices[DEVICE]["modes"]) == ("gpu", ["eager", "cudagraph"])
-    assert {d["predicted_by"] for i, d in devices.items() if i not in (DEVICE, CPU)} == {"transfer"}
-    assert {d["model_version"] for i, d in devices.items() if i not in (DEVICE, CPU)} == {transfer_version()}
+    own = (DEVICE, CPU, WORKPLACE_CPU)
+    assert {d["predicted_by"] for i, d in devices.items() if i not in own} == {"transfer"}
+    assert {d["model_version"] for i, d in devices.items() if i not in own} == {transfer_version()}
     l4 = devices["nvidia-l4"]
     assert (l4["name"], l4["sm_count"], l4["memory_bytes"], l4["tdp_w"]) == ("NVIDIA L4", 58, 24 * 2**30, 72)
     assert l4["provenance"] == "transferred" and l4["price_per_hour"] > 0 and "datasheet" in l4["source"]
@@ -100,6 +110,7 @@ def test_models_lists_the_zoo_and_the_bundles(client: Any) -> None:
     assert body["zoo"] == zoo_names() and "resnet50" in body["zoo"]
     assert body["bundles"] == [{"device": DEVICE, "version": bundle_version()},  # the catalog's order
                                {"device": CPU, "version": bundle_version(CPU)},
+                               {"device": WORKPLACE_CPU, "version": bundle_version(WORKPLACE_CPU)},
                                {"device": "transfer", "version": transfer_version()}]
     assert body["errors"] == {}
 
