@@ -1,12 +1,13 @@
 #!/bin/bash
 # The CPU latpred itself runs on as a measured device (issue #14): this workplace's machine (2 cores),
-# timed through torch on its CPU, operators and then the zoo eagerly, resuming datasets/cpu-<model>/.
+# timed through torch on its CPU: operators, the zoo eagerly, then NAS architectures, resuming datasets/cpu-<model>/.
 # The project's .venv has torch 2.13's CPU build, beside which PyPI's torchvision does not import, so
 # the zoo is built in a venv of its own (VENV, default /tmp/latpred-measure): torch 2.14.1 and
 # torchvision 0.29.1 from this machine's disk, transformers from PyPI. Run it on a quiet machine
 # (nothing else on the two cores), from the repository's root:
 #   bash benchmarks/workplace_cpu_sweep.sh [OPS_SECONDS=900] [MODELS=a,b] [BATCHES=1,8] [NAS_SEEDS=6-11,...]
-# NAS_SEEDS (default: nas-test's 72 architectures, which are only ever scored) times NAS architectures too.
+# NAS_SEEDS (default: nas-train's 72, which composition fits beside the zoo, nas-dev's 72, which calibrate
+# the interval, and nas-test's 72, which are only ever scored) times NAS architectures too.
 set -eu
 VENV=${VENV:-/tmp/latpred-measure}
 if [ ! -x "$VENV/bin/python" ]; then
@@ -23,7 +24,7 @@ date -u
 "$PY" -m latpred collect models --device cpu --out datasets --modes eager --batches "${BATCHES:-1,8}" \
   --precisions fp32 --rounds 3 --reps 2 ${MODELS:+--models $MODELS}
 date -u
-NAS_TEST=6-11,18-23,30-35,42-47,54-59,66-71,78-83,90-95,102-107,114-119,126-131,138-143
-"$PY" -m latpred collect nas --device cpu --out datasets --seeds "${NAS_SEEDS:-$NAS_TEST}" --modes eager \
+NAS_ALL=1000-1071,0-143
+"$PY" -m latpred collect nas --device cpu --out datasets --seeds "${NAS_SEEDS:-$NAS_ALL}" --modes eager \
   --batches 1,8 --precisions fp32 --rounds 3 --reps 2
 date -u

@@ -102,20 +102,21 @@ def test_the_cpu_bundle_predicts_the_zoo_and_refuses_what_a_cpu_does_not_run(dev
 
 @pytest.mark.parametrize("device", MEASURED_CPUS)
 def test_its_predictions_follow_its_measured_runs(device: str) -> None:
-    """The shipped bundle on the CPU's own runs (composition was fitted on them: a development
-    check, not an accuracy figure; the README's is leave-one-model-out)."""
+    """The shipped bundle on the CPU's own zoo and nas-train runs (composition was fitted on them: a
+    development check, not an accuracy figure; the README's are leave-one-model-out and nas-test)."""
     import pandas as pd
 
     from training.composition import run_arrays
     from training.data import load_model_runs
     from training.hosts import reference_profiles
+    from training.suites import nas_train_arrays
     from training.train import zoo_graphs
 
     predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
     runs = load_model_runs(DATASETS / device)
     arrays = run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
-                        reference_profiles(DATASETS / device))
-    assert len(arrays) >= 50 and all(r.serial and r.host is not None for r in arrays)
+                        reference_profiles(DATASETS / device)) + nas_train_arrays(predictor, DATASETS / device)
+    assert len(arrays) >= 200 and all(r.serial and r.host is not None for r in arrays)
     ratio = pd.Series([compose(r.layers, predictor.constants, "eager", r.host) / r.measured_us for r in arrays])
     assert 0.9 < ratio.median() < 1.1 and (ratio - 1).abs().quantile(0.9) < 0.35
 
@@ -123,12 +124,14 @@ def test_its_predictions_follow_its_measured_runs(device: str) -> None:
 @pytest.mark.parametrize("device", MEASURED_CPUS)
 def test_the_shipped_constants_are_what_its_dataset_fits(device: str) -> None:
     """The bundle's serial constants, read back from its metadata.json, are a refit of the
-    dataset's runs through the bundle's own per-layer models: nothing hand-set, nothing stale."""
+    dataset's zoo and nas-train runs through the bundle's own per-layer models: nothing hand-set,
+    nothing stale."""
     import json
 
     from training.composition import SERIAL_SCALE_BOUNDS, fit_constants, run_arrays
     from training.data import load_model_runs
     from training.hosts import reference_profiles
+    from training.suites import nas_train_arrays
     from training.train import zoo_graphs
 
     metadata = json.loads((DEFAULT_BUNDLE_DIR / device / "metadata.json").read_text())
@@ -136,8 +139,10 @@ def test_the_shipped_constants_are_what_its_dataset_fits(device: str) -> None:
     assert "cudagraph" not in metadata["composition"]["interval_log"]  # no runs, no interval (and no NaN)
     predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
     runs = load_model_runs(DATASETS / device)
+    nas_train = nas_train_arrays(predictor, DATASETS / device)  # composition fits them beside the zoo
+    assert nas_train and all(r.serial for r in nas_train)
     refit = fit_constants(run_arrays(predictor, zoo_graphs(sorted(runs["model"].unique())), runs,
-                                     reference_profiles(DATASETS / device)))
+                                     reference_profiles(DATASETS / device)) + nas_train)
     assert refit.serial and shipped.serial and refit.call_share == pytest.approx(shipped.call_share, rel=1e-6)
     assert refit.group_scale == pytest.approx(shipped.group_scale, rel=1e-6)
     low, high = SERIAL_SCALE_BOUNDS
