@@ -18,7 +18,10 @@ and the bundle loader (``service.registry``) compiles tree models for seconds to
 background thread; as a greenlet that would block the loop for the whole load, and past gunicorn's
 timeout the arbiter would kill the worker before it ever served. ``subprocess`` stays the standard
 library's too: gevent's needs the main thread's loop, and ONNX imports start their child process
-(``service.onnx_budget``) from the app's threads.
+(``service.onnx_budget``) from the app's threads. And ``os``: patched, ``os.waitpid`` is gevent's,
+which learns of a child's exit from SIGCHLD on the main thread's loop; the loader's thread polls
+its compiling children through it, and on a fresh machine (an empty compile cache) the second
+bundle's children were never reaped, so the load hung and ``/readyz`` answered 503 for good.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class LatpredGeventWorker(GeventWorker):
     cfg: Any
 
     def patch(self) -> None:
-        monkey.patch_all(thread=False, subprocess=False)
+        monkey.patch_all(thread=False, subprocess=False, os=False)
         from gevent import socket  # what GeventWorker.patch does next: reopen the listeners as gevent sockets
 
         self.sockets = [socket.socket(s.FAMILY, socket.SOCK_STREAM, fileno=s.sock.detach()) for s in self.sockets]

@@ -157,3 +157,23 @@ def test_the_config_sizes_workers_to_the_cores_without_preload(tmp_path: Path) -
     assert conf == {"workers": len(os.sched_getaffinity(0)), "threads": 4,
                     "worker_class": "service.gevent_worker.LatpredGeventWorker", "preload_app": False,
                     "bind": "127.0.0.1:8000", "limit_request_line": 8190, "reuse_port": True}
+
+
+def test_workers_compile_bundle_after_bundle_into_an_empty_cache_and_get_ready(tmp_path: Path) -> None:
+    """A fresh machine's first start: each worker's loading thread compiles one bundle's trees in
+    child processes, then the next bundle's. Under gevent's patched os.waitpid a child that the
+    loop never reaped stayed a zombie and the second bundle's compile never ended (make run's
+    /readyz answered 503 for good); two small bundles are enough to see it."""
+    import shutil
+
+    from predictor.bundle import DEFAULT_BUNDLE_DIR
+
+    bundles = tmp_path / "bundles"
+    for device in ("cpu-intel-r-xeon-r-processor", "cpu-amd-epyc"):  # 2 tree models each, about 20 s
+        shutil.copytree(DEFAULT_BUNDLE_DIR / device, bundles / device)
+    env = {"LATPRED_WORKERS": "2", "LATPRED_DATA_DIR": str(tmp_path / "data"), "LATPRED_BUNDLES": str(bundles),
+           "LATPRED_CACHE_DIR": str(tmp_path / "compiled"), "LATPRED_TREES": "compiled"}
+    with gunicorn_server(env, tmp_path / "gunicorn.log", api_key="gk", ready_s=150) as (client, _):
+        out = client.predict(model="resnet18", device="epyc", batch=1, precision="fp32", mode="eager")
+        assert out["device"] == "cpu-amd-epyc" and out["total_ms"] > 0
+    assert len(list((tmp_path / "compiled").glob("*.o"))) == 4  # each model once, though both workers compiled
