@@ -10,7 +10,9 @@ calls). The fold leaves a trace of its own in each exporter's output:
   Deduplicated weights reach the Conv through Identity nodes, followed back here.
 - dynamo (``torch.export`` then onnxscript's optimizer, ``FuseBatchNormIntoConv``): the Conv
   writes the value the BatchNorm wrote, ``getitem*`` (an eval BatchNorm returns a tuple in the
-  exported program), or a bias named after the weight (``<weight>_bias``).
+  exported program), or a bias named after the weight (``<weight>_bias``). The fold names the bias
+  it makes so only for a convolution that had none; one that had a bias of its own (VGG's
+  ``features.0.bias``) keeps that bias's name, with the folded values in it.
 
 The dynamo exporter's optimizer also removes a Conv's or Gemm's bias that is all zeros
 (onnxscript's ``RemoveZeroBias``), which PyTorch would still add. That leaves no trace (a Conv
@@ -21,8 +23,10 @@ so that none of theirs is; the NAS modules' biases are torch's random ones.
 
 The fold's traces are naming conventions of the exporters, not part of ONNX: an export from elsewhere, or
 renamed, shows no folded BatchNorm and is costed as its Conv alone. Whether the convolution had a
-bias of its own cannot be told (the fold adds one): torchvision's convolutions before a norm have
-none, and that is assumed. Each assumption made is returned as a sentence for ``graph.meta``.
+bias of its own is seen in a dynamo export (above); in a TorchScript one it cannot be told (the
+fold's bias is an ``onnx::Conv_<n>`` constant either way): torchvision's convolutions before a norm
+mostly have none (VGG's have one), and none is assumed. Each assumption made is returned as a
+sentence for ``graph.meta``.
 """
 
 from __future__ import annotations
@@ -73,13 +77,16 @@ def folded_batch_norm(t: GraphTensors, node: Any) -> bool:
 
 
 def has_bias(t: GraphTensors, node: Any) -> bool:
-    """Whether PyTorch runs ``node`` (a Conv or Gemm) with a bias: the one it shows, but never for
-    a Conv carrying a folded BatchNorm (whose bias the fold made)."""
-    if node.op_type == "Conv" and folded_batch_norm(t, node):
-        return False
-    return len(node.input) > 2 and bool(node.input[2])
+    """Whether PyTorch runs ``node`` (a Conv or Gemm) with a bias: the one it shows, but for a Conv
+    carrying a folded BatchNorm only the bias it had before the fold (dynamo: one not named
+    ``<weight>_bias``; TorchScript: never, as it cannot be told)."""
+    shown = len(node.input) > 2 and bool(node.input[2])
+    if shown and node.op_type == "Conv" and folded_batch_norm(t, node):
+        return exporter(t) == "dynamo" and _source(t, str(node.input[2])) != f"{_source(t, str(node.input[1]))}_bias"
+    return shown
 
 
 FOLDED_BN_ASSUMPTION = ("{count} convolution(s) carry a BatchNorm the {made_by} exporter folded into them "
                         "(seen from its weight and value names): each is costed as PyTorch runs it in eval, "
-                        "the convolution without a bias of its own, then batch_norm")
+                        "the convolution (with a bias of its own where the export shows one; a TorchScript "
+                        "export cannot, and none is assumed), then batch_norm")

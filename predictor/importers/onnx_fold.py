@@ -76,6 +76,13 @@ def _gather(n: Any, xs: Values) -> int | None:
     return 0 if along == 0 else indices.size * (data.size // along)
 
 
+def _gather_nd(n: Any, xs: Values) -> int | None:
+    """GatherND: one slice of ``data`` (past the batch dims and the indexed ones) per index tuple."""
+    data, indices = xs[0], xs[1]
+    b = int(node_attributes(n).get("batch_dims", 0))
+    return math.prod(indices.shape[:-1]) * math.prod(data.shape[b + indices.shape[-1]:])
+
+
 _SMALLER = (
     "Identity Cast CastLike Neg Abs Floor Ceil Round Sqrt Reciprocal Exp Log Not Sign Relu Sigmoid Tanh Erf "
     "Softmax LogSoftmax Reshape Flatten Squeeze Unsqueeze Transpose Slice Split Concat Trilu Clip IsNaN IsInf "
@@ -92,7 +99,7 @@ OUTPUT_BOUNDS: dict[str, Callable[[Any, Values], int | None]] = {
     **{op: _total for op in _SMALLER},
     **{op: _broadcast for op in _BROADCASTING},
     "NonZero": _nonzero, "Expand": _expand, "ConstantOfShape": _constant_of_shape, "Range": _range,
-    "Tile": _tile, "Gather": _gather,
+    "Tile": _tile, "Gather": _gather, "GatherND": _gather_nd,
 }
 
 
@@ -108,40 +115,91 @@ def output_bound(n: Any, xs: Values) -> int | None:
         return None
 
 
-def fold(nodes: list[Any], shapes: dict[str, list[int] | None], values: dict[str, Any], opset: int) -> bool:
-    """Evaluate shape arithmetic (Shape, Size and nodes reading only known values) into ``values``
-    with onnx's reference ops, so that a Reshape fed by it gets a known shape. True if any new."""
+def fold_node(n: Any, shapes: dict[str, list[int] | None], values: dict[str, Any], opset: int) -> bool:
+    """Evaluate one node of shape arithmetic (a Constant, Shape or Size, or a node reading only
+    known values) into ``values`` with onnx's reference ops. True if it gave a new value."""
     import numpy as np
     from onnx.reference import ReferenceEvaluator
 
+    if not n.output or n.output[0] in values or n.domain not in STANDARD or n.op_type in RANDOM_OPS:
+        return False
+    ins = [x for x in n.input if x]
+    out: list[Any] | None = None
+    if n.op_type == "Constant":
+        try:
+            out = [constant_value(n)]
+        except ValueError:  # a value whose data was left out (large, or stored outside the model)
+            out = None
+    elif n.op_type in ("Shape", "Size") and (dims := shapes.get(n.input[0])) is not None \
+            and math.prod(dims) < 1 << 62:  # an int64 (absurd sizes are refused after inference)
+        a = node_attributes(n)
+        out = [np.array(dims[a.get("start", 0):a.get("end", len(dims))] if n.op_type == "Shape"
+                        else math.prod(dims), dtype=np.int64)]
+    elif ins and all(x in values for x in ins) and sum(values[x].size for x in ins) <= FOLD_LIMIT \
+            and not any(a.HasField("g") or a.graphs for a in n.attribute):
+        bound = output_bound(n, [values[x] if x else None for x in n.input])
+        if bound is None or bound > FOLD_LIMIT:
+            return False  # it could be huge: shape inference gives its shape without making it
+        try:
+            # a list: only run(intermediate=True) answers a dict, which onnx's annotation allows for
+            out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})  # type: ignore[assignment]
+        except Exception:
+            out = None  # an op the reference cannot run: leave it to shape inference
     grew = False
-    for n in nodes:
-        if not n.output or n.output[0] in values or n.domain not in STANDARD or n.op_type in RANDOM_OPS:
-            continue
+    for name, value in zip(n.output, out or []):
+        if value is not None and np.asarray(value).size <= FOLD_LIMIT:
+            values[name] = np.asarray(value)
+            grew = True
+    return grew
+
+
+def _dims(tp: Any) -> list[int] | None:
+    """A TypeProto's dims, or None unless every one is a known number."""
+    tt = tp.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    dims = [d.dim_value for d in tt.shape.dim if d.HasField("dim_value")]
+    return dims if len(dims) == len(tt.shape.dim) else None
+
+
+def fold_along(model: Any, inferred: Any, values: dict[str, Any], opset: int) -> bool:
+    """``fold_node`` over ``model``'s nodes in their order, from the shapes whole-model inference gave
+    (``inferred``), inferring on the way those it left unknown (onnx's inference of that node
+    alone, from its inputs' types and the values folded so far). True if any value is new.
+
+    Whole-model inference sees a reshape target only once it is folded into a constant, and the
+    folding sees a shape only once inference gave it, so a chain of k reshapes computed from shapes
+    (a Swin export's windows, block after block) took k rounds of both, each inferring the whole
+    model again: 29 rounds and 7 s for swin_t's TorchScript export, and swin_s ran out of rounds
+    with its later stages' shapes unknown. Node by node, one pass follows the whole chain; the
+    shapes given here only feed the folding, and the model's shapes are still whole-model
+    inference's, with the folded values in."""
+    from onnx import defs, helper, numpy_helper, shape_inference
+
+    from predictor.importers.onnx_load import known_shapes
+
+    graph = inferred.graph
+    types: dict[str, Any] = {vi.name: vi.type for vi in (*graph.input, *graph.value_info, *graph.output)}
+    for t in graph.initializer:
+        types[t.name] = helper.make_tensor_type_proto(t.data_type, list(t.dims))
+    shapes = known_shapes(inferred)
+    grew = False
+    for n in model.graph.node:
         ins = [x for x in n.input if x]
-        out: list[Any] | None = None
-        if n.op_type == "Constant":
+        if n.domain in STANDARD and any(shapes.get(x) is None for x in n.output if x) \
+                and all(x in types for x in ins) and not any(a.HasField("g") or a.graphs for a in n.attribute):
             try:
-                out = [constant_value(n)]
-            except ValueError:  # a value whose data was left out (large, or stored outside the model)
-                out = None
-        elif n.op_type in ("Shape", "Size") and (dims := shapes.get(n.input[0])) is not None \
-                and math.prod(dims) < 1 << 62:  # an int64 (absurd sizes are refused after inference)
-            a = node_attributes(n)
-            out = [np.array(dims[a.get("start", 0):a.get("end", len(dims))] if n.op_type == "Shape"
-                            else math.prod(dims), dtype=np.int64)]
-        elif ins and all(x in values for x in ins) and sum(values[x].size for x in ins) <= FOLD_LIMIT \
-                and not any(a.HasField("g") or a.graphs for a in n.attribute):
-            bound = output_bound(n, [values[x] if x else None for x in n.input])
-            if bound is None or bound > FOLD_LIMIT:
-                continue  # it could be huge: shape inference gives its shape without making it
-            try:
-                # a list: only run(intermediate=True) answers a dict, which onnx's annotation allows for
-                out = ReferenceEvaluator(n, opsets={"": opset}).run(None, {x: values[x] for x in ins})  # type: ignore[assignment]
-            except Exception:
-                out = None  # an op the reference cannot run: leave it to shape inference
-        for name, value in zip(n.output, out or []):
-            if value is not None and np.asarray(value).size <= FOLD_LIMIT:
-                values[name] = np.asarray(value)
-                grew = True
+                schema = defs.get_schema(n.op_type, opset, "")
+                data = {x: numpy_helper.from_array(values[x], x) for x in ins if x in values}
+                made = shape_inference.infer_node_outputs(schema, n, {x: types[x] for x in ins}, data,
+                                                          opset_imports=list(inferred.opset_import),
+                                                          ir_version=inferred.ir_version)
+            except Exception:  # an op or node onnx cannot infer alone: left to whole-model inference
+                made = {}
+            for name, tp in made.items():
+                dims = _dims(tp)
+                if dims is not None or name not in types:
+                    types[name] = tp
+                    shapes[name] = dims
+        grew |= fold_node(n, shapes, values, opset)
     return grew

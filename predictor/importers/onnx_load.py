@@ -161,7 +161,9 @@ def has_data(tensor: Any) -> bool:
 # ---------------------------------------------------------------------------- shapes
 
 FOLD_LIMIT = KEEP_ELEMENTS  # shape arithmetic is tiny; anything bigger is not folded (nor read)
-#: fold-then-infer rounds: each reaches one more stage of a chain of reshapes (ShuffleNet needs 15)
+#: fold-then-infer rounds. Folding infers node by node on the way (onnx_fold.fold_along), so one
+#: round follows a chain of reshapes to its end and the zoo's exports settle in two; with
+#: whole-model inference alone a round reached one more stage (ShuffleNet took 15, swin_s over 32)
 MAX_FOLD_ROUNDS = 32
 
 
@@ -199,7 +201,11 @@ def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
     of n elements into n dim objects, so an Expand, Range or ConstantOfShape to 10**12 elements
     followed by a Cast runs it out of memory. The folding bounds every output before computing it;
     inference without data propagation reads only initializers, which hold at most FOLD_LIMIT
-    elements here. On the 70 zoo exports both ways give the same graphs."""
+    elements here. On the 70 zoo exports both ways give the same graphs.
+
+    Each round folds along the graph with each node's shapes inferred alone where whole-model
+    inference had none (``fold_along``), then infers the whole model again with what was folded:
+    the model's shapes are always whole-model inference's."""
     from onnx import helper, numpy_helper, shape_inference
 
     def infer(m: Any) -> Any:
@@ -209,7 +215,7 @@ def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
             raise ValueError(f"ONNX shape inference failed: {str(exc).strip().splitlines()[0]}") from None
 
     from predictor.importers.onnx_dims import check_inferred_sizes
-    from predictor.importers.onnx_fold import fold
+    from predictor.importers.onnx_fold import fold_along
 
     values = {}
     for t in model.graph.initializer:
@@ -220,7 +226,7 @@ def infer_folded_shapes(model: Any, opset: int) -> tuple[Any, dict[str, Any]]:
                 pass
     inferred = infer(model)  # the model holds no large data: inference needs only the weights' dims
     for _ in range(MAX_FOLD_ROUNDS):
-        if not fold(list(model.graph.node), known_shapes(inferred), values, opset):
+        if not fold_along(model, inferred, values, opset):
             break
         probe = type(model)()
         probe.CopyFrom(model)

@@ -337,6 +337,8 @@ def test_the_folder_never_materialises_a_large_broadcast() -> None:
 
     column, row = np.ones((30_000, 1), np.float32), np.ones((1, 30_000), np.float32)
     assert output_bound(helper.make_node("Mul", ["a", "b"], ["m"]), [column, row]) == 9 * 10**8
+    gather_nd = helper.make_node("GatherND", ["d", "i"], ["g"])  # 3 index pairs, each a row of 6
+    assert output_bound(gather_nd, [np.ones((4, 5, 6)), np.zeros((3, 2), np.int64)]) == 3 * 6
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])
     data = make_model([helper.make_node("Mul", ["a", "b"], ["m"]), helper.make_node("ReduceMax", ["m"], ["r"]),
                        helper.make_node("Add", ["x", "r"], ["y"])], [x], {"a": column, "b": row})
@@ -345,6 +347,29 @@ def test_the_folder_never_materialises_a_large_broadcast() -> None:
     assert time.perf_counter() - started < 2
     assert [n.outputs for n in graph.nodes if n.op == "Add"] == [[[1, 1]]]
     assert MAX_ELEMENTS > 9 * 10**8
+
+
+def test_a_chain_of_reshapes_from_shapes_longer_than_the_fold_rounds_gets_every_shape() -> None:
+    """Each Reshape's target is computed from the previous one's output shape (as a Swin export's
+    window partitions are, block after block): whole-model inference alone learns one more stage a
+    round, and 40 stages outrun its rounds; inferred node by node on the way, one pass has them."""
+    from predictor.importers.onnx_load import MAX_FOLD_ROUNDS
+
+    stages = MAX_FOLD_ROUNDS + 8
+    nodes = []
+    for k in range(stages):  # x{k+1} = x{k} with its dims rotated: reshape(x, shape(x)[[2, 0, 1]])
+        nodes += [helper.make_node("Shape", [f"x{k}"], [f"s{k}"]),
+                  helper.make_node("Gather", [f"s{k}", "rotate"], [f"t{k}"]),
+                  helper.make_node("Reshape", [f"x{k}", f"t{k}"], [f"x{k + 1}"])]
+    nodes.append(helper.make_node("Relu", [f"x{stages}"], ["y"]))
+    x = helper.make_tensor_value_info("x0", TensorProto.FLOAT, [2, 3, 4])
+    data = make_model(nodes, [x], {"rotate": np.array([2, 0, 1], np.int64)})
+    started = time.perf_counter()
+    graph = graph_from_onnx(data)
+    rotated = [[2, 3, 4], [4, 2, 3], [3, 4, 2]][stages % 3]
+    assert [n.outputs for n in graph.nodes if n.op == "Relu"] == [[rotated]]
+    assert "shapes_unknown" not in graph.meta
+    print(f"{stages} stages imported in {time.perf_counter() - started:.2f} s")
 
 
 # ---------------------------------------------------------------------------- bad bytes

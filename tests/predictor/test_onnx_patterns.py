@@ -216,6 +216,22 @@ def test_a_batchnorm_the_dynamo_exporter_folded_shows_in_the_conv_value_name() -
     assert [n.family for n in graph_for("conv2d_3").nodes] == ["conv2d", "activation"]
 
 
+def test_a_dynamo_fold_tells_a_convolution_s_own_bias_from_the_one_it_made() -> None:
+    """The fold names the bias it makes for a bias-free conv ``<weight>_bias`` (ResNet's); a conv with
+    a bias of its own (VGG's) keeps that bias's name. PyTorch runs the second with its bias."""
+    def conv_variant(bias: str) -> str | None:
+        nodes = [helper.make_node("Conv", ["x", "features.0.weight", bias], ["getitem"], pads=[1, 1, 1, 1],
+                                  name="node_Conv_0"),
+                 helper.make_node("Relu", ["getitem"], ["out"], name="node_relu")]
+        graph = graph_from_onnx(model(nodes, {"x": [1, 3, 8, 8]}, "out",
+                                      {"features.0.weight": f32(8, 3, 3, 3), bias: f32(8)}))
+        assert [n.family for n in graph.nodes] == ["conv2d", "batch_norm", "activation"]
+        return graph.nodes[0].variant
+
+    assert conv_variant("features.0.weight_bias") == "nobias"
+    assert conv_variant("features.0.bias") == ""
+
+
 def test_a_batchnorm_kept_in_the_export_is_its_own_kernel() -> None:
     """BatchNorm before a conv (DenseNet's pre-activation) cannot be folded: the export keeps it."""
     block = nn.Sequential(nn.BatchNorm2d(3), nn.ReLU(), nn.Conv2d(3, 8, 1, bias=False))
