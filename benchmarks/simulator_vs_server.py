@@ -1,10 +1,11 @@
-"""The capacity simulator against a real dynamic-batching server on the H200 (issue #14).
+"""The capacity simulator against a real dynamic-batching server on the H200 (issue #14), or on a CPU.
 
 Reads the committed measurements (``datasets/nvidia-h200/serving/``: three models, two batching
-settings, six Poisson load levels each, every request's times) and simulates every load with
+settings, six Poisson load levels each, every request's times; ``--folder`` names another, as
+``datasets/<cpu>/serving/``, served in eager forwards) and simulates every load with
 ``training/serving_check.py``: with the measured service times (the simulator alone on trial) and
 with the shipped bundle's predicted ones (what ``latpred capacity`` gives a user). Prints, per load,
-measured p50 / p99 / throughput / GPU busy share and the simulated ones as ratios (simulated /
+measured p50 / p99 / throughput / the device's busy share and the simulated ones as ratios (simulated /
 measured), the spread a measurement of that length has (short simulated runs, 20 seeds) and where
 the measured p99 falls among them, and a replay of the measured arrivals; then what the server adds
 that the simulator leaves out (pipe, client lateness, the batcher loop's dispatch delay); then the
@@ -49,10 +50,14 @@ from training.serving_check import (
     load_serving,
     measured_service,
     predicted_service,
+    serving_mode,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
 SHORT = {"mb8-nodelay": "mb8", "mb32-pref16,32-delay1000us": "mb32p"}
+#: what a request's arrival is, by ServingData.arrival_column
+ARRIVAL = {"received_us": "server receipt",
+           "sent_us": "client send (a CPU's server receives only between forwards)"}
 
 
 def ratio(sim: float, measured: float) -> str:
@@ -174,11 +179,12 @@ def main() -> None:
     fp = data.meta["fingerprint"]
     header.append(f"# measured on {fp['name']} ({fp['device_id']}, torch {fp['torch_version']}, driver "
                   f"{fp['driver_version']}), {data.meta['precision']}, {data.meta['seconds_per_level']:g} s a load; "
-                  f"latency = GPU finish - server receipt, first 10% of each load skipped, as the simulator does")
+                  f"latency = the batch's finish - {ARRIVAL[data.arrival_column]}, first 10% of each load "
+                  "skipped, as the simulator does")
     header.append(f"# simulated: Poisson at the measured offered qps, {args.requests:,} requests a run (seed {SEED}); "
                   f"band: p99 of {args.seeds} runs of the measured length (seeds {NOISE_SEEDS[0]}..), their "
                   "10th-90th percentile over the measured p99, and rank: the share of them below the measured p99; "
-                  "trace: the measured receipt times replayed")
+                  f"trace: the measured arrivals ({ARRIVAL[data.arrival_column]}) replayed")
     schedules = independent_schedules(data)
     header.append(f"# the {sum(1 for _ in data.loads())} loads rode {schedules} distinct Poisson "
                   "schedules: the collector seeded each by (setting, level), so the models at one (setting, level) "
@@ -189,15 +195,16 @@ def main() -> None:
         predictor = bundle_predictor(fp["device_id"])
         predicted = {m: predicted_service(predictor, m, data.meta["precision"], sorted(measured[m].medians_ms))
                      for m in data.models}
-        header.append(f"# predicted: bundle {predictor.bundle.version}'s CUDA-graph predictions, lognormal sigma "
-                      f"{next(iter(predicted.values())).sigmas[1]:g} (the planner's DEFAULT_SIGMA)")
+        header.append(f"# predicted: bundle {predictor.bundle.version}'s {serving_mode(predictor)} predictions, "
+                      f"lognormal sigma {next(iter(predicted.values())).sigmas[1]:g} (the device's run-to-run "
+                      "spread in that mode, capacity.service_time.run_spread)")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
     rows = compare_loads(data, predicted or None, args.requests, seeds)
     answers = compare_max_qps(rows)
     levels = ", ".join(map(str, OBJECTIVE_LEVELS))
     out = [*header, "",
            "== per load: level = offered / the setting's capacity; n = measured requests (after the first 10%); busy =",
-           "GPU busy share measured; ratios are simulated / measured; * = p99 off by more than "
+           "the device's busy share measured; ratios are simulated / measured; * = p99 off by more than "
            f"{TARGET:.0%} at a level <= {TARGET_LEVEL:g}", *load_table(rows), "",
            "== what the server adds that the simulator does not model (us; p50 and p99 over the measured requests or",
            "batches). pipe: server receipt - client send (outside the measured latency: it delays arrivals); late:",

@@ -49,6 +49,11 @@ def card_text(directory: Path) -> str:
     op_log, model_log = log[log["kind"] == "ops"], log[log["kind"] == "models"]
     op_seconds, model_seconds = float(op_log["seconds"].sum()), float(model_log["seconds"].sum())
     ok = ops[ops["status"] == "ok"] if len(ops) else ops
+    cpu = fingerprint.get("kind") == "cpu"
+    per_call_us = ok["dispatch_us"].median() if len(ok) else float("nan")
+    per_call = (f"- median time per call, back to back: {per_call_us:.1f} us (on a CPU a call computes before "
+                "it returns: kernel and dispatch time are both its whole time); " if cpu
+                else f"- median host dispatch per eager call: {per_call_us:.1f} us; ")
     lines = [
         f"# Dataset: {fingerprint['name']} ({fingerprint['device_id']})", "",
         "Written by `latpred collect card`; regenerate it rather than editing it.", "",
@@ -64,8 +69,7 @@ def card_text(directory: Path) -> str:
             f"- kernel time: median CV {ok['cv'].median() * 100:.2f}% "
             f"(p90 {ok['cv'].quantile(0.9) * 100:.2f}%), repetitions adapt to a 2% target",
             f"- rows flagged as measured under clock throttling: {int(ok['throttled'].sum())}",
-            f"- median host dispatch per eager call: {ok['dispatch_us'].median():.1f} us; "
-            f"{int(ok['host_profile'].notna().sum())} rows name the host profile probed beside them", "",
+            per_call + f"{int(ok['host_profile'].notna().sum())} rows name the host profile probed beside them", "",
             "Rows per family and precision (measured / failed):", "",
             # pandas-stubs wants a numeric aggfunc; pandas takes one that makes text
             _table(pd.crosstab(ops["family"], ops["precision"], values=ops["status"],
@@ -75,11 +79,11 @@ def card_text(directory: Path) -> str:
         failures = ops.loc[ops["status"] == "failed", "error"].str.split(":").str[0].value_counts()
         if len(failures):
             lines += ["", "Failure reasons:", "", _table(failures.rename("rows").to_frame())]
-    lines += _model_runs_section(directory, runs, model_log)
-    lines += _nas_runs_section(directory)
+    lines += _model_runs_section(directory, runs, model_log, ("eager",) if cpu else MODES)
+    lines += _nas_runs_section(directory, ("eager",) if cpu else MODES)
     lines += _hosts_section(directory)
     lines += ["", f"Total device time recorded: {(op_seconds + model_seconds) / 60:.1f} min.", "",
-              METHOD]
+              CPU_METHOD if cpu else METHOD]
     notes = directory / "notes.md"
     if notes.exists():
         lines += ["", notes.read_text().strip(), ""]
@@ -110,8 +114,25 @@ METHOD = """## How rows were measured
   archived sequential rows carry a torch.profiler breakdown of the eager forward."""
 
 
-def _model_runs_section(directory: Path, runs: pd.DataFrame, log: pd.DataFrame) -> list[str]:
-    """The live whole-model runs (what training reads), then the archived ones."""
+CPU_METHOD = """## How rows were measured
+
+- On a CPU a call computes its kernels before it returns, so an operator's time is its calls'
+  wall time: N back-to-back calls (N chosen so a repetition runs about 2 ms) timed on the host
+  clock, repetitions added five at a time until their CV is at most 2% (40 at most, or 1.5 s);
+  the per-call median is both `kernel_us` and `dispatch_us`. torch runs on all the machine's threads.
+- Shapes as on a GPU: the zoo's layers, perturbations and log-uniform random shapes per family,
+  fp32 only, within the sweep's FLOP bound.
+- Whole models (`latpred collect models`): eager fp32 forwards, every (model, batch) built at
+  once and timed in rounds of a fresh random order, so drift is shared by all rows; a row's
+  latency is the median forward over all rounds, on the host clock."""
+
+MODES = ("eager", "cudagraph")
+
+
+def _model_runs_section(directory: Path, runs: pd.DataFrame, log: pd.DataFrame,
+                        modes: tuple[str, ...] = MODES) -> list[str]:
+    """The live whole-model runs (what training reads), then the archived ones, in ``modes`` (a
+    CPU runs eager only)."""
     lines = ["", "## Whole-model runs", ""]
     if not len(runs):
         return lines + ["none collected yet"] + _archive_section(directory, runs)
@@ -119,29 +140,28 @@ def _model_runs_section(directory: Path, runs: pd.DataFrame, log: pd.DataFrame) 
     counts = _protocol(runs).value_counts()
     live_log = log[log["settings"].map(lambda s: isinstance(s, dict) and s.get("protocol") in counts.index)]
     logged = float(live_log["seconds"].sum())
-    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100
-                 for mode in ("eager", "cudagraph")}
+    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in modes}
     lines += [
         f"- live rows, in `{MODEL_RUNS_FOLDER}/`: {len(runs)} ({len(ok_runs)} measured) over "
         f"{runs['model'].nunique()} models; the only rows training reads",
         "- protocol, by run-id suffix: " + ", ".join(f"`{p}` ({n})" for p, n in counts.items()),
         f"- device time in the sweep log for this protocol: {logged / 60:.1f} min over {len(live_log)} run(s)"
         if len(live_log) else "- device time: not in the sweep log (run before the protocol logged its runs)",
-        f"- median CV: eager {median_cv['eager']:.2f}%, cudagraph {median_cv['cudagraph']:.2f}%", "",
-        "Latency in ms (eager / cudagraph), by model, precision and batch:", "",
-        _table(_latency_grid(runs)),
+        "- median CV: " + ", ".join(f"{mode} {cv:.2f}%" for mode, cv in median_cv.items()), "",
+        f"Latency in ms ({' / '.join(modes)}), by model, precision and batch:", "",
+        _table(_latency_grid(runs, modes)),
     ]
     return lines + _archive_section(directory, runs)
 
 
-def _nas_runs_section(directory: Path) -> list[str]:
+def _nas_runs_section(directory: Path, modes: tuple[str, ...] = MODES) -> list[str]:
     """The NAS suite's runs: measured like the zoo's, read only by validation (never training)."""
     folder = directory / NAS_RUNS_FOLDER
     if not any(folder.glob("part-*.parquet")):
         return []
     runs = model_run_store(folder).read()
     ok_runs = runs[runs["status"] == "ok"]
-    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in ("eager", "cudagraph")}
+    median_cv = {mode: ok_runs.loc[ok_runs["mode"] == mode, "cv"].median() * 100 for mode in modes}
     spaces = ok_runs.groupby("model_kind")["model"].nunique()
     return ["", "## NAS suite runs", "",
             f"- in `{NAS_RUNS_FOLDER}/`: {len(runs)} rows ({len(ok_runs)} measured) over {runs['model'].nunique()} "
@@ -151,8 +171,8 @@ def _nas_runs_section(directory: Path) -> list[str]:
             "runs and calibrates the 90% interval on nas-dev's; the architectures, their split and their graphs are in "
             "`datasets/suites/nas/` and `datasets/suites/nas-train/`",
             f"- batches {sorted(ok_runs['batch'].unique().tolist())}, precisions "
-            f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: eager {median_cv['eager']:.2f}%, "
-            f"cudagraph {median_cv['cudagraph']:.2f}%"]
+            f"{sorted(ok_runs['precision'].unique().tolist())}; median CV: "
+            + ", ".join(f"{mode} {cv:.2f}%" for mode, cv in median_cv.items())]
 
 
 def _hosts_section(directory: Path) -> list[str]:
@@ -217,11 +237,11 @@ def _archive_section(directory: Path, live: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _latency_grid(runs: pd.DataFrame) -> pd.DataFrame:
+def _latency_grid(runs: pd.DataFrame, modes: tuple[str, ...] = MODES) -> pd.DataFrame:
     def cell(group: pd.DataFrame) -> str:
         by_mode = {r.mode: (f"{r.latency_ms:.3g}" if r.status == "ok" else "fail")
                    for r in group.itertuples()}
-        return f"{by_mode.get('eager', '-')} / {by_mode.get('cudagraph', '-')}"
+        return " / ".join(by_mode.get(mode, "-") for mode in modes)
 
     # pandas-stubs' apply() passes its keywords to the function and knows no include_groups
     cells = runs.groupby(["model", "precision", "batch"]).apply(cell, include_groups=False)  # type: ignore[call-overload]

@@ -79,6 +79,14 @@ class ServingData:
         """The models measured, in the order their files sort."""
         return list(dict.fromkeys(self.requests["model"]))
 
+    @property
+    def arrival_column(self) -> str:
+        """When a request reached the server, as the simulator's arrival: the server's receipt on a
+        GPU, whose server receives while a batch runs; the client's send on a CPU, whose forward
+        runs inside the server's loop and leaves what arrives meanwhile waiting in the pipe until it
+        returns (a queue the simulator models, which a receipt stamp would hide)."""
+        return "sent_us" if self.meta["fingerprint"].get("kind") == "cpu" else "received_us"
+
     def loads(self) -> Iterator[tuple[str, str, float, pd.DataFrame]]:
         """(model, setting, level, that load's rows in request order) for every measured load."""
         for key, frame in self.requests.groupby(["model", "setting", "level"], sort=False):
@@ -175,7 +183,7 @@ class MeasuredLoad:
     dispatch_us: tuple[float, float]
     #: each batch's service in the load over the timed median of its size (1.0: as timed)
     service_ratio: tuple[float, float]
-    #: receipt times in seconds from the load's start, for a trace replay
+    #: arrival times (receipts; a CPU's sends) in seconds from the load's start, for a trace replay
     received_s: np.ndarray
 
 
@@ -199,14 +207,16 @@ def dispatch_lateness_us(received_us: np.ndarray, start_us: np.ndarray, finish_u
 
 
 def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, config: BatchingConfig,
-                 median_service_s: Mapping[int, float], warmup_fraction: float = WARMUP_FRACTION) -> MeasuredLoad:
+                 median_service_s: Mapping[int, float], warmup_fraction: float = WARMUP_FRACTION,
+                 arrival_column: str = "received_us") -> MeasuredLoad:
     """The measured statistics of one load's rows (in request order), served with ``config``.
-    Latency runs from the server's receipt to the GPU's finish, as the server measured it and the
-    simulator models it; ``median_service_s`` (the timed median of each batch size) is what each
-    batch of the load is compared with."""
+    Latency runs from the arrival (``arrival_column``: the server's receipt, as the GPU's server
+    measured it; ``ServingData.arrival_column``) to the batch's finish, as the simulator models it;
+    ``median_service_s`` (the timed median of each batch size) is what each batch of the load is
+    compared with."""
     us = {c: frame[c].to_numpy(dtype=np.int64) for c in
           ("scheduled_us", "sent_us", "received_us", "start_us", "finish_us")}
-    received_s = us["received_us"] * 1e-6
+    received_s = us[arrival_column] * 1e-6
     stats = request_stats(received_s, us["start_us"] * 1e-6, us["finish_us"] * 1e-6, warmup_fraction)
     first = first_measured(len(frame), warmup_fraction)
 
@@ -218,7 +228,7 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
     sizes = frame["batch_size"].to_numpy()[heads]
     service_s = (us["finish_us"][heads] - us["start_us"][heads]) * 1e-6
     ratio = service_s / np.asarray([median_service_s[int(b)] for b in sizes])
-    dispatch = dispatch_lateness_us(us["received_us"], us["start_us"], us["finish_us"], config)
+    dispatch = dispatch_lateness_us(us[arrival_column], us["start_us"], us["finish_us"], config)
     return MeasuredLoad(
         model=model, setting=setting, level=level, offered_qps=float(frame["offered_qps"].iloc[0]), stats=stats,
         pipe_us=p50_p99((us["received_us"] - us["sent_us"])[first:]),
@@ -265,15 +275,23 @@ def bundle_predictor(device_id: str = "nvidia-h200") -> Predictor:
     return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device_id), resolve_device(device_id))
 
 
+def serving_mode(predictor: Predictor) -> str:
+    """The mode a device's server runs its batches in: a GPU replays CUDA graphs, a CPU (which has
+    none) runs eager forwards."""
+    return "eager" if predictor.device.kind == "cpu" else "cudagraph"
+
+
 def predicted_service(predictor: Predictor, model: str, precision: str, batches: Sequence[int],
                       sigma: float | None = None) -> TableLatency:
-    """The latency model ``latpred capacity`` uses for zoo ``model``: the CUDA-graph prediction at each
-    batch size (``predicted_service_time``) with the planner's spread (``DEFAULT_SIGMA``), unless
-    ``sigma`` is given."""
-    from predictor.capacity.service_time import predicted_service_time
+    """The latency model ``latpred capacity`` uses for zoo ``model``: the prediction at each batch
+    size in the mode the device serves in (``serving_mode``; ``predicted_service_time``) with that
+    mode's run-to-run spread on the device (``run_spread``), unless ``sigma`` is given."""
+    from predictor.capacity.service_time import predicted_service_time, run_spread
     from predictor.zoo import load_zoo_graph
 
-    service_time = predicted_service_time(predictor, load_zoo_graph(model), precision, "cudagraph", sigma=sigma)
+    mode = serving_mode(predictor)
+    spread = run_spread(predictor.device.kind, mode) if sigma is None else sigma
+    service_time = predicted_service_time(predictor, load_zoo_graph(model), precision, mode, sigma=spread)
     table = {b: service_time(b) for b in batches}
     return TableLatency({b: m for b, (m, _) in table.items()}, {b: s for b, (_, s) in table.items()})
 
@@ -386,7 +404,8 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
         config = data.settings[setting]
         service = measured_service(data.service[data.service["model"] == model])
         measured = measure_load(model, setting, level, frame, config,
-                                {b: m * 1e-3 for b, m in service.medians_ms.items()})
+                                {b: m * 1e-3 for b, m in service.medians_ms.items()},
+                                arrival_column=data.arrival_column)
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
         rows.append(LoadComparison(
             measured=measured,

@@ -142,6 +142,10 @@ def test_card_says_which_runs_are_live_and_which_are_archived(runner: CliRunner,
     assert "device time in the sweep log for this protocol:" in card and "over 1 run(s)" in card
     assert "| archive/sequential/ | 2 | sequential | eager |" in card and "| 2 of 2 |" in card
     assert "Drift biased the sequential rows." in card
+    # a CPU's card speaks of what a CPU runs: eager forwards, calls timed whole, no CUDA graphs or events
+    assert "- median CV: eager " in card and "Latency in ms (eager), by model" in card
+    assert "On a CPU a call computes its kernels before it returns" in card
+    assert "cudagraph" not in card and "CUDA graph" not in card
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is visible")

@@ -185,3 +185,31 @@ def test_measure_load_reads_the_collectors_columns_in_microseconds() -> None:
     # measured batches B..F served 1.0, 0.5, 1.0, 1.0, 1.0 s against medians 1.0, 0.5, 1.0, 0.5, 1.0
     assert load.service_ratio[0] == pytest.approx(1.0)
     assert load.service_ratio[1] == pytest.approx(1.0 + 0.96 * 1.0)  # E's 2.0 is the top of five
+    # from the client's send, as a CPU's server is read: each latency 10 us longer, the rest alike
+    sent = measure_load("toy", MB8, 0.3, frame, BatchingConfig(max_batch=8), medians_s, arrival_column="sent_us")
+    assert sent.stats.p50_ms == pytest.approx(expected.p50_ms + 0.010)
+    assert sent.stats.requests == expected.requests and list(sent.received_s) == pytest.approx(ARRIVAL - 1e-5)
+
+
+def test_a_cpu_serving_folder_is_read_from_the_client_s_send_a_gpu_s_from_the_receipt(data: ServingData) -> None:
+    assert data.arrival_column == "received_us"
+    cpu = ServingData(data.folder, {**data.meta, "fingerprint": {**data.meta["fingerprint"], "kind": "cpu"}},
+                      data.settings, data.requests, data.service)
+    assert cpu.arrival_column == "sent_us"
+
+
+def test_the_predicted_service_is_the_mode_a_device_serves_in_with_its_spread() -> None:
+    """A GPU's server replays CUDA graphs (sigma 0.01); a CPU, which has none, runs eager forwards with a
+    CPU's spread (0.10): the shipped bundles' own predictions in that mode, batch by batch."""
+    from predictor.capacity.service_time import CPU_EAGER_SIGMA, DEFAULT_SIGMA
+    from predictor.zoo import load_zoo_graph
+    from training.serving_check import bundle_predictor, predicted_service, serving_mode
+
+    for device, mode, sigma in (("nvidia-h200", "cudagraph", DEFAULT_SIGMA["cudagraph"]),
+                                ("cpu-amd-epyc", "eager", CPU_EAGER_SIGMA)):
+        predictor = bundle_predictor(device)
+        precision = "fp32" if mode == "eager" else "fp16"
+        table = predicted_service(predictor, "alexnet", precision, [1, 4])
+        assert serving_mode(predictor) == mode and table.sigmas == {1: sigma, 4: sigma}
+        graph = load_zoo_graph("alexnet")
+        assert table.medians_ms == {b: predictor.predict(graph, b, precision, mode).total_ms for b in (1, 4)}
