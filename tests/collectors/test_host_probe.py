@@ -55,9 +55,18 @@ def test_estimate_scales_the_reference_by_the_cpu_score() -> None:
     assert estimate.id != reference.id
 
 
-def test_cpu_score_is_repeatable_within_a_factor() -> None:
-    scores = [cpu_score_ns(iterations=5_000, repeats=5) for _ in range(3)]
-    assert max(scores) / min(scores) < 2.0
+def test_cpu_score_is_the_median_of_its_repeats_per_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeat a neighbour's time slice made slow does not move the score: it is the median repeat,
+    per iteration of the workload. (How repeatable it is on a real machine is a measurement, not a
+    test: ``benchmarks/host_probe.py`` prints its median and longest over repeats.)"""
+    import collectors.cpu_score as cpu_score
+
+    iterations = 10
+    clock = iter([0, 100 * iterations, 0, 900 * iterations, 0, 200 * iterations])  # three repeats: 100, 900, 200 ns
+    monkeypatch.setattr(cpu_score, "time", type("Clock", (), {"perf_counter_ns": staticmethod(lambda: next(clock))}))
+    assert cpu_score_ns(iterations=iterations, repeats=3) == 200.0
+    monkeypatch.undo()
+    assert 0 < cpu_score_ns(iterations=1_000, repeats=3) < 1e6  # the real clock: some nanoseconds an iteration
 
 
 def test_a_probe_times_the_reference_forwards_it_is_given() -> None:
