@@ -145,11 +145,21 @@ def _check(model: Any, missing: list[Any], where: str) -> None:
         onnx.checker.check_model(model.SerializeToString())
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{where} is not a valid ONNX model ({first})") from None
+        raise ValueError(f"{where} is not a valid ONNX model ({first}){_fix_for(first, model)}") from None
     finally:
         for t, dims in saved:
             del t.dims[:]
             t.dims.extend(dims)
+
+
+def _fix_for(problem: str, model: Any) -> str:
+    """What to do about a checker's complaint, where it is one an exporter is known to cause: an
+    attribute its opset does not define (torch 2.11's dynamo exporter writes opset 18's Split
+    ``num_outputs`` into an opset 17 model, GPT-2's for one)."""
+    if problem.startswith("Unrecognized attribute"):
+        return (f": the node uses an attribute that opset {standard_opset(model)} does not define, a newer opset's "
+                "form; export it again at the opset that defines it (opset_version=18 or later)")
+    return ""
 
 
 def has_data(tensor: Any) -> bool:

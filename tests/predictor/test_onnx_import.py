@@ -279,6 +279,22 @@ def test_truncated_model_bytes_and_files_are_not_a_valid_onnx_model(tmp_path: Pa
         graph_from_onnx(path)
 
 
+def test_an_attribute_from_a_newer_opset_is_refused_saying_how_to_export_it() -> None:
+    """torch 2.11's dynamo exporter writes opset 18's Split num_outputs into an opset 17 model (its
+    GPT-2 export): the checker refuses it, and the error says what to do."""
+    from onnx import TensorProto, helper
+
+    split = helper.make_node("Split", ["x"], ["a", "b"], axis=1, num_outputs=2)
+    graph = helper.make_graph([split], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, 2]) for y in ("a", "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match=r"num_outputs for operator Split\): the node uses an attribute that "
+                                         r"opset 17 does not define.*opset_version=18 or later"):
+        graph_from_onnx(model.SerializeToString())
+    model.opset_import[0].version = 18  # where num_outputs is defined, it imports
+    assert [n.op for n in graph_from_onnx(model.SerializeToString()).nodes] == ["Split"]
+
+
 
 
 def external_model(location: str, where: str) -> Any:
