@@ -285,7 +285,11 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
               help="seconds of arrivals per load")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=DEVICE_CHOICE, default="auto", show_default=True)
-def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str) -> None:
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch's intra-op threads for the server's forwards (default: torch's own, all cores on a "
+                   "CPU); the measurements go to OUT/<device-id>/serving-threads<N>")
+def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str,
+            threads: int | None) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
     from collectors.batching_server import model_source
     from collectors.serving_check import LEVELS, MODELS, run_serving_check
@@ -299,7 +303,7 @@ def serving(out: Path, models: str, precision: str, levels: str, seconds: float,
         if not all(0 < x < 1 for x in wanted):
             raise ValueError(f"--levels must be fractions of capacity in (0, 1), got {levels!r}")
         folder = run_serving_check(out, device, names, get_precision(precision).name, levels=wanted,
-                                   seconds_per_level=seconds, seed=seed, say=click.echo)
+                                   seconds_per_level=seconds, seed=seed, threads=threads, say=click.echo)
     except (ValueError, RuntimeError, KeyError) as exc:
         _fail(exc)
     click.echo(f"serving: measurements in {folder}")

@@ -11,7 +11,9 @@ Written under ``<out>/<device>/serving/``, a pair of parquet files per (model, p
 run stopped part way resumes with the next model: ``requests-*.parquet`` (per request: the load's
 keys, client send, server receipt, batch start and finish in microseconds from the load's start,
 and the batch size it rode in) and ``service-*.parquet`` (every timed service of every batch size).
-``meta.json`` holds the settings, levels and the device fingerprint.
+``meta.json`` holds the settings, levels, torch's intra-op threads and the device fingerprint. Run
+with a set number of threads (a CPU's server beside its load process), they go to
+``serving-threads<N>/`` instead.
 """
 
 from __future__ import annotations
@@ -66,17 +68,24 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
                       settings: Sequence[ServerSettings] = SETTINGS, levels: Sequence[float] = LEVELS,
                       seconds_per_level: float = SECONDS_PER_LEVEL, seed: int = 0,
                       requests: tuple[int, int] = (MIN_REQUESTS, MAX_REQUESTS),
-                      reps: int = 40, say: Callable[[str], None] = lambda line: None) -> Path:
+                      reps: int = 40, threads: int | None = None,
+                      say: Callable[[str], None] = lambda line: None) -> Path:
     """Measure every (model, setting, level) not yet on disk on ``device`` ("cuda", or "cpu": eager
-    forwards on the CPU); returns the serving folder."""
+    forwards on the CPU); returns the serving folder. ``threads`` sets torch's intra-op threads for
+    the server's forwards (a CPU's: all its cores by default, the load process's among them), and
+    the measurements then go to ``serving-threads<N>``."""
     import torch
 
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
     fp = read_fingerprint(device)
-    folder = Path(out) / fp.device_id / "serving"
+    if threads is not None:
+        torch.set_num_threads(threads)
+    folder = Path(out) / fp.device_id / ("serving" if threads is None else f"serving-threads{threads}")
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "meta.json").write_text(json.dumps({
         "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels),
-        "seconds_per_level": seconds_per_level, "seed": seed,
+        "seconds_per_level": seconds_per_level, "seed": seed, "threads": torch.get_num_threads(),
         "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
     context = multiprocessing.get_context("spawn")
     requests_recv, requests_send = context.Pipe(duplex=False)

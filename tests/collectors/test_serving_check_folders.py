@@ -1,0 +1,41 @@
+"""The serving check's folders: where a run with a set number of torch threads goes, and what is
+refused before anything is written. (Serving itself is measured on the GPU machine:
+tests/collectors/test_gpu.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from click.testing import CliRunner
+
+from collectors.serving_check import run_serving_check
+from latpred import main
+
+
+def test_a_run_with_set_threads_goes_to_a_folder_of_its_own_and_says_so(tmp_path: Path) -> None:
+    before = torch.get_num_threads()
+    try:
+        folder = run_serving_check(tmp_path, "cpu", models=[], threads=1)
+    finally:
+        torch.set_num_threads(before)
+    assert folder.name == "serving-threads1"
+    assert json.loads((folder / "meta.json").read_text())["threads"] == 1
+    default = run_serving_check(tmp_path, "cpu", models=[])
+    assert default.name == "serving" and default.parent == folder.parent
+    assert json.loads((default / "meta.json").read_text())["threads"] == before
+
+
+def test_threads_below_one_are_refused_before_anything_is_written(tmp_path: Path) -> None:
+    try:
+        run_serving_check(tmp_path, "cpu", models=[], threads=0)
+    except ValueError as exc:
+        assert "threads must be at least 1" in str(exc)
+    else:
+        raise AssertionError("threads=0 was accepted")
+    assert not list(tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["collect", "serving", "--out", str(tmp_path), "--device", "cpu",
+                                       "--threads", "0"])
+    assert result.exit_code == 2 and "--threads" in result.output
+    assert not list(tmp_path.iterdir())
