@@ -259,7 +259,7 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     heads, tokens, kv_tokens = params["heads"], params["seq_q"], params["seq_kv"]
     embed = heads * params["head_dim"]
     part_fields: dict[str, dict[str, Any]] = {}
-    view_calls = 0
+    view_calls, fast_path = 0, False
     if into is not None and back is not None:  # batch-first: the fast path, without the transposes
         indices |= {into, back}
         end = str(t.nodes[back].output[0])
@@ -270,12 +270,13 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
         else:
             route = attention_route(params["head_dim"], False, attention.mask is not None, True)
             made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False)
+            fast_path = True
         parts = [(name, _as_hit(fields)) for name, fields in made]
         part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     else:
         parts = [("qkv", proj[1]), ("attention", attention.hit), ("out_proj", out[1])]
     return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
-                       views=view_calls, mask=attention.mask,
+                       views=view_calls, fast_path=fast_path, mask=attention.mask,
                        mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders)
 
 

@@ -28,9 +28,11 @@ from typing import Any
 
 from predictor.graph import Node
 from predictor.importers import onnx_strides as st
+from predictor.importers.onnx_encoder_layer import find_encoder_layers
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_module_calls import module_calls
 from predictor.importers.onnx_ops import (
     FOLDED_OPS,
     classify_node,
@@ -53,8 +55,7 @@ MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v pro
        "runs it without grad: with an even head count its fused fast path (_native_multi_head_attention: "
        "projection, attention, output projection, no batch_first transposes); with an odd one "
        "F.multi_head_attention_forward, its batch_first transposes and the copies they force from batch 2 "
-       "on. An export cannot show whether grad was on, nor whether an nn.TransformerEncoderLayer fused its "
-       "FFN activation into the GEMM (costed apart)")
+       "on. An export cannot show whether grad was on")
 
 
 def _dtype(elem_type: int | None) -> str:
@@ -167,10 +168,20 @@ class Emitter:
         self.t = t
         self.names = names
         self.fused = detect_fused_kernels(t)
+        self.encoder_layers = find_encoder_layers(t, self.fused)
         self.absorbed = {j for f in self.fused.values() for j in f.indices}
         self.drop = dropped_nodes(t, self.fused)
+        self.module_calls = module_calls(t, self.fused, self.drop)
+        #: free calls no export shows, after the node (or fused kernel) at each index
+        self.calls_after: dict[int, list[str]] = {}
+        for found in (self.module_calls.after, self.encoder_layers.calls_after):
+            for i, calls in found.items():
+                self.calls_after.setdefault(i, []).extend(calls)
         attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
-        fresh = {f.output for f in self.fused.values() if f.parts or f.hit[0] in ("layer_norm", "group_norm")}
+        # what a fused call writes anew; nn.MultiheadAttention's slow path returns a view (batch_first:
+        # its output transposed back), whose strides the export's own nodes give
+        fresh = {f.output for f in self.fused.values()
+                 if (f.parts and f.fast_path) or f.hit[0] in ("layer_norm", "group_norm")}
         self.lay = TensorLayouts(t, attention, fresh)
         self.made_by = exporter(t)
         self.notes: Counter[str] = Counter()
@@ -179,9 +190,13 @@ class Emitter:
         out: list[Node] = []
         for i in range(len(self.t.nodes)):
             if i in self.fused:
-                out += self._fused(i, self.fused[i])
+                made = self._fused(i, self.fused[i])
             elif i not in self.absorbed and i not in self.drop:
-                out += self._single(i)
+                made = self._single(i)
+            else:
+                continue
+            out += made + [self._node(i, {"kind": "free"}, f"/{op.lower()}{j}", op, reads=[], writes=[])
+                           for j, op in enumerate(self.calls_after.get(i, []))]
         seen = {n.name for n in out}
         if len(seen) == len(out):
             return out
@@ -196,7 +211,9 @@ class Emitter:
 
     def assumptions(self) -> list[str]:
         made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA}
-        return [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
+        said = [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
+        found = (self.encoder_layers.assumption(), self.module_calls.assumption())
+        return said + [sentence for sentence in found if sentence]
 
     def _node(self, i: int, fields: dict[str, Any], suffix: str = "", op: str | None = None,
               reads: list[str] | None = None, writes: list[str] | None = None, **extra: Any) -> Node:

@@ -33,7 +33,7 @@ ELEMENTWISE_LAYOUT_OPS = {
 CHANNELS_LAST_OPS = {"Conv", "BatchNormalization", "MaxPool", "AveragePool", "InstanceNormalization"}
 
 
-def _axes(t: GraphTensors, n: Any, attrs: dict[str, Any]) -> list[int] | None:
+def node_axes(t: GraphTensors, n: Any, attrs: dict[str, Any]) -> list[int] | None:
     """A node's axes: the attribute (older opsets) or the second input's folded value."""
     if "axes" in attrs:
         return [int(a) for a in attrs["axes"]]
@@ -100,11 +100,11 @@ class TensorLayouts:
             if new is None:
                 self.copies.add(i)
         elif op == "Squeeze":
-            axes = _axes(t, n, a)
+            axes = node_axes(t, n, a)
             drop = {x % len(shape) for x in axes} if axes is not None else {d for d, v in enumerate(shape) if v == 1}
             new = tuple(s for d, s in enumerate(strides) if d not in drop)
         elif op == "Unsqueeze":
-            axes = sorted(x % len(out) for x in (_axes(t, n, a) or []))
+            axes = sorted(x % len(out) for x in (node_axes(t, n, a) or []))
             cur_shape, cur = list(shape), strides
             for d in axes:
                 cur = st.unsqueeze(cur_shape, cur, d)

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.importers.onnx_load import STANDARD
+from predictor.importers.onnx_layouts import node_axes
+from predictor.importers.onnx_load import STANDARD, node_attributes
 from predictor.importers.onnx_ops import Hit, kernel_fields, matmul_rule, try_rule
 from predictor.importers.onnx_tensors import GraphTensors
 
@@ -46,6 +47,9 @@ class FusedKernel:
     mask_builders: list[int] = field(default_factory=list)
     #: a call that launches no kernel of its own (an in-place write): emitted as one free node
     free: bool = False
+    #: nn.MultiheadAttention only: PyTorch runs it as its fused fast path (batch-first, an even
+    #: head count), as an nn.TransformerEncoderLayer around it may too (onnx_encoder_layer)
+    fast_path: bool = False
 
 
 def other(node: Any, name: str) -> str | None:
@@ -298,10 +302,75 @@ def _find_group_norm(t: GraphTensors, inorm: int) -> FusedKernel | None:
                        ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])), output=out)
 
 
+def _slice_of_one(t: GraphTensors, n: Any, rank: int, dims: list[int]) -> tuple[int, int] | None:
+    """(axis, index) of a Slice that keeps one index along one axis with step 1, else None."""
+    a = node_attributes(n)
+    if "starts" in a:  # before opset 10: attributes
+        starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
+    else:
+        values = [t.value(x) if x else None for x in list(n.input[1:5]) + [""] * (4 - len(n.input[1:5]))]
+        if values[0] is None or values[1] is None or (n.input[3:4] and n.input[3] and values[2] is None):
+            return None
+        starts, ends = [int(v) for v in values[0].reshape(-1)], [int(v) for v in values[1].reshape(-1)]
+        axes = None if values[2] is None else [int(v) for v in values[2].reshape(-1)]
+        steps = None if values[3] is None else [int(v) for v in values[3].reshape(-1)]
+    axes = list(range(len(starts))) if axes is None else list(axes)
+    if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or (steps is not None and list(steps) != [1]):
+        return None
+    axis = axes[0] % rank
+    size = dims[axis]
+    start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (starts[0], ends[0]))
+    return (axis, start) if end - start == 1 else None
+
+
+def _find_unbind(t: GraphTensors, first: int) -> FusedKernel | None:
+    """``x.unbind(d)`` (``q, k, v = qkv.unbind(0)``): one view call in PyTorch, which the legacy
+    exporter writes as a Split into pieces of one along d and a Squeeze of each, and the dynamo
+    exporter as a Slice of one index along d and a Squeeze for every index. One free node, as the
+    torch importer records the call. (``torch.split(x, 1, d)`` with each piece squeezed exports
+    the same; it is n + 1 calls in PyTorch, and far rarer.)"""
+    n = t.nodes[first]
+    x = n.input[0]
+    dims = t.shape(x)
+    if not dims:
+        return None
+    if n.op_type == "Split":
+        axis = int(node_attributes(n).get("axis", 0)) % len(dims)
+        pieces = [(first, str(o)) for o in n.output]
+        if any(not o or (t.shape(o) or [0] * len(dims))[axis] != 1 for _, o in pieces):
+            return None
+    else:
+        by_axis: dict[int, dict[int, int]] = {}
+        for u in t.users(x):
+            if u >= 0 and t.nodes[u].op_type == "Slice" and t.nodes[u].domain in STANDARD:
+                found = _slice_of_one(t, t.nodes[u], len(dims), dims)
+                if found is not None:
+                    by_axis.setdefault(found[0], {}).setdefault(found[1], u)
+        axis = next((d for d, picked in by_axis.items() if first in picked.values()), -1)
+        if axis < 0:
+            return None
+        pieces = [(u, str(t.nodes[u].output[0])) for _, u in sorted(by_axis[axis].items())]
+    if len(pieces) != dims[axis] or len(pieces) < 2:
+        return None
+    squeezes = []
+    for _, o in pieces:
+        j = t.only_consumer(o)
+        if j is None or t.nodes[j].op_type != "Squeeze" or t.nodes[j].domain not in STANDARD:
+            return None
+        axes = node_axes(t, t.nodes[j], node_attributes(t.nodes[j]))
+        if axes is None or [d % len(dims) for d in axes] != [axis]:
+            return None
+        squeezes.append(j)
+    taken = sorted({i for i, _ in pieces} | set(squeezes))
+    return FusedKernel(taken, "unbind", ("binary", "add", {}), output=str(t.nodes[max(squeezes)].output[0]),
+                       free=True)
+
+
 FUSIONS: dict[str, Callable[[GraphTensors, int], FusedKernel | None]] = {
     "Erf": _find_gelu, "Tanh": _find_tanh_gelu, "Sigmoid": _find_silu, "Sqrt": _find_layer_norm,
     "InstanceNormalization": _find_group_norm, "MatMul": _find_linear_bias, "Not": _find_unary_pair,
     "Reciprocal": _find_unary_pair, "Div": _find_unary_pair, "ScatterND": _find_write,
+    "Split": _find_unbind, "Slice": _find_unbind,
 }
 
 

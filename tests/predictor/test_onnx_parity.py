@@ -6,14 +6,13 @@ fp32 and fp16, CUDA graph and eager, batch 1, 8 and 32, and must agree within 3%
 hold what the importer has to get right: a BatchNorm the exporter folds into its conv, a
 squeeze-excite block (a broadcast multiply), a residual add; LayerNorm, GELU, attention through
 ``F.scaled_dot_product_attention`` and through ``nn.MultiheadAttention`` (its fast path);
-ConvNeXt's permuted,
-channels-last block. None has a Dropout: its call in eval is a no-op no export can show.
+ConvNeXt's permuted, channels-last block; nn.TransformerEncoder stacks, which an export shows only
+by their parameters' names. None has a Dropout of its own: its call in eval is a no-op no export
+can show (an nn.TransformerEncoderLayer's are known from the module's code).
 """
 
 from __future__ import annotations
 
-import io
-import warnings
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.importers.torch_module import graph_from_module  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
+from tests.predictor.onnx_exports import torchscript_export  # noqa: E402
 
 VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
 
@@ -39,13 +39,8 @@ def predictor() -> Predictor:
     return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
 
 
-def export(module: nn.Module, example: Any) -> bytes:
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, opset_version=17, input_names=["x"],
-                          dynamic_axes={"x": {0: "batch"}})
-    return buf.getvalue()
+def export(module: nn.Module, example: torch.Tensor) -> bytes:
+    return torchscript_export(module, example, dynamic_batch=True)
 
 
 class SqueezeExcite(nn.Module):
@@ -134,6 +129,13 @@ class TwoConvNeXtBlocks(nn.Sequential):
         super().__init__(ConvNeXtBlock(), ConvNeXtBlock())
 
 
+def encoder_stack(embed: int, heads: int) -> nn.Module:
+    """nn.TransformerEncoder: with an even head count each layer is one fused call in eval, with an
+    odd one its Python runs, dropout calls included (onnx_encoder_layer)."""
+    layer = nn.TransformerEncoderLayer(embed, heads, 2 * embed, activation="gelu", batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
 def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[float]:
     return [predictor.predict(onnx_graph, b, p, m, with_layers=False).total_ms
             / predictor.predict(torch_graph, b, p, m, with_layers=False).total_ms for p, m, b in VARIANTS]
@@ -147,6 +149,8 @@ def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[
     ("mha_block_odd_heads", lambda: TransformerBlock("mha", embed=48, heads=3), (2, 16, 48)),
     ("convnext_blocks", TwoConvNeXtBlocks, (2, 32, 14, 14)),
     ("patch_stream", PatchStreamBlock, (2, 3, 32, 32)),
+    ("encoder_even_heads", lambda: encoder_stack(64, 4), (2, 16, 64)),
+    ("encoder_odd_heads", lambda: encoder_stack(48, 3), (2, 16, 48)),
 ])
 def test_an_exported_model_predicts_like_its_torch_trace(predictor: Predictor, name: str, build: Any,
                                                           shape: tuple[int, ...]) -> None:

@@ -4,9 +4,7 @@ exporter (``dynamo=False``), or written with ``onnx.helper`` the way the dynamo 
 
 from __future__ import annotations
 
-import io
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -20,16 +18,12 @@ from torch.nn import functional as F  # noqa: E402
 
 from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
+from tests.predictor.onnx_exports import torchscript_export  # noqa: E402
 
 
 def export(module: nn.Module, *example: Any) -> bytes:
     """ONNX bytes of ``module`` from the TorchScript exporter, opset 17 as the zoo's exports."""
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17,
-                          input_names=[f"in{i}" for i in range(len(example))])
-    return buf.getvalue()
+    return torchscript_export(module, *example)
 
 
 def model(nodes: list[Any], inputs: dict[str, list[Any]], output: str, weights: dict[str, np.ndarray],
@@ -487,3 +481,47 @@ def test_an_exporters_as_strided_makes_no_node() -> None:
                "one": np.array(1, np.int64), "axes": ints(0, 2, 3)}
     graph = graph_from_onnx(model(nodes, {"x": [1, 96, 7, 7]}, "out", weights))
     assert calls(graph) == [("kernel", "pool", "adaptive_avg")]
+
+
+# ---------------------------------------------------------------------------- unbind
+
+
+class Unbind(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = x.permute(2, 0, 1, 3).unbind(0)
+        return q * k + v
+
+
+class Select(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.permute(2, 0, 1, 3)
+        return x[0] * x[1] + x[2]
+
+
+def test_unbind_is_one_view_call() -> None:
+    """``unbind`` is one call; the TorchScript exporter writes it as a Split and a Squeeze each."""
+    graph = graph_from_onnx(export(Unbind(), torch.randn(2, 5, 3, 8)))
+    assert [(n.op, n.kind) for n in graph.nodes] == [("Transpose", "free"), ("unbind", "free"),
+                                                     ("Mul", "kernel"), ("Add", "kernel")]
+
+
+def test_selects_stay_a_call_each() -> None:
+    graph = graph_from_onnx(export(Select(), torch.randn(2, 5, 3, 8)))
+    assert [n.kind for n in graph.nodes].count("free") == 4  # the permute and three selects
+
+
+@pytest.mark.parametrize("pieces,covered", [(3, True), (2, False)])
+def test_the_dynamo_exporters_unbind_is_one_view_call(pieces: int, covered: bool) -> None:
+    """The dynamo exporter writes ``unbind(0)`` as a Slice of one index and a Squeeze per index.
+    Slices that leave an index out are no unbind: each stays a call, and so does each Squeeze."""
+    nodes = []
+    for j in range(pieces):
+        nodes += [helper.make_node("Slice", ["x", f"s{j}", f"e{j}", "axis0", "one"], [f"sl{j}"]),
+                  helper.make_node("Squeeze", [f"sl{j}", "axis0"], [f"q{j}"], name=f"node_unbind__{j}")]
+    nodes += [helper.make_node("Mul", ["q0", "q1"], ["m"])] + (
+        [helper.make_node("Add", ["m", "q2"], ["out"])] if pieces == 3 else [helper.make_node("Relu", ["m"], ["out"])])
+    weights = {f"s{j}": ints(j) for j in range(pieces)} | {f"e{j}": ints(j + 1) for j in range(pieces)}
+    weights |= {"axis0": ints(0), "one": ints(1)}
+    graph = graph_from_onnx(model(nodes, {"x": [3, 1, 4, 8]}, "out", weights))
+    free = [n.op for n in graph.nodes if n.kind == "free"]
+    assert free == (["unbind"] if covered else ["Slice", "Squeeze", "Slice", "Squeeze"])

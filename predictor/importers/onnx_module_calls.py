@@ -1,0 +1,116 @@
+"""Calls that well-known modules make in PyTorch and no export shows, told by their parameters'
+names.
+
+In eval, ``nn.Dropout`` returns its input, ``torch._assert`` checks a shape in Python and
+``.contiguous()`` on a contiguous tensor returns it: nothing to export, so an ONNX graph has no
+node for them. Yet each is a call the host makes in an eager forward (the torch importer records
+them as free nodes), and a transformer makes dozens: BERT-base 25 dropouts and 24 contiguous calls
+among its 302, so its export predicted 10% under its torch trace at batch 1. Where the module is
+one whose forward is known, the calls are put back after the node that reads the module's
+parameter, as free nodes.
+
+The modules are told by the names of parameters their nodes read, which both exporters keep
+(``model.encoder.layer.3.attention.output.dense.bias``); each entry names the library and the
+class whose forward it counts, as traced by the torch importer (transformers 5.17 with SDPA
+attention, torchvision 0.26). A model that merely borrows such names gets the same calls, and the
+graph says so in its assumptions. ``nn.TransformerEncoderLayer``'s dropouts depend on which path
+it runs and are onnx_encoder_layer's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from predictor.importers.onnx_patterns import FusedKernel
+from predictor.importers.onnx_tensors import GraphTensors
+
+
+@dataclass(frozen=True)
+class ModuleCalls:
+    """A module's calls no export shows, after the node reading a parameter named ``parameter``."""
+
+    #: the library and class whose forward this counts
+    module: str
+    #: matched against the end of an input's name
+    parameter: re.Pattern[str]
+    calls: tuple[str, ...]
+
+
+def _suffix(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"(?:^|\.){pattern}$")
+
+
+MODULE_CALLS: tuple[ModuleCalls, ...] = (
+    # BertEmbeddings (and RoBERTa's, ELECTRA's, DistilBERT's): LayerNorm, then dropout
+    ModuleCalls("transformers *Embeddings", _suffix(r"embeddings\.LayerNorm\.bias"), ("dropout",)),
+    # BertSelfAttention (SDPA) returns attn_output.transpose(1, 2).contiguous() reshaped, made
+    # contiguous again; BertSelfOutput: dense, dropout, LayerNorm(x + input)
+    ModuleCalls("transformers BertSelfAttention + BertSelfOutput", _suffix(r"attention\.output\.dense\.bias"),
+                ("contiguous", "contiguous", "dropout")),
+    # BertOutput: dense, dropout, LayerNorm(x + input)
+    ModuleCalls("transformers BertOutput", re.compile(r"(?:^|\.)(?<!attention\.)output\.dense\.bias$"), ("dropout",)),
+    # DistilBERT's MultiHeadSelfAttention (SDPA): the same two contiguous calls before out_lin
+    ModuleCalls("transformers DistilBERT MultiHeadSelfAttention", _suffix(r"attention\.out_lin\.bias"),
+                ("contiguous", "contiguous")),
+    # DistilBERT's FFN: lin1, activation, lin2, dropout
+    ModuleCalls("transformers DistilBERT FFN", _suffix(r"ffn\.lin2\.bias"), ("dropout",)),
+    # LlamaAttention, Qwen2Attention (SDPA): the same two contiguous calls before o_proj; their
+    # linears' weights are renamed by the dynamo exporter, so the layer's first norm tells them
+    ModuleCalls("transformers Llama/Qwen2 decoder layer", _suffix(r"layers\.\d+\.input_layernorm\.weight"),
+                ("contiguous", "contiguous")),
+    # OPTAttention (SDPA, separate q/k/v projections): the two contiguous calls; OPTDecoderLayer:
+    # a dropout after the attention's out_proj and one after fc2
+    ModuleCalls("transformers OPT decoder layer", _suffix(r"decoder\.layers\.\d+\.self_attn\.k_proj\.bias"),
+                ("contiguous", "contiguous", "dropout")),
+    ModuleCalls("transformers OPT decoder layer's fc2", _suffix(r"decoder\.layers\.\d+\.fc2\.bias"), ("dropout",)),
+    # torchvision VisionTransformer: _process_input's two shape asserts, Encoder's assert, the
+    # position embedding added, Encoder's dropout
+    ModuleCalls("torchvision VisionTransformer + Encoder", _suffix(r"encoder\.pos_embedding"),
+                ("_assert", "_assert", "_assert", "dropout")),
+    # torchvision EncoderBlock: an assert before ln_1, a dropout after self_attention
+    ModuleCalls("torchvision EncoderBlock", _suffix(r"encoder_layer_\d+\.self_attention\.in_proj_bias"),
+                ("_assert", "dropout")),
+    # torchvision MLPBlock: Linear, GELU, Dropout, Linear, Dropout
+    ModuleCalls("torchvision MLPBlock", _suffix(r"encoder_layer_\d+\.mlp\.3\.bias"), ("dropout", "dropout")),
+)
+
+MODULE_CALLS_ASSUMPTION = (
+    "{count} call(s) that make no kernel and leave no node in an export (dropout in eval, _assert, contiguous on a "
+    "contiguous tensor) are put back, each a view's host time, for the modules their parameters' names tell: {modules}")
+
+
+@dataclass
+class FoundCalls:
+    """The calls of ``MODULE_CALLS`` a graph gets: after which node, for which modules."""
+
+    #: free calls (their op names) emitted after the node, or fused kernel, at each index
+    after: dict[int, list[str]] = field(default_factory=dict)
+    #: how many of each module were found
+    modules: Counter[str] = field(default_factory=Counter)
+
+    def assumption(self) -> str | None:
+        """The sentence ``graph.meta["assumptions"]`` gets, or None where no module was found."""
+        if not self.modules:
+            return None
+        return MODULE_CALLS_ASSUMPTION.format(count=sum(map(len, self.after.values())), modules=", ".join(
+            f"{module} x{n}" for module, n in self.modules.items()))
+
+
+def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[int]) -> FoundCalls:
+    """The calls of ``MODULE_CALLS`` to emit after each node (or fused kernel, by its key) that
+    reads a matching parameter. A node that makes no call (``dropped``: an alias of a shared
+    initializer, a view of a weight) anchors nothing."""
+    key = {i: k for k, f in fused.items() for i in f.indices}
+    # a parameter is static (an initializer, or an alias of one): each name is matched once
+    entries = {x: [e for e in MODULE_CALLS if e.parameter.search(x)]
+               for x in {x for n in t.nodes for x in n.input if x in t.static}}
+    found = FoundCalls()
+    for i, n in enumerate(t.nodes):
+        if i in dropped:
+            continue
+        for entry in {e: None for x in n.input for e in entries.get(x, ())}:
+            found.after.setdefault(key.get(i, i), []).extend(entry.calls)
+            found.modules[entry.module] += 1
+    return found

@@ -1,0 +1,89 @@
+"""Calls no export shows, put back for the modules their parameters' names tell
+(onnx_module_calls): on graphs written here, and on the zoo's committed exports against the
+zoo's torch traces."""
+
+from __future__ import annotations
+
+import gzip
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from predictor.devices import resolve_device  # noqa: E402
+from predictor.graph import Graph  # noqa: E402
+from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+from predictor.zoo import load_zoo_graph  # noqa: E402
+
+ZOO_ONNX = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
+NO_OPS = ("dropout", "contiguous", "_assert")
+VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
+
+
+def linears(biases: list[str]) -> bytes:
+    """x -> a chain of linear layers (MatMul by a weight, Add of a bias), the i-th bias named biases[i]."""
+    nodes, weights, x = [], {}, "x"
+    for i, bias in enumerate(biases):
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", bias], [f"y{i}"])]
+        weights[f"w{i}"] = np.ones((16, 16), np.float32)
+        weights[bias] = np.zeros(16, np.float32)
+        x = f"y{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, 8, 16])],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def no_ops(graph: Graph) -> Counter[str]:
+    return Counter(n.op.lower() for n in graph.nodes if n.kind == "free" and n.op.lower() in NO_OPS)
+
+
+def test_a_parameters_name_puts_its_modules_calls_after_its_node() -> None:
+    """BertSelfAttention's two contiguous calls and BertSelfOutput's dropout after the attention's
+    output dense, BertOutput's dropout after the output dense (not after the attention's, whose
+    name ends the same), nothing after a linear of no known module."""
+    graph = graph_from_onnx(linears(["bert.encoder.layer.0.attention.output.dense.bias",
+                                     "bert.encoder.layer.0.output.dense.bias", "head.proj.bias"]))
+    assert [(n.kind, n.op) for n in graph.nodes] == [
+        ("kernel", "MatMul+Add"), ("free", "contiguous"), ("free", "contiguous"), ("free", "dropout"),
+        ("kernel", "MatMul+Add"), ("free", "dropout"), ("kernel", "MatMul+Add")]
+    said = [a for a in graph.meta["assumptions"] if "leave no node" in a]
+    assert said and "4 call(s)" in said[0] and "BertOutput x1" in said[0]
+
+
+def test_a_model_of_no_known_module_gets_no_calls() -> None:
+    graph = graph_from_onnx(linears(["fc1.bias", "fc2.bias"]))
+    assert [n.kind for n in graph.nodes] == ["kernel", "kernel"]
+    assert "assumptions" not in graph.meta
+
+
+@pytest.fixture(scope="module")
+def predictor() -> Predictor:
+    device = resolve_device("h200")
+    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
+
+
+@pytest.mark.parametrize("exporter,model", [("dynamo", "distilbert-base"), ("legacy", "distilbert-base"),
+                                            ("dynamo", "electra-small"), ("legacy", "vit_b_32")])
+def test_a_zoo_export_makes_the_calls_its_torch_trace_records(predictor: Predictor, exporter: str,
+                                                             model: str) -> None:
+    """The committed export of a zoo model (weights stripped, as if trained) has every dropout,
+    contiguous and _assert call of the same model's torch trace back, and predicts within 3% of
+    it in every variant (benchmarks/onnx_parity.py scores the whole zoo)."""
+    graph = graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
+    trace = load_zoo_graph(model)
+    assert no_ops(graph) == no_ops(trace)
+    off = {}
+    for precision, mode, batch in VARIANTS:
+        ratio = (predictor.predict(graph, batch, precision, mode, with_layers=False).total_ms
+                 / predictor.predict(trace, batch, precision, mode, with_layers=False).total_ms)
+        if abs(ratio - 1) > 0.03:
+            off[f"{precision} {mode} b{batch}"] = round(ratio, 4)
+    assert not off
