@@ -72,8 +72,13 @@ MODULE_CALLS: tuple[ModuleCalls, ...] = (
     # torchvision EncoderBlock: an assert before ln_1, a dropout after self_attention
     ModuleCalls("torchvision EncoderBlock", _suffix(r"encoder_layer_\d+\.self_attention\.in_proj_bias"),
                 ("_assert", "dropout")),
-    # torchvision MLPBlock: Linear, GELU, Dropout, Linear, Dropout
-    ModuleCalls("torchvision MLPBlock", _suffix(r"encoder_layer_\d+\.mlp\.3\.bias"), ("dropout", "dropout")),
+    # torchvision's MLPBlock (ViT) and MLP (Swin): Linear, GELU, Dropout, Linear, Dropout
+    ModuleCalls("torchvision MLPBlock", _suffix(r"(?:encoder_layer_\d+|features\.\d+\.\d+)\.mlp\.3\.bias"),
+                ("dropout", "dropout")),
+    # torchvision's shifted_window_attention (Swin): F.dropout of the attention and of proj's output,
+    # then the block's x[:, :H, :W, :].contiguous() after the windows are reversed
+    ModuleCalls("torchvision ShiftedWindowAttention", _suffix(r"features\.\d+\.\d+\.attn\.proj\.bias"),
+                ("dropout", "dropout", "contiguous")),
 )
 
 MODULE_CALLS_ASSUMPTION = (

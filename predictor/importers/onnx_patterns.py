@@ -366,11 +366,47 @@ def _find_unbind(t: GraphTensors, first: int) -> FusedKernel | None:
                        free=True)
 
 
+def _index_step(t: GraphTensors, n: Any) -> bool:
+    """A Slice of an activation, or a Gather of one by a scalar index (``x[:, 0]``): one step of
+    an indexing expression."""
+    if n.domain not in STANDARD or not n.input or n.input[0] in t.static:
+        return False
+    if n.op_type == "Slice":
+        return True
+    return n.op_type == "Gather" and len(n.input) > 1 and n.input[1] in t.static and t.shape(n.input[1]) == []
+
+
+def _find_indexing(t: GraphTensors, first: int) -> FusedKernel | None:
+    """``x[:, :h, :w]`` or ``x[:, 0, 2:]``: one ``__getitem__`` call in PyTorch, which exporters
+    write as a chain of Slices (one per sliced axis) and Gathers (one per integer index), each
+    the only reader of the one before. One free node, as the torch importer records the call.
+    (Indexing written as two expressions, ``x[:, :h][..., :w]``, exports the same; it is two
+    calls in PyTorch, and rarer.)"""
+    n = t.nodes[first]
+    if not _index_step(t, n):
+        return None
+    before = t.producer.get(n.input[0])
+    if before is not None and _index_step(t, t.nodes[before]) and t.only_consumer(n.input[0]) == first:
+        return None  # not the chain's first step
+    taken, cur = [first], str(n.output[0])
+    while (j := t.only_consumer(cur)) is not None and _index_step(t, t.nodes[j]) and t.nodes[j].input[0] == cur:
+        taken.append(j)
+        cur = str(t.nodes[j].output[0])
+    if len(taken) < 2:
+        return None
+    return FusedKernel(taken, "__getitem__", ("binary", "add", {}), output=cur, free=True)
+
+
+def _find_slicing(t: GraphTensors, first: int) -> FusedKernel | None:
+    """A Slice that is part of an unbind, else of an indexing expression, else None."""
+    return _find_unbind(t, first) or _find_indexing(t, first)
+
+
 FUSIONS: dict[str, Callable[[GraphTensors, int], FusedKernel | None]] = {
     "Erf": _find_gelu, "Tanh": _find_tanh_gelu, "Sigmoid": _find_silu, "Sqrt": _find_layer_norm,
     "InstanceNormalization": _find_group_norm, "MatMul": _find_linear_bias, "Not": _find_unary_pair,
     "Reciprocal": _find_unary_pair, "Div": _find_unary_pair, "ScatterND": _find_write,
-    "Split": _find_unbind, "Slice": _find_unbind,
+    "Split": _find_unbind, "Slice": _find_slicing, "Gather": _find_indexing,
 }
 
 

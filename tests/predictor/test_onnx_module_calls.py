@@ -70,16 +70,24 @@ def predictor() -> Predictor:
     return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
 
 
+def zoo_export(exporter: str, model: str) -> Graph:
+    return graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
+
+
+@pytest.mark.parametrize("model", ["bert-base", "distilbert-base", "opt-125m", "vit_b_16", "swin_t"])
+@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+def test_a_zoo_export_makes_the_no_op_calls_its_torch_trace_records(exporter: str, model: str) -> None:
+    """The committed export of a zoo model (weights stripped, as if trained) has every dropout,
+    contiguous and _assert call of the same model's torch trace back."""
+    assert no_ops(zoo_export(exporter, model)) == no_ops(load_zoo_graph(model))
+
+
 @pytest.mark.parametrize("exporter,model", [("dynamo", "distilbert-base"), ("legacy", "distilbert-base"),
                                             ("dynamo", "electra-small"), ("legacy", "vit_b_32")])
-def test_a_zoo_export_makes_the_calls_its_torch_trace_records(predictor: Predictor, exporter: str,
-                                                             model: str) -> None:
-    """The committed export of a zoo model (weights stripped, as if trained) has every dropout,
-    contiguous and _assert call of the same model's torch trace back, and predicts within 3% of
-    it in every variant (benchmarks/onnx_parity.py scores the whole zoo)."""
-    graph = graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
-    trace = load_zoo_graph(model)
-    assert no_ops(graph) == no_ops(trace)
+def test_a_zoo_export_predicts_like_its_torch_trace(predictor: Predictor, exporter: str, model: str) -> None:
+    """... and predicts within 3% of it in every variant (benchmarks/onnx_parity.py scores the
+    whole zoo: Swin, OPT and the LLMs differ in more than these calls)."""
+    graph, trace = zoo_export(exporter, model), load_zoo_graph(model)
     off = {}
     for precision, mode, batch in VARIANTS:
         ratio = (predictor.predict(graph, batch, precision, mode, with_layers=False).total_ms

@@ -525,3 +525,27 @@ def test_the_dynamo_exporters_unbind_is_one_view_call(pieces: int, covered: bool
     graph = graph_from_onnx(model(nodes, {"x": [3, 1, 4, 8]}, "out", weights))
     free = [n.op for n in graph.nodes if n.kind == "free"]
     assert free == (["unbind"] if covered else ["Slice", "Squeeze", "Slice", "Squeeze"])
+
+
+# ---------------------------------------------------------------------------- indexing
+
+
+class Indexing(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x[:, :4, 2:, 0])
+
+
+class TwoIndexings(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x[:, :4]).exp()[:, :, 2:]
+
+
+def test_an_indexing_expression_is_one_call() -> None:
+    """``x[:, :4, 2:, 0]`` is one __getitem__ call; the exporter writes two Slices and a Gather."""
+    graph = graph_from_onnx(export(Indexing(), torch.randn(2, 6, 5, 3)))
+    assert [(n.op, n.kind) for n in graph.nodes] == [("__getitem__", "free"), ("Relu", "kernel")]
+
+
+def test_indexings_with_a_kernel_between_stay_two_calls() -> None:
+    graph = graph_from_onnx(export(TwoIndexings(), torch.randn(2, 6, 5, 3)))
+    assert [n.kind for n in graph.nodes] == ["free", "kernel", "kernel", "free"]
