@@ -32,7 +32,7 @@ from predictor.importers.onnx_encoder_layer import find_encoder_layers
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
-from predictor.importers.onnx_module_calls import module_calls
+from predictor.importers.onnx_module_calls import HiddenCall, module_calls
 from predictor.importers.onnx_ops import (
     FOLDED_OPS,
     classify_node,
@@ -172,11 +172,13 @@ class Emitter:
         self.absorbed = {j for f in self.fused.values() for j in f.indices}
         self.drop = dropped_nodes(t, self.fused)
         self.module_calls = module_calls(t, self.fused, self.drop)
-        #: free calls no export shows, after the node (or fused kernel) at each index
-        self.calls_after: dict[int, list[str]] = {}
-        for found in (self.module_calls.after, self.encoder_layers.calls_after):
-            for i, calls in found.items():
-                self.calls_after.setdefault(i, []).extend(calls)
+        #: calls no export shows, after the node (or fused kernel) at each index, with the tensor
+        #: that node writes
+        self.calls_after: dict[int, list[tuple[HiddenCall, str]]] = {}
+        for i, calls in self.module_calls.after.items():
+            self.calls_after.setdefault(i, []).extend(calls)
+        for i, ops in self.encoder_layers.calls_after.items():
+            self.calls_after.setdefault(i, []).extend((HiddenCall(op), "") for op in ops)
         attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
         # what a fused call writes anew; nn.MultiheadAttention's slow path returns a view (batch_first:
         # its output transposed back), whose strides the export's own nodes give
@@ -195,8 +197,8 @@ class Emitter:
                 made = self._single(i)
             else:
                 continue
-            out += made + [self._node(i, {"kind": "free"}, f"/{op.lower()}{j}", op, reads=[], writes=[])
-                           for j, op in enumerate(self.calls_after.get(i, []))]
+            out += made + [self._hidden(i, j, call, written) for j, (call, written) in
+                           enumerate(self.calls_after.get(i, []))]
         seen = {n.name for n in out}
         if len(seen) == len(out):
             return out
@@ -224,6 +226,19 @@ class Emitter:
                     dtype=_dtype(self.t.types.get(writes[0]) if writes else None),
                     inputs=[s for s in map(self.t.shape, reads) if s is not None],
                     outputs=[s for s in map(self.t.shape, writes) if s is not None], **fields, **extra)
+
+    def _hidden(self, i: int, j: int, call: HiddenCall, written: str) -> Node:
+        """A call no export shows, after node ``i`` (onnx_module_calls, onnx_encoder_layer): a free
+        node, or a kernel sized by ``written``, the tensor node ``i`` writes."""
+        suffix = f"/{call.op.lower()}{j}"
+        fields = None
+        if call.family is not None and call.params is not None:
+            elements = self.t.per_sample(self.t.shape(written) or [1])
+            fields = kernel_fields((call.family, call.variant, call.params(elements)))
+        if fields is None:
+            return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[])
+        extra = {"precisions": list(call.precisions)} if call.precisions else {}
+        return self._node(i, fields, suffix, call.op, reads=[written], writes=[written], **extra)
 
     def _single(self, i: int) -> list[Node]:
         t, n = self.t, self.t.nodes[i]

@@ -21,10 +21,29 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from predictor.importers.onnx_patterns import FusedKernel
 from predictor.importers.onnx_tensors import GraphTensors
+
+
+@dataclass(frozen=True)
+class HiddenCall:
+    """One call no export shows: a call that launches nothing (``family`` None), or a kernel
+    sized by ``params`` from the elements per sample of the tensor the anchoring node writes,
+    which runs at ``precisions`` only (at all where empty)."""
+
+    op: str
+    family: str | None = None
+    variant: str = ""
+    params: Callable[[int], dict[str, int]] | None = None
+    precisions: tuple[str, ...] = ()
+
+
+def free(*ops: str) -> tuple[HiddenCall, ...]:
+    """Calls that launch nothing (no-ops in eval, views)."""
+    return tuple(HiddenCall(op) for op in ops)
 
 
 @dataclass(frozen=True)
@@ -35,7 +54,19 @@ class ModuleCalls:
     module: str
     #: matched against the end of an input's name
     parameter: re.Pattern[str]
-    calls: tuple[str, ...]
+    calls: tuple[HiddenCall, ...]
+
+
+#: T5's float16 overflow guard after each residual add (T5LayerSelfAttention, T5LayerFF):
+#: ``torch.where(torch.isinf(h).any(), max - 1000, max)`` and ``h.clamp(-value, value)``, in
+#: float16 only, as the torch importer records it (isinf, any, where, neg, clamp)
+T5_FP16_GUARD = (
+    HiddenCall("isinf", "activation", "relu", lambda e: {"elements": e}, ("fp16",)),
+    HiddenCall("any", "mean", "", lambda e: {"rows": 1, "c": e}, ("fp16",)),
+    HiddenCall("where", "activation", "relu", lambda e: {"elements": 1}, ("fp16",)),
+    HiddenCall("neg", "activation", "relu", lambda e: {"elements": 1}, ("fp16",)),
+    HiddenCall("clamp", "activation", "clamp", lambda e: {"elements": e}, ("fp16",)),
+)
 
 
 def _suffix(pattern: str) -> re.Pattern[str]:
@@ -44,54 +75,69 @@ def _suffix(pattern: str) -> re.Pattern[str]:
 
 MODULE_CALLS: tuple[ModuleCalls, ...] = (
     # BertEmbeddings (and RoBERTa's, ELECTRA's, DistilBERT's): LayerNorm, then dropout
-    ModuleCalls("transformers *Embeddings", _suffix(r"embeddings\.LayerNorm\.bias"), ("dropout",)),
+    ModuleCalls("transformers *Embeddings", _suffix(r"embeddings\.LayerNorm\.bias"), free("dropout")),
     # BertSelfAttention (SDPA) returns attn_output.transpose(1, 2).contiguous() reshaped, made
     # contiguous again; BertSelfOutput: dense, dropout, LayerNorm(x + input)
     ModuleCalls("transformers BertSelfAttention + BertSelfOutput", _suffix(r"attention\.output\.dense\.bias"),
-                ("contiguous", "contiguous", "dropout")),
+                free("contiguous", "contiguous", "dropout")),
     # BertOutput: dense, dropout, LayerNorm(x + input)
-    ModuleCalls("transformers BertOutput", re.compile(r"(?:^|\.)(?<!attention\.)output\.dense\.bias$"), ("dropout",)),
+    ModuleCalls("transformers BertOutput", re.compile(r"(?:^|\.)(?<!attention\.)output\.dense\.bias$"),
+                free("dropout")),
     # DistilBERT's MultiHeadSelfAttention (SDPA): the same two contiguous calls before out_lin
     ModuleCalls("transformers DistilBERT MultiHeadSelfAttention", _suffix(r"attention\.out_lin\.bias"),
-                ("contiguous", "contiguous")),
+                free("contiguous", "contiguous")),
     # DistilBERT's FFN: lin1, activation, lin2, dropout
-    ModuleCalls("transformers DistilBERT FFN", _suffix(r"ffn\.lin2\.bias"), ("dropout",)),
+    ModuleCalls("transformers DistilBERT FFN", _suffix(r"ffn\.lin2\.bias"), free("dropout")),
     # LlamaAttention, Qwen2Attention (SDPA): the same two contiguous calls before o_proj; their
     # linears' weights are renamed by the dynamo exporter, so the layer's first norm tells them
     ModuleCalls("transformers Llama/Qwen2 decoder layer", _suffix(r"layers\.\d+\.input_layernorm\.weight"),
-                ("contiguous", "contiguous")),
+                free("contiguous", "contiguous")),
     # OPTAttention (SDPA, separate q/k/v projections): the two contiguous calls; OPTDecoderLayer:
     # a dropout after the attention's out_proj and one after fc2
     ModuleCalls("transformers OPT decoder layer", _suffix(r"decoder\.layers\.\d+\.self_attn\.k_proj\.bias"),
-                ("contiguous", "contiguous", "dropout")),
-    ModuleCalls("transformers OPT decoder layer's fc2", _suffix(r"decoder\.layers\.\d+\.fc2\.bias"), ("dropout",)),
+                free("contiguous", "contiguous", "dropout")),
+    ModuleCalls("transformers OPT decoder layer's fc2", _suffix(r"decoder\.layers\.\d+\.fc2\.bias"), free("dropout")),
     # torchvision VisionTransformer: _process_input's two shape asserts, Encoder's assert, the
     # position embedding added, Encoder's dropout
     ModuleCalls("torchvision VisionTransformer + Encoder", _suffix(r"encoder\.pos_embedding"),
-                ("_assert", "_assert", "_assert", "dropout")),
+                free("_assert", "_assert", "_assert", "dropout")),
     # torchvision EncoderBlock: an assert before ln_1, a dropout after self_attention
     ModuleCalls("torchvision EncoderBlock", _suffix(r"encoder_layer_\d+\.self_attention\.in_proj_bias"),
-                ("_assert", "dropout")),
+                free("_assert", "dropout")),
+    # T5Stack: a dropout after the embedding and one after the final norm; its first block's
+    # attention (the one with the relative attention bias) tells it
+    ModuleCalls("transformers T5Stack",
+                _suffix(r"block\.0\.layer\.0\.SelfAttention\.relative_attention_bias\.weight"),
+                free("dropout", "dropout")),
+    # T5LayerSelfAttention: T5Attention's two contiguous calls, the dropout of its output, the
+    # float16 guard after the residual add; T5LayerFF: the dropout after the activation and after
+    # the layer, the guard. Each layer begins with its norm, whose weight tells it.
+    ModuleCalls("transformers T5LayerSelfAttention", _suffix(r"block\.\d+\.layer\.0\.layer_norm\.weight"),
+                free("contiguous", "contiguous", "dropout") + T5_FP16_GUARD),
+    ModuleCalls("transformers T5LayerFF", _suffix(r"block\.\d+\.layer\.1\.layer_norm\.weight"),
+                free("dropout", "dropout") + T5_FP16_GUARD),
     # torchvision's MLPBlock (ViT) and MLP (Swin): Linear, GELU, Dropout, Linear, Dropout
     ModuleCalls("torchvision MLPBlock", _suffix(r"(?:encoder_layer_\d+|features\.\d+\.\d+)\.mlp\.3\.bias"),
-                ("dropout", "dropout")),
+                free("dropout", "dropout")),
     # torchvision's shifted_window_attention (Swin): F.dropout of the attention and of proj's output,
     # then the block's x[:, :H, :W, :].contiguous() after the windows are reversed
     ModuleCalls("torchvision ShiftedWindowAttention", _suffix(r"features\.\d+\.\d+\.attn\.proj\.bias"),
-                ("dropout", "dropout", "contiguous")),
+                free("dropout", "dropout", "contiguous")),
 )
 
 MODULE_CALLS_ASSUMPTION = (
-    "{count} call(s) that make no kernel and leave no node in an export (dropout in eval, _assert, contiguous on a "
-    "contiguous tensor) are put back, each a view's host time, for the modules their parameters' names tell: {modules}")
+    "{count} call(s) that leave no node in an export (dropout in eval, _assert, contiguous on a contiguous tensor, "
+    "each a view's host time; T5's float16 overflow guard, kernels at that precision only) are put back for the "
+    "modules their parameters' names tell: {modules}")
 
 
 @dataclass
 class FoundCalls:
     """The calls of ``MODULE_CALLS`` a graph gets: after which node, for which modules."""
 
-    #: free calls (their op names) emitted after the node, or fused kernel, at each index
-    after: dict[int, list[str]] = field(default_factory=dict)
+    #: the calls emitted after the node, or fused kernel, at each index, each with the tensor
+    #: that node writes (which sizes a kernel)
+    after: dict[int, list[tuple[HiddenCall, str]]] = field(default_factory=dict)
     #: how many of each module were found
     modules: Counter[str] = field(default_factory=Counter)
 
@@ -116,6 +162,7 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
         if i in dropped:
             continue
         for entry in {e: None for x in n.input for e in entries.get(x, ())}:
-            found.after.setdefault(key.get(i, i), []).extend(entry.calls)
+            written = str(n.output[0]) if n.output else ""
+            found.after.setdefault(key.get(i, i), []).extend((call, written) for call in entry.calls)
             found.modules[entry.module] += 1
     return found
