@@ -175,10 +175,9 @@ class Emitter:
         #: calls no export shows, after the node (or fused kernel) at each index, with the tensor
         #: that node writes
         self.calls_after: dict[int, list[tuple[HiddenCall, str]]] = {}
-        for i, calls in self.module_calls.after.items():
-            self.calls_after.setdefault(i, []).extend(calls)
-        for i, ops in self.encoder_layers.calls_after.items():
-            self.calls_after.setdefault(i, []).extend((HiddenCall(op), "") for op in ops)
+        for found in (self.module_calls.after, self.encoder_layers.calls_after):
+            for i, calls in found.items():
+                self.calls_after.setdefault(i, []).extend(calls)
         attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
         # what a fused call writes anew; nn.MultiheadAttention's slow path returns a view (batch_first:
         # its output transposed back), whose strides the export's own nodes give
@@ -229,14 +228,14 @@ class Emitter:
 
     def _hidden(self, i: int, j: int, call: HiddenCall, written: str) -> Node:
         """A call no export shows, after node ``i`` (onnx_module_calls, onnx_encoder_layer): a free
-        node, or a kernel sized by ``written``, the tensor node ``i`` writes."""
+        node, or a kernel sized by ``written``, the tensor node ``i`` writes (a fallback of that
+        size where the catalogue refuses its parameters: never dropped)."""
         suffix = f"/{call.op.lower()}{j}"
-        fields = None
-        if call.family is not None and call.params is not None:
-            elements = self.t.per_sample(self.t.shape(written) or [1])
-            fields = kernel_fields((call.family, call.variant, call.params(elements)))
-        if fields is None:
+        if call.family is None or call.params is None:
             return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[])
+        elements = self.t.per_sample(self.t.shape(written) or [1])
+        fields = kernel_fields((call.family, call.variant, call.params(elements))) or {
+            "kind": "fallback", "elements_per_sample": elements}
         extra = {"precisions": list(call.precisions)} if call.precisions else {}
         return self._node(i, fields, suffix, call.op, reads=[written], writes=[written], **extra)
 

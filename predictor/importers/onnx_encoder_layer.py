@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from predictor.importers.onnx_load import STANDARD, node_attributes
+from predictor.importers.onnx_module_calls import HiddenCall
 from predictor.importers.onnx_ops import FAMILY_RULES, Hit, try_rule
 from predictor.importers.onnx_patterns import FusedKernel, other
 from predictor.importers.onnx_tensors import GraphTensors
@@ -46,8 +47,8 @@ class EncoderLayers:
     #: layers costed as the fused call, and as their Python
     fast: int = 0
     python: int = 0
-    #: free calls (their op names) emitted after the node, or fused kernel, at each index
-    calls_after: dict[int, list[str]] = field(default_factory=dict)
+    #: the calls emitted after the node, or fused kernel, at each index (onnx_module_calls' form)
+    calls_after: dict[int, list[tuple[HiddenCall, str]]] = field(default_factory=dict)
 
     def assumption(self) -> str | None:
         """The sentence ``graph.meta["assumptions"]`` gets, or None where no layer was found."""
@@ -151,7 +152,7 @@ def find_encoder_layers(t: GraphTensors, fused: dict[int, FusedKernel]) -> Encod
             found.fast += 1
             continue
         for call in (max(mha.indices), activation.at, linear2.at):  # (where each is emitted)
-            found.calls_after.setdefault(call, []).append("Dropout")
+            found.calls_after.setdefault(call, []).append((HiddenCall("Dropout"), ""))
         found.python += 1
     return found
 

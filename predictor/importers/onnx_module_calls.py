@@ -161,8 +161,8 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
     for i, n in enumerate(t.nodes):
         if i in dropped:
             continue
+        written = str(n.output[0]) if n.output else ""
         for entry in {e: None for x in n.input for e in entries.get(x, ())}:
-            written = str(n.output[0]) if n.output else ""
             found.after.setdefault(key.get(i, i), []).extend((call, written) for call in entry.calls)
             found.modules[entry.module] += 1
     return found

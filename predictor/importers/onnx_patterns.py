@@ -307,13 +307,13 @@ def _slice_of_one(t: GraphTensors, n: Any, rank: int, dims: list[int]) -> tuple[
     a = node_attributes(n)
     if "starts" in a:  # before opset 10: attributes
         starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
-    else:
-        values = [t.value(x) if x else None for x in list(n.input[1:5]) + [""] * (4 - len(n.input[1:5]))]
-        if values[0] is None or values[1] is None or (n.input[3:4] and n.input[3] and values[2] is None):
-            return None
-        starts, ends = [int(v) for v in values[0].reshape(-1)], [int(v) for v in values[1].reshape(-1)]
-        axes = None if values[2] is None else [int(v) for v in values[2].reshape(-1)]
-        steps = None if values[3] is None else [int(v) for v in values[3].reshape(-1)]
+    else:  # inputs: starts, ends, [axes], [steps]
+        names = (list(n.input[1:5]) + ["", ""])[:4]
+        values = [None if v is None else [int(x) for x in v.reshape(-1)]
+                  for v in (t.value(x) if x else None for x in names)]
+        starts, ends, axes, steps = values
+        if starts is None or ends is None or (names[2] and axes is None):
+            return None  # bounds computed at run time
     axes = list(range(len(starts))) if axes is None else list(axes)
     if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or (steps is not None and list(steps) != [1]):
         return None

@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.importers.torch_module import graph_from_module  # noqa: E402
-from tests.predictor.onnx_exports import torchscript_export  # noqa: E402
+from tests.predictor.parity_helpers import torchscript_export  # noqa: E402
 
 
 def export(module: nn.Module, example: torch.Tensor) -> bytes:

@@ -15,16 +15,14 @@ import pytest
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
-from predictor.devices import resolve_device  # noqa: E402
 from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
+from tests.predictor.parity_helpers import h200_predictor, variants_off  # noqa: E402
 
 ZOO_ONNX = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
 NO_OPS = ("dropout", "contiguous", "_assert")
-VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
 
 
 def linears(biases: list[str]) -> bytes:
@@ -67,8 +65,7 @@ def test_a_model_of_no_known_module_gets_no_calls() -> None:
 
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
-    device = resolve_device("h200")
-    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
+    return h200_predictor()
 
 
 def zoo_export(exporter: str, model: str) -> Graph:
@@ -105,11 +102,4 @@ def test_t5s_float16_guard_runs_in_float16_only() -> None:
 def test_a_zoo_export_predicts_like_its_torch_trace(predictor: Predictor, exporter: str, model: str) -> None:
     """... and predicts within 3% of it in every variant (benchmarks/onnx_parity.py scores the
     whole zoo: Swin, OPT and the LLMs differ in more than these calls)."""
-    graph, trace = zoo_export(exporter, model), load_zoo_graph(model)
-    off = {}
-    for precision, mode, batch in VARIANTS:
-        ratio = (predictor.predict(graph, batch, precision, mode, with_layers=False).total_ms
-                 / predictor.predict(trace, batch, precision, mode, with_layers=False).total_ms)
-        if abs(ratio - 1) > 0.03:
-            off[f"{precision} {mode} b{batch}"] = round(ratio, 4)
-    assert not off
+    assert not variants_off(predictor, zoo_export(exporter, model), load_zoo_graph(model))

@@ -22,21 +22,15 @@ torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
-from predictor.devices import resolve_device  # noqa: E402
-from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.importers.torch_module import graph_from_module  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
-from tests.predictor.onnx_exports import torchscript_export  # noqa: E402
-
-VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
+from tests.predictor.parity_helpers import h200_predictor, torchscript_export, variants_off  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
-    device = resolve_device("h200")
-    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device.device_id), device)
+    return h200_predictor()
 
 
 def export(module: nn.Module, example: torch.Tensor) -> bytes:
@@ -136,11 +130,6 @@ def encoder_stack(embed: int, heads: int) -> nn.Module:
     return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
 
 
-def ratios(predictor: Predictor, onnx_graph: Graph, torch_graph: Graph) -> list[float]:
-    return [predictor.predict(onnx_graph, b, p, m, with_layers=False).total_ms
-            / predictor.predict(torch_graph, b, p, m, with_layers=False).total_ms for p, m, b in VARIANTS]
-
-
 @pytest.mark.parametrize("name,build,shape", [
     ("cnn", SmallCNN, (2, 3, 64, 64)),
     ("sdpa_block", lambda: TransformerBlock("sdpa"), (2, 16, 64)),
@@ -159,8 +148,7 @@ def test_an_exported_model_predicts_like_its_torch_trace(predictor: Predictor, n
     example = torch.randn(*shape)
     onnx_graph = graph_from_onnx(export(module, example), name=name, batch=1)
     torch_graph = graph_from_module(module, example[:1], name=name)
-    got = ratios(predictor, onnx_graph, torch_graph)
-    off = {f"{p} {m} b{b}": round(r, 4) for (p, m, b), r in zip(VARIANTS, got) if abs(r - 1) > 0.03}
+    off = variants_off(predictor, onnx_graph, torch_graph)
     assert not off, f"{name}: ONNX / torch outside 3%: {off}"
     families = sorted(str(n.family) for n in onnx_graph.nodes if n.kind == "kernel")
     assert families == sorted(str(n.family) for n in torch_graph.nodes if n.kind == "kernel")

@@ -18,7 +18,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
-from tests.predictor.onnx_exports import torchscript_export  # noqa: E402
+from tests.predictor.parity_helpers import torchscript_export  # noqa: E402
 
 
 def export(module: nn.Module, *example: Any) -> bytes:
