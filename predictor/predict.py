@@ -118,8 +118,12 @@ MEASURED, TRANSFERRED = "measured", "transferred"
 class Predictor:
     """Predicts graphs on one device with one bundle."""
 
-    def __init__(self, bundle: Bundle, device: DeviceSpec, constants: CompositionConstants | None = None) -> None:
-        """``constants`` overrides the bundle's composition constants (training refits them)."""
+    def __init__(self, bundle: Bundle, device: DeviceSpec, constants: CompositionConstants | None = None,
+                 calibrate_hosts: bool = False) -> None:
+        """``constants`` overrides the bundle's composition constants (training refits them).
+        ``calibrate_hosts`` scales an eager prediction's host costs by the profile's reference
+        forwards (predictor.host_references); off by default, since on the runs measured so far
+        the costs as probed came out closer (``latpred validate --hosts``)."""
         if bundle.transfer is None and bundle.device_id != device.device_id:
             raise ValueError(f"bundle was trained on {bundle.device_id}, not {device.device_id}")
         missing = [c for c in bundle.metadata.get("feature_columns", []) if c not in FEATURE_COLUMNS]
@@ -153,6 +157,9 @@ class Predictor:
         widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
                                   for family, q in {"*": 0.3, **widths}.items()}
+        #: whether an eager prediction uses its host's costs as calibrated by the profile's reference
+        #: forwards, or as probed (their calibration is then only read for its warning)
+        self.calibrate_hosts = calibrate_hosts
         #: (a profile's JSON, other constants' or None, the forwards read) -> it calibrated by them
         self._calibrated: dict[tuple[str, str | None, tuple[str, ...]], tuple[HostProfile, Calibration | None]] = {}
 
@@ -407,7 +414,11 @@ class Predictor:
         named = host
         calibration = None
         if eager and host is not None:
-            host, calibration = self.calibrated_host(host)
+            # Solved either way: forwards far from what the costs predict are said even when the
+            # costs are used as probed (the probe then likely saw another host than a forward sees).
+            calibrated, calibration = self.calibrated_host(host)
+            if self.calibrate_hosts:
+                host = calibrated
         total = compose(arrays, c, mode, host)
         fallbacks = bool(arrays.is_fallback.any())
         # (a captured graph's layers need a host only for their host column: none without a profile)
@@ -424,7 +435,7 @@ class Predictor:
         unsupported = []
         if calibration is not None and calibration.warning():
             warnings.append(str(calibration.warning()))
-        elif eager and named is not None and named.reference_ms and calibration is None:
+        elif self.calibrate_hosts and eager and named is not None and named.reference_ms and calibration is None:
             if not self.references_apply(named):
                 warnings.append(f"the host's reference forwards were timed on {named.gpu or 'no GPU'}, not "
                                 f"{self.device.name}: its costs are used as probed")
@@ -449,7 +460,8 @@ class Predictor:
             model=graph.name, device=self.device.device_id, batch=batch, precision=precision,
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
             high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
-            host=host_description(named, calibration) if eager and named is not None else None,
+            host=(host_description(named, calibration if self.calibrate_hosts else None)
+                  if eager and named is not None else None),
             provenance=self.provenance,
             layers=layers, unsupported=unsupported, warnings=warnings,
         )

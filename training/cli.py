@@ -129,11 +129,12 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
 @click.option("--hosts", is_flag=True,
               help="score eager runs under every host condition measured (another machine, a contended core), "
                    "each from its own probe, beside one fixed host and a CPU-only estimate")
-@click.option("--no-references", is_flag=True,
-              help="with --suite: predict eager runs from their profiles' costs as probed, not calibrated by the "
-                   "profiles' reference forwards (--hosts reports both)")
+@click.option("--references/--no-references", default=False,
+              help="with --suite: predict eager runs from their profiles calibrated by the profiles' reference "
+                   "forwards, as Predictor(calibrate_hosts=True) does (default: their costs as probed, as a "
+                   "prediction uses them; --hosts reports both)")
 def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict: bool, suite: str | None,
-             suites_dir: Path, models: str, hosts: bool, no_references: bool) -> None:
+             suites_dir: Path, models: str, hosts: bool, references: bool) -> None:
     """Predict the measured zoo leave-one-model-out, beside the roofline and FLOPs baselines; or,
     with --suite, score the zoo or a NAS suite through every importer."""
     from training.suites import require_nas_suites
@@ -141,8 +142,8 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
 
     with _reported():  # every validation fits composition as training does: on nas-train's runs too
         require_nas_suites(dataset, suites_dir)
-    if no_references and suite is None:
-        raise click.UsageError("--no-references goes with --suite (--hosts reports both ways; the zoo's runs have "
+    if references and suite is None:
+        raise click.UsageError("--references goes with --suite (--hosts reports both ways; the zoo's runs have "
                                "no reference forwards)")
     if hosts:
         if strict or suite is not None:
@@ -155,7 +156,7 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
         if strict:
             raise click.UsageError("--strict refits on the zoo's own layers: it does not combine with --suite")
         _validate_suite(device, dataset, bundle, out / suite, suite, suites_dir,
-                        [m.strip() for m in models.split(",") if m.strip()] or None, references=not no_references)
+                        [m.strip() for m in models.split(",") if m.strip()] or None, references=references)
         return
     with _reported():
         report = (strict_validate(_bundle_dir(device, bundle), dataset, suites_dir=suites_dir) if strict
@@ -188,7 +189,7 @@ def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, 
 
 
 def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, suite: str, suites_dir: Path,
-                    models: list[str] | None, references: bool = True) -> None:
+                    models: list[str] | None, references: bool = False) -> None:
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
     from training.suite_validation import validate_suite
     from training.suites import load_suite

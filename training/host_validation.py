@@ -5,11 +5,10 @@ of ``host_runs/`` (another machine, a contended core). Each eager run is predict
 with the composition constants fitted without its model (leave-one-model-out, as the zoo is
 scored):
 
-- ``own probe``: the host profile probed beside the run (training.hosts.reference_profiles),
-  calibrated by its reference forwards where it has them (predictor.host_references), as a
-  prediction for it is;
-- ``probe costs alone``: the same profile without that calibration (only for runs whose profile
-  has reference forwards: what the probe's per-kind loops alone get);
+- ``own probe``: the host profile probed beside the run (training.hosts.reference_profiles), its
+  costs as probed, as a prediction uses them;
+- ``calibrated``: the same profile calibrated by its reference forwards (predictor.host_references;
+  only for runs whose profile has them), as ``Predictor(calibrate_hosts=True)`` predicts;
 - ``fixed host``: the bundle's one host for every run, as a bundle that baked one machine's host
   into a fitted scale would predict: the baseline the issue asks to report beside;
 - ``estimated``: a CPU-only estimate of the run's host, the bundle's profile scaled by the run's
@@ -38,7 +37,7 @@ from training.metrics import ape
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
 LIVE_CONDITION = "bundle host (models/)"
-METHODS = ("own probe", "probe costs alone", "fixed host", "estimated")
+METHODS = ("own probe", "calibrated", "fixed host", "estimated")
 
 
 @dataclass
@@ -110,9 +109,9 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
     for condition, runs in host_conditions(dataset).items():
         for r in scored.runs(runs):
             assert r.host is not None  # (HeldOutRuns.runs keeps only those)
-            hosts = {"own probe": predictor.calibrated_host(r.host, held[r.model])[0]}
+            hosts = {"own probe": r.host}
             if r.host.reference_ms:
-                hosts["probe costs alone"] = r.host
+                hosts["calibrated"] = predictor.calibrated_host(r.host, held[r.model])[0]
             hosts.update({"fixed host": default, "estimated": estimate_of(default, r.host)})
             if r.host.id not in seen:
                 seen.add(r.host.id)

@@ -46,25 +46,25 @@ def _held_out_constants(predictor: Predictor, suite: Suite, hosts: dict[str, Any
     return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs, hosts), extra)
 
 
-def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None, references: bool = True) -> pd.DataFrame:
+def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
+                  references: bool = False) -> pd.DataFrame:
     """A prediction per importer and measured run, with its interval; runs of a model an importer
     has no graph for are left out of that importer's rows (and listed in ``suite.missing``). An
     eager run is predicted for the host profile probed beside it (``dataset``'s), or for the
-    bundle's host where it names none (the NAS suites' runs predate the probe); calibrated by
-    the profile's reference forwards unless ``references`` is false (predictor.host_references)."""
+    bundle's host where it names none (the NAS suites' runs predate the probe): its costs as
+    probed, as a prediction uses them, or calibrated by the profile's reference forwards where
+    ``references`` is true (predictor.host_references)."""
     bundle = Bundle.load(bundle_dir)
     device = resolve_device(bundle.device_id)
-    shipped = Predictor(bundle, device)
+    shipped = Predictor(bundle, device, calibrate_hosts=references)
     hosts = reference_profiles(dataset) if dataset is not None else {}
     held = _held_out_constants(shipped, suite, hosts) if suite.leave_one_out else {}
-    if not references:
-        hosts = {i: h.model_copy(update={"reference_ms": None}) for i, h in hosts.items()}
     rows = []
     r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
     for name, runs in suite.runs.groupby("model"):
         model = str(name)
         # one predictor per held-out model: its cache serves that model's graphs through every importer
-        predictor = Predictor(bundle, device, held[model]) if model in held else shipped
+        predictor = Predictor(bundle, device, held[model], calibrate_hosts=references) if model in held else shipped
         for importer, graphs in suite.graphs.items():
             graph = graphs.get(model)
             if graph is None:
@@ -100,7 +100,8 @@ def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
     return SuiteReport(suite.name, predictions, table, overall, {k: v for k, v in suite.missing.items() if v})
 
 
-def validate_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None, references: bool = True) -> SuiteReport:
-    """Predict and score ``suite`` through every importer it has graphs for (eager runs calibrated
-    by their profiles' reference forwards unless ``references`` is false)."""
+def validate_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
+                   references: bool = False) -> SuiteReport:
+    """Predict and score ``suite`` through every importer it has graphs for (eager runs from their
+    profiles' costs as probed, or calibrated by their reference forwards where ``references``)."""
     return score_suite(suite, predict_suite(suite, bundle_dir, dataset, references))

@@ -1,5 +1,7 @@
 """Reference forwards calibrate a host profile (predictor.host_references): the factor solved from
-them, on the shipped bundle, and what an eager prediction says of it."""
+them, on the shipped bundle, and what an eager prediction says of it: a predictor built to
+calibrate applies it, the default one uses the costs as probed and only says where the forwards
+disagree with them by far."""
 
 from __future__ import annotations
 
@@ -32,6 +34,11 @@ SUITE_TRACES = Path(__file__).parents[2] / "datasets" / "suites" / "nas-train" /
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
     return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+
+
+@pytest.fixture(scope="module")
+def calibrating(predictor: Predictor) -> Predictor:
+    return Predictor(predictor.bundle, predictor.device, calibrate_hosts=True)
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +86,13 @@ def test_the_factor_sets_the_median_error_to_zero_and_stays_in_its_bounds() -> N
     assert solve_scale({"a": 1e-6}, lambda k, s: 1 + s) == SCALE_BOUNDS[0]
 
 
-def test_a_host_whose_forwards_ran_slower_is_predicted_with_costs_scaled_to_them(predictor: Predictor,
-                                                                                host: HostProfile) -> None:
+def test_a_host_whose_forwards_ran_slower_is_predicted_with_costs_scaled_to_them(
+        predictor: Predictor, calibrating: Predictor, host: HostProfile) -> None:
     # the references ran as a host with 1.3x the probed costs runs them: the prediction is that host's
     slower = scaled(host, 1.3)
     calibrated = scaled(host, 1.0, id="calibrated-host", reference_ms=measured_as(predictor, slower))
     graph = load_zoo_graph("resnet18")
-    got = predictor.predict(graph, 1, "fp16", "eager", host=calibrated)
+    got = calibrating.predict(graph, 1, "fp16", "eager", host=calibrated)
     want = predictor.predict(graph, 1, "fp16", "eager", host=slower)
     assert got.total_ms == pytest.approx(want.total_ms, rel=1e-4)
     assert got.total_ms > predictor.predict(graph, 1, "fp16", "eager", host=host).total_ms * 1.1
@@ -93,7 +100,17 @@ def test_a_host_whose_forwards_ran_slower_is_predicted_with_costs_scaled_to_them
     assert "costs x1.30 from 6 reference forwards" in got.host
     assert got.warnings == []  # 1.3x: within what a probe may miss
     # a captured graph is the GPU's: no host, no calibration
-    assert predictor.predict(graph, 1, "fp16", "cudagraph", host=calibrated).host is None
+    assert calibrating.predict(graph, 1, "fp16", "cudagraph", host=calibrated).host is None
+
+
+def test_by_default_a_prediction_uses_the_costs_as_probed(predictor: Predictor, host: HostProfile) -> None:
+    """The forwards are read for a warning only: the answer is the probed costs', and names no factor."""
+    with_forwards = scaled(host, 1.0, id="forwards-host", reference_ms=measured_as(predictor, scaled(host, 1.3)))
+    graph = load_zoo_graph("resnet18")
+    got = predictor.predict(graph, 1, "fp16", "eager", host=with_forwards)
+    assert got.total_ms == predictor.predict(graph, 1, "fp16", "eager", host=host).total_ms
+    assert got.host is not None and got.host.startswith("forwards-host (") and "reference forwards" not in got.host
+    assert got.warnings == []
 
 
 def test_forwards_far_from_the_probe_say_so(predictor: Predictor, host: HostProfile) -> None:
@@ -107,18 +124,20 @@ def test_forwards_far_from_the_probe_say_so(predictor: Predictor, host: HostProf
     assert any(f"ran at least {SCALE_BOUNDS[1]:.2f}x" in w for w in p.warnings)
 
 
-def test_forwards_timed_on_another_gpu_do_not_calibrate_and_say_so(predictor: Predictor, host: HostProfile) -> None:
+def test_forwards_timed_on_another_gpu_do_not_calibrate_and_say_so(predictor: Predictor, calibrating: Predictor,
+                                                                  host: HostProfile) -> None:
     other = scaled(host, 1.0, id="h100-host", gpu="NVIDIA H100 80GB HBM3",
                    reference_ms=measured_as(predictor, scaled(host, 1.3)))
-    assert predictor.calibrated_host(other) == (other, None)
+    assert calibrating.calibrated_host(other) == (other, None)
     graph = load_zoo_graph("resnet18")
-    p = predictor.predict(graph, 1, "fp16", "eager", host=other)
-    plain = predictor.predict(graph, 1, "fp16", "eager", host=other.model_copy(update={"reference_ms": None}))
+    p = calibrating.predict(graph, 1, "fp16", "eager", host=other)
+    plain = calibrating.predict(graph, 1, "fp16", "eager", host=other.model_copy(update={"reference_ms": None}))
     assert p.total_ms == plain.total_ms
     assert any("timed on NVIDIA H100 80GB HBM3" in w and "used as probed" in w for w in p.warnings)
 
 
 def test_only_the_fp32_forwards_calibrate_and_a_profile_without_them_says_so(predictor: Predictor,
+                                                                          calibrating: Predictor,
                                                                           host: HostProfile) -> None:
     # a profile of all 18 whose fp16 and bf16 forwards ran as a host 3x slower: the fp32 ones decide
     others = tuple(k for k in REFERENCE_KEYS if k not in CALIBRATION_KEYS)
@@ -129,7 +148,7 @@ def test_only_the_fp32_forwards_calibrate_and_a_profile_without_them_says_so(pre
     # half-precision forwards only: the costs as probed, and the answer says why
     half = scaled(host, 1.0, id="half-only", reference_ms=measured_as(predictor, scaled(host, 1.3), others))
     assert predictor.calibrated_host(half) == (half, None)
-    p = predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=half)
+    p = calibrating.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=half)
     assert p.total_ms == predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", host=host).total_ms
     assert any("none of the host's 12 reference forwards is in fp32" in w for w in p.warnings)
 
@@ -153,10 +172,11 @@ def test_means_of_reference_forwards_take_each_forward_where_it_was_timed(host: 
     parse_profile(pair.model_dump(mode="json"))  # what it holds is a valid profile
 
 
-def test_slower_forwards_never_make_a_prediction_faster(predictor: Predictor, host: HostProfile) -> None:
+def test_slower_forwards_never_make_a_calibrated_prediction_faster(predictor: Predictor, calibrating: Predictor,
+                                                                   host: HostProfile) -> None:
     graph = load_zoo_graph("mobilenet_v3_small")
     base = measured_as(predictor, host, CALIBRATION_KEYS[:4])
-    totals = [predictor.predict(graph, 8, "bf16", "eager", host=scaled(
+    totals = [calibrating.predict(graph, 8, "bf16", "eager", host=scaled(
         host, 1.0, id=f"r{i}", reference_ms={k: v * f for k, v in base.items()})).total_ms
         for i, f in enumerate((0.8, 1.0, 1.25, 1.6))]
     assert totals == sorted(totals) and totals[-1] > totals[0]

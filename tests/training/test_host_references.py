@@ -137,9 +137,11 @@ def test_cuda_graph_runs_do_not_follow_the_host() -> None:
         set(reference_profiles(DATASET))
 
 
-def test_runs_measured_with_reference_forwards_carry_them_and_are_predicted_calibrated(shipped: Predictor) -> None:
+def test_runs_measured_with_reference_forwards_carry_them_and_a_calibrating_predictor_reads_them(
+        shipped: Predictor) -> None:
     """Machine 10's zoo runs (2026-12-02) sampled the reference forwards between their rounds: their
-    profile carries all 18, and an eager prediction for it is scaled by the six fp32 ones."""
+    profile carries all 18; a predictor built to calibrate scales an eager prediction for it by the
+    six fp32 ones, the shipped one predicts from its costs as probed."""
     from predictor.host_profile import CALIBRATION_KEYS, REFERENCE_KEYS
 
     runs = host_conditions(DATASET)["machine-10-2026-12-02"]
@@ -150,6 +152,9 @@ def test_runs_measured_with_reference_forwards_carry_them_and_are_predicted_cali
     assert calibrated.costs_us["gemm"] == pytest.approx(profile.costs_us["gemm"] * calibration.scale)
     graph = load_zoo_graph("resnet34")
     plain = profile.model_copy(update={"reference_ms": None})
-    ratio = (shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=profile).total_ms
-             / shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=plain).total_ms)
+    calibrating = Predictor(shipped.bundle, shipped.device, calibrate_hosts=True)
+    ratio = (calibrating.predict(graph, 1, "fp16", "eager", with_layers=False, host=profile).total_ms
+             / calibrating.predict(graph, 1, "fp16", "eager", with_layers=False, host=plain).total_ms)
     assert ratio == pytest.approx(calibration.scale, rel=0.1) and ratio != pytest.approx(1.0, abs=1e-3)
+    assert shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=profile).total_ms == \
+        shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=plain).total_ms

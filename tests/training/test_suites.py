@@ -134,7 +134,32 @@ def test_training_refuses_a_dataset_with_nas_runs_whose_suites_it_cannot_find(tm
     require_nas_suites(partition, empty)
 
 
-def test_validate_takes_no_references_only_with_a_suite() -> None:
-    result = CliRunner().invoke(main, ["validate", "--hosts", "--no-references", "--dataset", str(DATASET),
+def test_validate_calibrates_by_references_only_with_a_suite() -> None:
+    result = CliRunner().invoke(main, ["validate", "--hosts", "--references", "--dataset", str(DATASET),
                                        "--suites", str(SUITES)])
-    assert result.exit_code == 2 and "--no-references goes with --suite" in result.output
+    assert result.exit_code == 2 and "--references goes with --suite" in result.output
+
+
+def test_a_suite_is_predicted_from_its_probes_costs_unless_calibration_is_asked() -> None:
+    """nas-test measured again on machine 19 (2026-12-05), its groups' profiles carrying reference
+    forwards: by default each eager run is predicted from its profile's costs as probed, as the
+    shipped predictor predicts; with ``references`` from them calibrated, as a calibrating one does."""
+    rerun = DATASET / "suite_reruns" / "nas-test-machine-19-2026-12-05"
+    suite = load_suite("nas-test", rerun, SUITES, ["nas-6", "nas-18"])
+    probed = validate_suite(suite, BUNDLE, rerun).predictions
+    calibrated = validate_suite(suite, BUNDLE, rerun, references=True).predictions
+    assert len(probed) == len(calibrated) == len(suite.runs) * len(suite.graphs) and set(probed["mode"]) == {"eager"}
+    run = suite.runs.iloc[0]
+    profile = reference_profiles(rerun)[run["host_profile"]]
+    assert profile.reference_ms
+    bundle = Bundle.load(BUNDLE)
+    graph = suite.graphs["torch"][run["model"]]
+    args = (graph, int(run["batch"]), str(run["precision"]), "eager")
+    row = (probed["importer"] == "torch") & (probed["model"] == run["model"]) & (probed["batch"] == run["batch"]) \
+        & (probed["precision"] == run["precision"])
+    shipped = Predictor(bundle, resolve_device("h200")).predict(*args, with_layers=False, host=profile)
+    calibrating = Predictor(bundle, resolve_device("h200"), calibrate_hosts=True)
+    assert float(probed.loc[row, "predicted_ms"].iloc[0]) == pytest.approx(shipped.total_ms, rel=1e-9)
+    assert float(calibrated.loc[row, "predicted_ms"].iloc[0]) == pytest.approx(
+        calibrating.predict(*args, with_layers=False, host=profile).total_ms, rel=1e-9)
+    assert not np.allclose(probed["predicted_ms"], calibrated["predicted_ms"])
