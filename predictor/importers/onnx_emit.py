@@ -46,11 +46,16 @@ from predictor.importers.onnx_ops import (
 from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
 from predictor.importers.onnx_tensors import GraphTensors
 
+BOOL = 9  # onnx.TensorProto.BOOL
 MASK_SKIPPED = ("{count} attention call(s) take a mask that masks nothing, made when the model was traced for "
                 "export: taken as transformers runs it, skipped eagerly (flash attention) and passed under "
                 "CUDA-graph capture, where it sends PyTorch down its math path")
 CAUSAL_MASK = ("{count} attention call(s) apply a constant causal mask: taken as is_causal=True, with no mask "
                "tensor, as transformers' decoders run it")
+UNREAD_MASK = ("{count} attention call(s) take a mask built from a stored tensor whose data the file does not "
+               "hold (a weight-stripped export, or external data, which is never read): costed as a mask PyTorch "
+               "passes; were it causal (is_causal=True, as transformers' decoders run it) or one that masks "
+               "nothing, they would cost less")
 MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as PyTorch "
        "runs it without grad: with an even head count its fused fast path (_native_multi_head_attention: "
        "projection, attention, output projection, no batch_first transposes); with an odd one "
@@ -89,6 +94,30 @@ def mask_verdict(t: GraphTensors, f: FusedKernel) -> str:
         if bool((masked == upper).all()):
             return "causal"
     return "real"
+
+
+#: how far back through its builders a mask is followed to a stored tensor without its data
+_UNREAD_SEARCH_NODES = 64
+
+
+def built_from_unread(t: GraphTensors, name: str) -> bool:
+    """Whether tensor ``name`` is computed from a stored boolean tensor (at most 2**20 elements)
+    whose data the file does not hold, so that its value cannot be known: a weight-stripped
+    export strips the dynamo exporter's folded causal mask (``le_1``, a 16 KiB bool tensor) with
+    the weights. (A float one is a weight, as T5's relative position bias: a real bias.)"""
+    todo, seen = [name], {name}
+    while todo and len(seen) <= _UNREAD_SEARCH_NODES:
+        x = todo.pop()
+        if x in t.weights:
+            if t.weights[x].data_type == BOOL and t.value(x) is None and (t.numel(x) or 0) <= 1 << 20:
+                return True
+            continue
+        i = t.producer.get(x)
+        for y in t.nodes[i].input if i is not None else ():
+            if y and y not in seen:
+                seen.add(y)
+                todo.append(y)
+    return False
 
 
 _SCATTERS = ("ScatterND", "ScatterElements")
@@ -150,15 +179,16 @@ def _mask_fields(t: GraphTensors, lay: TensorLayouts, f: FusedKernel, params: di
         params["causal"] = 1
         return "", "", "causal"
     assert f.mask is not None
+    note = "unread" if f.mask in t.static and built_from_unread(t, f.mask) else ""
     o = lay.of(f.mask)
     if o is None:
-        return "masked", "", ""
+        return "masked", "", note
     shape, strides = o
     if shape and shape[-1] > 1 and strides[-1] != 1:
-        return "math", "", ""
-    if not f.mask_bool and t.types.get(f.mask) != 9:  # an additive (float) mask
-        return "masked", "", ""
-    return ("bool_padding" if len(shape) == 4 and strides[-2] == 0 else "bool_full"), "", ""
+        return "math", "", note
+    if not f.mask_bool and t.types.get(f.mask) != BOOL:  # an additive (float) mask
+        return "masked", "", note
+    return ("bool_padding" if len(shape) == 4 and strides[-2] == 0 else "bool_full"), "", note
 
 
 class Emitter:
@@ -211,7 +241,8 @@ class Emitter:
         return out
 
     def assumptions(self) -> list[str]:
-        made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA}
+        made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA,
+                "unread": UNREAD_MASK}
         said = [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
         found = (self.encoder_layers.assumption(), self.module_calls.assumption())
         return said + [sentence for sentence in found if sentence]
@@ -233,9 +264,12 @@ class Emitter:
         suffix = f"/{call.op.lower()}{j}"
         if call.family is None or call.params is None:
             return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[])
-        elements = self.t.per_sample(self.t.shape(written) or [1])
-        fields = kernel_fields((call.family, call.variant, call.params(elements))) or {
+        shape = self.t.shape(written) or [1]
+        elements = self.t.per_sample(shape)
+        fields = kernel_fields((call.family, call.variant, call.params(elements, shape))) or {
             "kind": "fallback", "elements_per_sample": elements}
+        if call.layout and fields.get("kind") == "kernel":
+            fields = {**fields, "layout": call.layout}
         extra = {"precisions": list(call.precisions)} if call.precisions else {}
         return self._node(i, fields, suffix, call.op, reads=[written], writes=[written], **extra)
 

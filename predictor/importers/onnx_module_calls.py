@@ -31,14 +31,16 @@ from predictor.importers.onnx_tensors import GraphTensors
 @dataclass(frozen=True)
 class HiddenCall:
     """One call no export shows: a call that launches nothing (``family`` None), or a kernel
-    sized by ``params`` from the elements per sample of the tensor the anchoring node writes,
-    which runs at ``precisions`` only (at all where empty)."""
+    sized by ``params`` from the tensor the anchoring node writes (its elements per sample and
+    its shape), reading its input in ``layout`` (the family's default where empty), which runs
+    at ``precisions`` only (at all where empty)."""
 
     op: str
     family: str | None = None
     variant: str = ""
-    params: Callable[[int], dict[str, int]] | None = None
+    params: Callable[[int, list[int]], dict[str, int]] | None = None
     precisions: tuple[str, ...] = ()
+    layout: str = ""
 
 
 def free(*ops: str) -> tuple[HiddenCall, ...]:
@@ -61,12 +63,25 @@ class ModuleCalls:
 #: ``torch.where(torch.isinf(h).any(), max - 1000, max)`` and ``h.clamp(-value, value)``, in
 #: float16 only, as the torch importer records it (isinf, any, where, neg, clamp)
 T5_FP16_GUARD = (
-    HiddenCall("isinf", "activation", "relu", lambda e: {"elements": e}, ("fp16",)),
-    HiddenCall("any", "mean", "", lambda e: {"rows": 1, "c": e}, ("fp16",)),
-    HiddenCall("where", "activation", "relu", lambda e: {"elements": 1}, ("fp16",)),
-    HiddenCall("neg", "activation", "relu", lambda e: {"elements": 1}, ("fp16",)),
-    HiddenCall("clamp", "activation", "clamp", lambda e: {"elements": e}, ("fp16",)),
+    HiddenCall("isinf", "activation", "relu", lambda e, _: {"elements": e}, ("fp16",)),
+    HiddenCall("any", "mean", "", lambda e, _: {"rows": 1, "c": e}, ("fp16",)),
+    HiddenCall("where", "activation", "relu", lambda e, _: {"elements": 1}, ("fp16",)),
+    HiddenCall("neg", "activation", "relu", lambda e, _: {"elements": 1}, ("fp16",)),
+    HiddenCall("clamp", "activation", "clamp", lambda e, _: {"elements": e}, ("fp16",)),
 )
+
+
+def _rows_of(elements: int, shape: list[int]) -> dict[str, int]:
+    """A copy of a [.., tokens, features] tensor by ``cat`` with one input: its tokens as rows."""
+    tokens = shape[-2] if len(shape) >= 2 and shape[-2] > 0 else 1
+    return {"inputs": 1, "c": 1, "h": tokens, "w": max(1, elements // tokens)}
+
+
+#: transformers' DynamicCache on a decoder's first forward (use_cache, the default): DynamicLayer
+#: makes an empty tensor and appends the projection's keys (or values) to it, torch.cat([empty,
+#: k]), one copy of the head-transposed projection: no export shows it (cat with an empty tensor
+#: folds away). The torch importer records the empty tensor and a strided concat kernel.
+DYNAMIC_CACHE_UPDATE = (HiddenCall("tensor"), HiddenCall("cat", "concat", "", _rows_of, layout="strided"))
 
 
 def _suffix(pattern: str) -> re.Pattern[str]:
@@ -97,6 +112,9 @@ MODULE_CALLS: tuple[ModuleCalls, ...] = (
     ModuleCalls("transformers OPT decoder layer", _suffix(r"decoder\.layers\.\d+\.self_attn\.k_proj\.bias"),
                 free("contiguous", "contiguous", "dropout")),
     ModuleCalls("transformers OPT decoder layer's fc2", _suffix(r"decoder\.layers\.\d+\.fc2\.bias"), free("dropout")),
+    # OPTAttention's keys and values into the DynamicCache
+    ModuleCalls("transformers DynamicCache update (OPT)", _suffix(r"decoder\.layers\.\d+\.self_attn\.[kv]_proj\.bias"),
+                DYNAMIC_CACHE_UPDATE),
     # torchvision VisionTransformer: _process_input's two shape asserts, Encoder's assert, the
     # position embedding added, Encoder's dropout
     ModuleCalls("torchvision VisionTransformer + Encoder", _suffix(r"encoder\.pos_embedding"),
@@ -127,8 +145,9 @@ MODULE_CALLS: tuple[ModuleCalls, ...] = (
 
 MODULE_CALLS_ASSUMPTION = (
     "{count} call(s) that leave no node in an export (dropout in eval, _assert, contiguous on a contiguous tensor, "
-    "each a view's host time; T5's float16 overflow guard, kernels at that precision only) are put back for the "
-    "modules their parameters' names tell: {modules}")
+    "each a view's host time; T5's float16 overflow guard, kernels at that precision only; a decoder's "
+    "DynamicCache update, a copy of its keys and values, as a forward with use_cache makes it) are put back for "
+    "the modules their parameters' names tell: {modules}")
 
 
 @dataclass

@@ -103,3 +103,31 @@ def test_a_zoo_export_predicts_like_its_torch_trace(predictor: Predictor, export
     """... and predicts within 3% of it in every variant (benchmarks/onnx_parity.py scores the
     whole zoo: Swin, OPT and the LLMs differ in more than these calls)."""
     assert not variants_off(predictor, zoo_export(exporter, model), load_zoo_graph(model))
+
+
+def cache_copies(g: Graph) -> Counter[tuple[str, int]]:
+    """A graph's concat kernels of one input (a cache update's copy), by layout and elements."""
+    return Counter((n.layout, n.params["c"] * n.params["h"] * n.params["w"])
+                   for n in g.nodes if n.family == "concat" and n.params.get("inputs") == 1)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+def test_a_decoders_cache_update_is_put_back_as_its_torch_trace_records_it(exporter: str) -> None:
+    """OPT's first forward appends each layer's keys and values to an empty DynamicCache: two
+    empty tensors and two strided copies a layer in the torch trace, none in an export."""
+    graph, trace = zoo_export(exporter, "opt-125m"), load_zoo_graph("opt-125m")
+    assert cache_copies(graph) == cache_copies(trace) and sum(cache_copies(graph).values()) == 24
+    assert Counter(n.op for n in graph.nodes if n.op == "tensor") == Counter(n.op for n in trace.nodes
+                                                                             if n.op == "tensor")
+    said = next(a for a in graph.meta["assumptions"] if "leave no node" in a)
+    assert "DynamicCache update (OPT) x24" in said
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
+def test_opts_exports_predict_like_its_torch_trace(predictor: Predictor, exporter: str) -> None:
+    """With its cache updates back, each OPT export predicts within 3% of the torch trace in every
+    variant, its constant causal mask read as is_causal (the dynamo exporter stores it as a bool
+    tensor, which the suite's stripping keeps since 2026-12-05: collectors.onnx_export)."""
+    graph = zoo_export(exporter, "opt-125m")
+    assert not variants_off(predictor, graph, load_zoo_graph("opt-125m"))
+    assert any("constant causal mask" in a for a in graph.meta["assumptions"])

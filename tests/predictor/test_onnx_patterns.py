@@ -414,6 +414,36 @@ def test_the_dynamo_exporters_attention_is_one_sdpa(mask: bool, unit_scale: bool
     assert len(node.merged) == (11 if mask else 10) - (2 if unit_scale else 0)
 
 
+def without_data(data: bytes, name: str) -> bytes:
+    """``data`` (an ONNX model) with stored tensor ``name``'s data stripped, as a weight-stripped
+    export leaves it: its dims and a reference to external data that is not there."""
+    import onnx
+
+    m = onnx.load_from_string(data)
+    tensor = next(t for t in m.graph.initializer if t.name == name)
+    for field in ("raw_data", "int32_data", "float_data", "int64_data"):
+        tensor.ClearField(field)
+    tensor.data_location = TensorProto.EXTERNAL
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "location", "stripped-weights.bin"
+    return m.SerializeToString()
+
+
+def test_a_mask_built_from_stripped_data_is_costed_as_passed_and_says_so() -> None:
+    """The dynamo exporter stores a decoder's causal mask as a bool tensor; stripped with the
+    weights, what it masks cannot be read: costed as a mask PyTorch passes, and said."""
+    stripped = graph_from_onnx(without_data(dynamo_attention(mask=True), "keep"))
+    node = next(n for n in stripped.nodes if n.family == "sdpa")
+    assert node.params["causal"] == 0 and node.variant in ("bool_padding", "bool_full") and not node.capture_variant
+    assert any("whose data the file does not hold" in a for a in stripped.meta["assumptions"])
+    # the same mask with its data masks nothing (see above), and no unread data is said
+    whole = graph_from_onnx(dynamo_attention(mask=True))
+    assert not any("does not hold" in a for a in whole.meta.get("assumptions", []))
+    # a stripped float tensor in the scores is a weight (T5's relative position bias), not a mask
+    assert not any("does not hold" in a for a in graph_from_onnx(without_data(dynamo_attention(mask=True), "s"))
+                   .meta.get("assumptions", []))
+
+
 def test_unscaled_attention_written_by_hand_stays_its_kernels() -> None:
     """softmax(q @ k.transpose(-2, -1)) @ v with no scale at all: k's transpose is one Transpose, as
     an export of hand-written code shows it, so it is the matmuls and softmax PyTorch runs."""
