@@ -15,6 +15,11 @@ class whose forward it counts, as traced by the torch importer (transformers 5.1
 attention, torchvision 0.26). A model that merely borrows such names gets the same calls, and the
 graph says so in its assumptions. ``nn.TransformerEncoderLayer``'s dropouts depend on which path
 it runs and are onnx_encoder_layer's.
+
+Some such calls launch kernels: T5's float16 overflow guard (at that precision only), and a
+decoder's DynamicCache update on its first forward (a copy of each layer's keys and values into
+an empty cache, which an export folds away), put back sized by the tensor the anchoring node
+writes.
 """
 
 from __future__ import annotations
@@ -168,6 +173,38 @@ class FoundCalls:
             f"{module} x{n}" for module, n in self.modules.items()))
 
 
+#: a decoder layer's first norm (Llama, Qwen2, Mistral: ``model.layers.3.input_layernorm.weight``)
+DECODER_INPUT_NORM = _suffix(r"layers\.\d+\.input_layernorm\.weight")
+DECODER_CACHE = "transformers DynamicCache update (Llama/Qwen2)"
+
+
+def _output_of(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], i: int) -> tuple[int, str]:
+    """Node ``i``'s anchor (its fused kernel's key where it is fused) and the tensor it writes."""
+    k = key.get(i, i)
+    return k, fused[k].output if k in fused else str(t.nodes[i].output[0])
+
+
+def _decoder_cache_updates(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], dropped: set[int],
+                           found: FoundCalls) -> None:
+    """``DYNAMIC_CACHE_UPDATE`` after the key and value projections of each decoder layer told by
+    its input norm's weight: the second and third of the three linear layers reading the norm's
+    output (q, k, v, in the order transformers writes them). Their weights cannot tell them: the
+    dynamo exporter renames them; and with grouped key/value heads (Llama-300m's 4 of 16, Qwen2's
+    2 of 14) the copies are the k and v projections' size, not the layer's width."""
+    for i, n in enumerate(t.nodes):
+        if i in dropped or not any(DECODER_INPUT_NORM.search(x) for x in n.input if x in t.static):
+            continue
+        _, normed = _output_of(t, fused, key, i)
+        linears = sorted({u for u in t.users(normed) if u >= 0 and t.nodes[u].op_type in ("MatMul", "Gemm")
+                          and len(t.nodes[u].input) > 1 and t.nodes[u].input[1] in t.static})
+        if len(linears) != 3:
+            continue
+        for u in linears[1:]:
+            anchor, written = _output_of(t, fused, key, u)
+            found.after.setdefault(anchor, []).extend((call, written) for call in DYNAMIC_CACHE_UPDATE)
+            found.modules[DECODER_CACHE] += 1
+
+
 def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[int]) -> FoundCalls:
     """The calls of ``MODULE_CALLS`` to emit after each node (or fused kernel, by its key) that
     reads a matching parameter. A node that makes no call (``dropped``: an alias of a shared
@@ -184,4 +221,5 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
         for entry in {e: None for x in n.input for e in entries.get(x, ())}:
             found.after.setdefault(key.get(i, i), []).extend((call, written) for call in entry.calls)
             found.modules[entry.module] += 1
+    _decoder_cache_updates(t, fused, key, dropped, found)
     return found

@@ -111,16 +111,24 @@ def cache_copies(g: Graph) -> Counter[tuple[str, int]]:
                    for n in g.nodes if n.family == "concat" and n.params.get("inputs") == 1)
 
 
-@pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
-def test_a_decoders_cache_update_is_put_back_as_its_torch_trace_records_it(exporter: str) -> None:
-    """OPT's first forward appends each layer's keys and values to an empty DynamicCache: two
-    empty tensors and two strided copies a layer in the torch trace, none in an export."""
-    graph, trace = zoo_export(exporter, "opt-125m"), load_zoo_graph("opt-125m")
-    assert cache_copies(graph) == cache_copies(trace) and sum(cache_copies(graph).values()) == 24
+@pytest.mark.parametrize("exporter,model,copies,module", [
+    ("dynamo", "opt-125m", 24, "DynamicCache update (OPT) x24"),
+    ("legacy", "opt-125m", 24, "DynamicCache update (OPT) x24"),
+    ("dynamo", "llama-300m", 24, "DynamicCache update (Llama/Qwen2) x24"),  # 4 key/value heads of 16
+    ("dynamo", "qwen2-0.5b", 48, "DynamicCache update (Llama/Qwen2) x48")])  # 2 of 14, q/k/v biases
+def test_a_decoders_cache_update_is_put_back_as_its_torch_trace_records_it(exporter: str, model: str, copies: int,
+                                                                           module: str) -> None:
+    """A decoder's first forward appends each layer's keys and values to an empty DynamicCache:
+    two empty tensors and two strided copies a layer in the torch trace, none in an export; the
+    copies are the key and value projections' size (grouped heads), found by name (OPT) or as the
+    second and third linear reading the layer's input norm (Llama, Qwen2: the dynamo exporter
+    renames their projections)."""
+    graph, trace = zoo_export(exporter, model), load_zoo_graph(model)
+    assert cache_copies(graph) == cache_copies(trace) and sum(cache_copies(graph).values()) == copies
     assert Counter(n.op for n in graph.nodes if n.op == "tensor") == Counter(n.op for n in trace.nodes
                                                                              if n.op == "tensor")
     said = next(a for a in graph.meta["assumptions"] if "leave no node" in a)
-    assert "DynamicCache update (OPT) x24" in said
+    assert module in said
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "legacy"])
