@@ -30,8 +30,9 @@ condition() {
 }
 
 condition as-is 5 170
-taskset -c 3 python3 -c 'while True: pass' &
+taskset -c 3 python3 -c 'while True: pass' &  # (core 3: the GPU machine has 16)
 busy=$!
+trap 'kill $busy 2>/dev/null' EXIT
 condition contended 4 270 taskset -c 3
 kill $busy
 condition as-is-again 4 130

@@ -4,7 +4,7 @@
 # it, reference forwards included, between rounds, as the dataset's runs were measured. A fresh
 # measurement of the scored suite on another host and day: scored beside the dataset's, never
 # fitted or tuned on.
-#   OUT=<folder> NOTE="machine 19, 2026-12-05" bash benchmarks/nas_test_eager.sh [MAX_SECONDS=240]
+#   OUT=<folder> NOTE="machine 19, 2026-12-05" [MAX_SECONDS=240] bash benchmarks/nas_test_eager.sh
 # Brings back $OUT/nas_test_eager.tgz (<device-id>/{nas,hosts,sweep_log.jsonl}); score it here with
 #   latpred validate --suite nas-test --dataset <that folder>/<device-id>
 set -u

@@ -62,7 +62,7 @@ def main() -> None:
             kept = {str(k): order[:k] for k in CUTS if k <= len(order)}
             for name, holds in SUBSETS.items():
                 kept[name] = [key for key in r.host.reference_ms if holds(*_precision_batch(key))]
-            for name, read in (("fp32 (as predictions are)", order), ("all 18", kept["all 18"])):
+            for name, read in (("fp32 (as calibrate_hosts=True reads)", order), ("all 18", kept["all 18"])):
                 calibration = predictor.calibrated_host(r.host, keys=read)[1]
                 if calibration is not None:
                     factors.setdefault(condition, {})[f"{name}: {r.host.id}"] = calibration.scale
@@ -84,8 +84,8 @@ def main() -> None:
     overall = pd.DataFrame([{"k": k, **scores(g)} for k, g in frame.groupby("k", sort=False)])
     pd.set_option("display.width", 160)
     print("eager runs predicted from their profiles calibrated by the first k of the fp32 reference forwards in the "
-          "probe's warm-up order (k = 0: the costs alone; 6: as predictions are), or by another set of the 18 the "
-          "profiles carry; constants fitted without the run's model")
+          "probe's warm-up order (k = 0: the costs alone, as predictions use them; 6: as calibrate_hosts=True "
+          "does), or by another set of the 18 the profiles carry; constants fitted without the run's model")
     print(per.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     print("\nall conditions with reference forwards")
     print(overall.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -427,8 +427,9 @@ def host() -> None:
               help="with --cpu-only: the measured profile to scale (default: the one the shipped bundle names)")
 @click.option("--note", default=None, help="the conditions the probe runs under, kept in the profile")
 @click.option("--no-references", is_flag=True,
-              help="skip the reference forwards (a few seconds on a GPU): the profile's costs are then used "
-                   "as probed, not calibrated by whole forwards")
+              help="skip the reference forwards (a few seconds on a GPU): predictions use the profile's costs "
+                   "as probed either way; without the forwards nothing can say where they disagree with them, "
+                   "nor calibrate them (Predictor(calibrate_hosts=True), latpred validate --references)")
 @click.option("--budget-s", type=click.FloatRange(min=1.0, max=600.0), default=None,
               help="seconds the command may take, from its process's start [default: 15]: on a slow or shared "
                    "core a probe keeps fewer reference forwards within 15 s (its note says how many); give it "

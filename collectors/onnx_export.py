@@ -36,11 +36,10 @@ EXPORTERS = ("dynamo", "legacy")
 #: where stripped tensors say their data lives; the file is never written beside the model.
 STRIPPED_LOCATION = "stripped-weights.bin"
 STRIP_ABOVE_BYTES = 1024
-#: the types of initializers kept whole, over STRIP_ABOVE_BYTES too (up to KEEP_UP_TO_BYTES at 8
-#: bytes an element): masks and indices (onnx.TensorProto's BOOL, INT32, INT64), never a model's
-#: weights (a quantized model's are int8)
+#: the types of initializers kept whole, over STRIP_ABOVE_BYTES too, up to the elements the importer
+#: reads (predictor.importers.onnx_wire.KEEP_ELEMENTS): masks and indices (onnx.TensorProto's BOOL,
+#: INT32, INT64), not a model's weights (a quantized model's are int8; its int32 biases are kept)
 KEPT_TYPES = (9, 6, 7)
-KEEP_UP_TO_BYTES = 1 << 20
 #: the batch an export is traced at, symbolic in the file: at batch 1 an exporter may fold the
 #: batch into constants
 EXPORT_BATCH = 2
@@ -102,18 +101,22 @@ def strip_weights(source: Path, destination: Path) -> int:
     """Copy the ONNX file ``source`` to ``destination`` (gzipped where its name ends in .gz) with
     every initializer over 1 KiB turned into a reference to external data that is not written,
     and without the nodes' metadata and doc strings (stack traces). Returns the number of
-    tensors stripped. A boolean or int32/int64 initializer up to 1 MiB keeps its data: it is no
-    weight but a mask or indices the exporter folded (the dynamo exporter stores a decoder's
-    causal mask so, ``le_1``, 16 KiB at 128 tokens, and the key positions it is compared with),
-    and what a mask masks decides which attention kernel PyTorch runs."""
+    tensors stripped. A boolean or int32/int64 initializer of up to 65,536 elements (what the
+    importer reads) keeps its data: it is no weight but a mask or indices the exporter folded (the
+    dynamo exporter stores a decoder's causal mask so, ``le_1``, 16,384 elements at 128 tokens,
+    and the key positions it is compared with), and what a mask masks decides which attention
+    kernel PyTorch runs."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_tensor
+
+    from predictor.importers.onnx_wire import KEEP_ELEMENTS
 
     model = onnx.load(str(source), load_external_data=False)
     stripped = 0
     for tensor in model.graph.initializer:
         external = tensor.data_location == onnx.TensorProto.EXTERNAL
-        if tensor.data_type in KEPT_TYPES and math.prod(tensor.dims) * 8 <= KEEP_UP_TO_BYTES:
+        if tensor.data_type in KEPT_TYPES and all(d >= 0 for d in tensor.dims) \
+                and math.prod(tensor.dims) <= KEEP_ELEMENTS:
             if external:  # (the dynamo exporter writes every tensor to its external data file)
                 load_external_data_for_tensor(tensor, str(source.parent))
                 del tensor.external_data[:]

@@ -59,7 +59,7 @@ GRAPH_DIR = Path(__file__).parent / "host_reference_graphs"
 #: the factor is searched within these bounds (a host 4x off its own probe is not a host the
 #: probe describes at all)
 SCALE_BOUNDS = (0.25, 4.0)
-#: beyond these, a calibrated prediction says that the probe and the forwards disagree
+#: beyond these, an eager prediction (calibrated or not) says that the probe and the forwards disagree
 WARN_BOUNDS = (1 / 1.5, 1.5)
 BISECTIONS = 30
 

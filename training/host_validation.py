@@ -110,8 +110,9 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
         for r in scored.runs(runs):
             assert r.host is not None  # (HeldOutRuns.runs keeps only those)
             hosts = {"own probe": r.host}
-            if r.host.reference_ms:
-                hosts["calibrated"] = predictor.calibrated_host(r.host, held[r.model])[0]
+            calibrated, calibration = predictor.calibrated_host(r.host, held[r.model])
+            if calibration is not None:  # (forwards of this device's, some in fp32)
+                hosts["calibrated"] = calibrated
             hosts.update({"fixed host": default, "estimated": estimate_of(default, r.host)})
             if r.host.id not in seen:
                 seen.add(r.host.id)

@@ -52,10 +52,10 @@ MASK_SKIPPED = ("{count} attention call(s) take a mask that masks nothing, made 
                 "CUDA-graph capture, where it sends PyTorch down its math path")
 CAUSAL_MASK = ("{count} attention call(s) apply a constant causal mask: taken as is_causal=True, with no mask "
                "tensor, as transformers' decoders run it")
-UNREAD_MASK = ("{count} attention call(s) take a mask built from a stored tensor whose data the file does not "
-               "hold (a weight-stripped export, or external data, which is never read): costed as a mask PyTorch "
-               "passes; were it causal (is_causal=True, as transformers' decoders run it) or one that masks "
-               "nothing, they would cost less")
+UNREAD_MASK = ("{count} attention call(s) take a mask built from a stored tensor whose data is not read (a "
+               "weight-stripped export's, external data, or a tensor over 65,536 elements): costed as a mask "
+               "PyTorch passes; were it causal (is_causal=True, as transformers' decoders run it) or one that "
+               "masks nothing, they would cost less")
 MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as PyTorch "
        "runs it without grad: with an even head count its fused fast path (_native_multi_head_attention: "
        "projection, attention, output projection, no batch_first transposes); with an odd one "
@@ -96,20 +96,21 @@ def mask_verdict(t: GraphTensors, f: FusedKernel) -> str:
     return "real"
 
 
-#: how far back through its builders a mask is followed to a stored tensor without its data
-_UNREAD_SEARCH_NODES = 64
+#: how many tensors back through its builders a mask is followed to a stored tensor without its data
+_UNREAD_SEARCH_TENSORS = 64
 
 
 def built_from_unread(t: GraphTensors, name: str) -> bool:
-    """Whether tensor ``name`` is computed from a stored boolean tensor (at most 2**20 elements)
-    whose data the file does not hold, so that its value cannot be known: a weight-stripped
-    export strips the dynamo exporter's folded causal mask (``le_1``, a 16 KiB bool tensor) with
-    the weights. (A float one is a weight, as T5's relative position bias: a real bias.)"""
+    """Whether tensor ``name`` is computed from a stored boolean tensor whose data was not read
+    (onnx_wire keeps none over KEEP_ELEMENTS, nor any external data), so that its value cannot be
+    known: a weight-stripped export may strip the dynamo exporter's folded causal mask (``le_1``,
+    16,384 elements) with the weights. (A float one is a weight, as T5's relative position bias: a
+    real bias.)"""
     todo, seen = [name], {name}
-    while todo and len(seen) <= _UNREAD_SEARCH_NODES:
+    while todo and len(seen) <= _UNREAD_SEARCH_TENSORS:
         x = todo.pop()
         if x in t.weights:
-            if t.weights[x].data_type == BOOL and t.value(x) is None and (t.numel(x) or 0) <= 1 << 20:
+            if t.weights[x].data_type == BOOL and t.value(x) is None:
                 return True
             continue
         i = t.producer.get(x)

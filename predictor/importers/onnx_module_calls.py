@@ -210,8 +210,11 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
     reads a matching parameter. A node that makes no call (``dropped``: an alias of a shared
     initializer, a view of a weight) anchors nothing."""
     key = {i: k for k, f in fused.items() for i in f.indices}
+    # an export that returns its cache (transformers' present.N.key) shows the cache's concat itself
+    cache_shown = any("present" in o for o in t.outputs)
+    modules = [e for e in MODULE_CALLS if not (cache_shown and e.calls == DYNAMIC_CACHE_UPDATE)]
     # a parameter is static (an initializer, or an alias of one): each name is matched once
-    entries = {x: [e for e in MODULE_CALLS if e.parameter.search(x)]
+    entries = {x: [e for e in modules if e.parameter.search(x)]
                for x in {x for n in t.nodes for x in n.input if x in t.static}}
     found = FoundCalls()
     for i, n in enumerate(t.nodes):
@@ -221,5 +224,6 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
         for entry in {e: None for x in n.input for e in entries.get(x, ())}:
             found.after.setdefault(key.get(i, i), []).extend((call, written) for call in entry.calls)
             found.modules[entry.module] += 1
-    _decoder_cache_updates(t, fused, key, dropped, found)
+    if not cache_shown:
+        _decoder_cache_updates(t, fused, key, dropped, found)
     return found

@@ -57,6 +57,27 @@ def test_a_parameters_name_puts_its_modules_calls_after_its_node() -> None:
     assert said and "4 call(s)" in said[0] and "BertOutput x1" in said[0]
 
 
+def renamed_output(model: bytes, name: str) -> bytes:
+    """``model`` with its one output, and what writes it, named ``name``."""
+    m = onnx.load_from_string(model)
+    old = m.graph.output[0].name
+    for n in m.graph.node:
+        n.output[:] = [name if o == old else o for o in n.output]
+    m.graph.output[0].name = name
+    return m.SerializeToString()
+
+
+def test_a_cache_update_is_put_back_only_where_the_export_does_not_return_the_cache() -> None:
+    """OPT's key projection: its cache copy follows it; an export returning the cache
+    (``present.0.key``) shows the concat itself, and nothing is added."""
+    bias = "model.decoder.layers.0.self_attn.k_proj.bias"
+    plain = graph_from_onnx(linears([bias]))
+    assert [(n.kind, n.op) for n in plain.nodes if n.op in ("tensor", "cat")] == [("free", "tensor"), ("kernel", "cat")]
+    assert next(n for n in plain.nodes if n.op == "cat").layout == "strided"
+    shown = graph_from_onnx(renamed_output(linears([bias]), "present.0.key"))
+    assert not [n for n in shown.nodes if n.op in ("tensor", "cat")]
+
+
 def test_a_model_of_no_known_module_gets_no_calls() -> None:
     graph = graph_from_onnx(linears(["fc1.bias", "fc2.bias"]))
     assert [n.kind for n in graph.nodes] == ["kernel", "kernel"]
@@ -81,6 +102,14 @@ def test_a_zoo_export_makes_the_no_op_calls_its_torch_trace_records(exporter: st
     """The committed export of a zoo model (weights stripped, as if trained) has every dropout,
     contiguous and _assert call of the same model's torch trace back."""
     assert no_ops(zoo_export(exporter, model)) == no_ops(load_zoo_graph(model))
+
+
+def test_a_position_bias_from_a_stripped_weight_is_no_unread_mask() -> None:
+    """T5's attention adds a relative position bias gathered from a weight the committed export
+    stripped: a float bias, no mask whose causality is unknown, so nothing is said of one."""
+    graph = zoo_export("legacy", "t5-small-encoder")
+    assert any(n.family == "sdpa" for n in graph.nodes)
+    assert not any("is not read" in a for a in graph.meta.get("assumptions", []))
 
 
 def test_t5s_float16_guard_runs_in_float16_only() -> None:

@@ -69,7 +69,8 @@ def within(ratios: pd.Series) -> float:
 
 def main() -> None:
     bundle = Bundle.load(Path("predictor/bundles/nvidia-h200"))
-    predictor = Predictor(bundle, resolve_device(bundle.device_id))
+    # calibrating, as predictions did until 2026-12-05 (now Predictor's opt-in)
+    predictor = Predictor(bundle, resolve_device(bundle.device_id), calibrate_hosts=True)
     rows = []
     for group in json.loads(gzip.open(DIAGNOSTIC, "rt").read())["groups"]:
         hosts = {i: HostProfile.model_validate(p) for i, p in group["host_profiles"].items()}
