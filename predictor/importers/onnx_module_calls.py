@@ -93,6 +93,10 @@ def _suffix(pattern: str) -> re.Pattern[str]:
     return re.compile(rf"(?:^|\.){pattern}$")
 
 
+#: a decoder layer's first norm (Llama, Qwen2, Mistral: ``model.layers.3.input_layernorm.weight``)
+DECODER_INPUT_NORM = _suffix(r"layers\.\d+\.input_layernorm\.weight")
+
+
 MODULE_CALLS: tuple[ModuleCalls, ...] = (
     # BertEmbeddings (and RoBERTa's, ELECTRA's, DistilBERT's): LayerNorm, then dropout
     ModuleCalls("transformers *Embeddings", _suffix(r"embeddings\.LayerNorm\.bias"), free("dropout")),
@@ -110,8 +114,7 @@ MODULE_CALLS: tuple[ModuleCalls, ...] = (
     ModuleCalls("transformers DistilBERT FFN", _suffix(r"ffn\.lin2\.bias"), free("dropout")),
     # LlamaAttention, Qwen2Attention (SDPA): the same two contiguous calls before o_proj; their
     # linears' weights are renamed by the dynamo exporter, so the layer's first norm tells them
-    ModuleCalls("transformers Llama/Qwen2 decoder layer", _suffix(r"layers\.\d+\.input_layernorm\.weight"),
-                free("contiguous", "contiguous")),
+    ModuleCalls("transformers Llama/Qwen2 decoder layer", DECODER_INPUT_NORM, free("contiguous", "contiguous")),
     # OPTAttention (SDPA, separate q/k/v projections): the two contiguous calls; OPTDecoderLayer:
     # a dropout after the attention's out_proj and one after fc2
     ModuleCalls("transformers OPT decoder layer", _suffix(r"decoder\.layers\.\d+\.self_attn\.k_proj\.bias"),
@@ -173,8 +176,6 @@ class FoundCalls:
             f"{module} x{n}" for module, n in self.modules.items()))
 
 
-#: a decoder layer's first norm (Llama, Qwen2, Mistral: ``model.layers.3.input_layernorm.weight``)
-DECODER_INPUT_NORM = _suffix(r"layers\.\d+\.input_layernorm\.weight")
 DECODER_CACHE = "transformers DynamicCache update (Llama/Qwen2)"
 
 
