@@ -137,8 +137,10 @@ def _as_strided(t: GraphTensors, n: Any) -> bool:
 
 def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
     """Nodes that make no call in PyTorch: shape arithmetic on host values, constants and
-    aliases, views of weights, an exporter's as_strided, and what builds an attention mask
-    PyTorch never builds (one that masks nothing, or a causal one; ``mask_verdict``)."""
+    aliases, views of weights, an exporter's as_strided, the indices and the one fill value of
+    an in-place write (the legacy exporter builds ``x[a:b, c:d] = 1`` as a filled tensor of the
+    slice's shape: Swin's masks, five ConstantOfShape fallbacks and ten views each), and what builds
+    an attention mask PyTorch never builds (one that masks nothing, or a causal one; ``mask_verdict``)."""
     unbuilt = {f.mask for f in fused.values() if f.mask and mask_verdict(t, f) in ("skipped", "causal")}
     readers = {i for f in fused.values() if f.mask in unbuilt for i in f.indices}
     builders = {b for f in fused.values() if f.mask in unbuilt for b in f.mask_builders}
@@ -161,6 +163,9 @@ def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
         elif static and users and all(u >= 0 and t.nodes[u].op_type in _SCATTERS and t.nodes[u].input[1] in outs
                                       for u in users):
             drop.add(i)  # the indices of an in-place write: PyTorch takes them as Python slices
+        elif static and users and all(u >= 0 and t.nodes[u].op_type in _SCATTERS and t.nodes[u].input[2] in outs
+                                      for u in users) and t.uniform(outs[0]) is not None:
+            drop.add(i)  # the one value an in-place write fills (x[a:b] = 1): a Python number in PyTorch
         elif users and all(u in drop and _as_strided(t, t.nodes[u]) for u in users if u >= 0) \
                 and n.op_type == "Reshape" and -1 not in users:
             drop.add(i)  # the flattening an exporter's as_strided reads
@@ -260,15 +265,18 @@ class Emitter:
 
     def _hidden(self, i: int, j: int, call: HiddenCall, written: str) -> Node:
         """A call no export shows, after node ``i`` (onnx_module_calls, onnx_encoder_layer): a free
-        node, or a kernel sized by ``written``, the tensor node ``i`` writes (a fallback of that
-        size where the catalogue refuses its parameters: never dropped)."""
+        node, or a kernel (or a call costed as a fallback) sized by ``written``, the tensor node
+        ``i`` writes or another the rule names (a fallback of that size where the catalogue
+        refuses its parameters: never dropped)."""
         suffix = f"/{call.op.lower()}{j}"
-        if call.family is None or call.params is None:
+        if call.fallback is None and (call.family is None or call.params is None):
             return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[])
         shape = self.t.shape(written) or [1]
         elements = self.t.per_sample(shape)
-        fields = kernel_fields((call.family, call.variant, call.params(elements, shape))) or {
-            "kind": "fallback", "elements_per_sample": elements}
+        kernel = None if call.family is None or call.params is None else kernel_fields(
+            (call.family, call.variant, call.params(elements, shape)))
+        fields = kernel or {"kind": "fallback", "elements_per_sample":
+                            elements if call.fallback is None else call.fallback(elements, shape)}
         if call.layout and fields.get("kind") == "kernel":
             fields = {**fields, "layout": call.layout}
         extra = {"precisions": list(call.precisions)} if call.precisions else {}
@@ -386,6 +394,8 @@ class Emitter:
             if extra.get("min_batch", 1) > 1:
                 fields["min_batch"] = extra["min_batch"]
             out += before
+            out += [self._node(i, fields, f"/copy{j}", f.op, reads=reads, writes=[f.output], launched_by=self.names[i])
+                    for j in range(f.passes - 1)]
             out.append(self._node(i, fields, f"/{suffix}" if suffix else "", f.op, reads=reads,
                                   writes=[f.output] if f.output else None, merged=merged))
             out += after

@@ -38,7 +38,9 @@ class HiddenCall:
     """One call no export shows: a call that launches nothing (``family`` None), or a kernel
     sized by ``params`` from the tensor the anchoring node writes (its elements per sample and
     its shape), reading its input in ``layout`` (the family's default where empty), which runs
-    at ``precisions`` only (at all where empty)."""
+    at ``precisions`` only (at all where empty); or, with ``fallback``, a call no family covers
+    (an indexing gather, ``new_zeros``), costed by the elements per sample it reads and writes
+    as the torch importer costs it."""
 
     op: str
     family: str | None = None
@@ -46,6 +48,7 @@ class HiddenCall:
     params: Callable[[int, list[int]], dict[str, int]] | None = None
     precisions: tuple[str, ...] = ()
     layout: str = ""
+    fallback: Callable[[int, list[int]], int] | None = None
 
 
 def free(*ops: str) -> tuple[HiddenCall, ...]:
@@ -154,8 +157,10 @@ MODULE_CALLS: tuple[ModuleCalls, ...] = (
 MODULE_CALLS_ASSUMPTION = (
     "{count} call(s) that leave no node in an export (dropout in eval, _assert, contiguous on a contiguous tensor, "
     "each a view's host time; T5's float16 overflow guard, kernels at that precision only; a decoder's "
-    "DynamicCache update, a copy of its keys and values, as a forward with use_cache makes it) are put back for "
-    "the modules their parameters' names tell: {modules}")
+    "DynamicCache update, a copy of its keys and values, as a forward with use_cache makes it; a torchvision Swin "
+    "block's relative position bias, whose gather (a fallback) and contiguous copy an export folds into a stored "
+    "tensor, and the attention mask of a shifted block that the exporter computes once for several blocks, as "
+    "PyTorch computes it in each) are put back for the modules their parameters' names tell: {modules}")
 
 
 @dataclass
@@ -179,7 +184,7 @@ class FoundCalls:
 DECODER_CACHE = "transformers DynamicCache update (Llama/Qwen2)"
 
 
-def _output_of(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], i: int) -> tuple[int, str]:
+def output_of(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], i: int) -> tuple[int, str]:
     """Node ``i``'s anchor (its fused kernel's key where it is fused) and the tensor it writes."""
     k = key.get(i, i)
     return k, fused[k].output if k in fused else str(t.nodes[i].output[0])
@@ -195,13 +200,13 @@ def _decoder_cache_updates(t: GraphTensors, fused: dict[int, FusedKernel], key: 
     for i, n in enumerate(t.nodes):
         if i in dropped or not any(DECODER_INPUT_NORM.search(x) for x in n.input if x in t.static):
             continue
-        _, normed = _output_of(t, fused, key, i)
+        _, normed = output_of(t, fused, key, i)
         linears = sorted({u for u in t.users(normed) if u >= 0 and t.nodes[u].op_type in ("MatMul", "Gemm")
                           and len(t.nodes[u].input) > 1 and t.nodes[u].input[1] in t.static})
         if len(linears) != 3:
             continue
         for u in linears[1:]:
-            anchor, written = _output_of(t, fused, key, u)
+            anchor, written = output_of(t, fused, key, u)
             found.after.setdefault(anchor, []).extend((call, written) for call in DYNAMIC_CACHE_UPDATE)
             found.modules[DECODER_CACHE] += 1
 
@@ -227,4 +232,7 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
             found.modules[entry.module] += 1
     if not cache_shown:
         _decoder_cache_updates(t, fused, key, dropped, found)
+    from predictor.importers.onnx_swin import swin_calls  # (it builds on this module's calls)
+
+    swin_calls(t, fused, key, dropped, found)
     return found

@@ -7,7 +7,8 @@ kernels (onnx_attention); ``F.gelu`` written with Erf or with Tanh one ``gelu``;
 as ``x * Sigmoid(x)`` one ``silu``; ``F.layer_norm`` written out (ReduceMean, Sub, Pow,
 ReduceMean, Add, Sqrt, Div, [Mul, Add]) one ``layer_norm``; ``F.linear`` with a bias (MatMul by a
 2-d weight, Add of the bias) one ``linear``; and the Reshape -> InstanceNormalization -> Reshape
-of an exported GroupNorm one ``group_norm``. Patterns that several PyTorch calls write (a
+of an exported GroupNorm one ``group_norm``; ``torch.roll``'s Slices and Concat per dim one roll
+(onnx_roll). Patterns that several PyTorch calls write (a
 hand-written attention, an RMSNorm) are left alone: PyTorch runs those as separate kernels too.
 """
 
@@ -50,6 +51,9 @@ class FusedKernel:
     #: nn.MultiheadAttention only: PyTorch runs it as its fused fast path (batch-first, an even
     #: head count), as an nn.TransformerEncoderLayer around it may too (onnx_encoder_layer)
     fast_path: bool = False
+    #: a call that runs its kernel once per pass (torch.roll: one per rolled dim); the passes
+    #: before the last are emitted as copies it launches, as the torch importer records them
+    passes: int = 1
 
 
 def other(node: Any, name: str) -> str | None:
@@ -302,8 +306,9 @@ def _find_group_norm(t: GraphTensors, inorm: int) -> FusedKernel | None:
                        ("group_norm", "", dict(c=x[1], h=x[2], w=x[3], groups=grouped[1])), output=out)
 
 
-def _slice_of_one(t: GraphTensors, n: Any, rank: int, dims: list[int]) -> tuple[int, int] | None:
-    """(axis, index) of a Slice that keeps one index along one axis with step 1, else None."""
+def slice_bounds(t: GraphTensors, n: Any, dims: list[int]) -> tuple[int, int, int] | None:
+    """(axis, start, end) of a Slice of a tensor of ``dims`` along one axis with step 1, its
+    bounds clamped to that axis, else None (several axes, a step, bounds known only at run time)."""
     a = node_attributes(n)
     if "starts" in a:  # before opset 10: attributes
         starts, ends, axes, steps = a["starts"], a["ends"], a.get("axes"), None
@@ -317,10 +322,16 @@ def _slice_of_one(t: GraphTensors, n: Any, rank: int, dims: list[int]) -> tuple[
     axes = list(range(len(starts))) if axes is None else list(axes)
     if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or (steps is not None and list(steps) != [1]):
         return None
-    axis = axes[0] % rank
+    axis = axes[0] % len(dims)
     size = dims[axis]
     start, end = (min(max(v + size if v < 0 else v, 0), size) for v in (starts[0], ends[0]))
-    return (axis, start) if end - start == 1 else None
+    return axis, start, end
+
+
+def _slice_of_one(t: GraphTensors, n: Any, rank: int, dims: list[int]) -> tuple[int, int] | None:
+    """(axis, index) of a Slice that keeps one index along one axis with step 1, else None."""
+    found = slice_bounds(t, n, dims[:rank])
+    return (found[0], found[1]) if found is not None and found[2] - found[1] == 1 else None
 
 
 def _find_unbind(t: GraphTensors, first: int) -> FusedKernel | None:
@@ -419,10 +430,12 @@ def detect_fused_kernels(t: GraphTensors) -> dict[int, FusedKernel]:
     emitted); a node joins at most one. Attention is looked for first, then the rest, then
     nn.MultiheadAttention around each attention (it takes in the linear projections found)."""
     from predictor.importers.onnx_attention import find_packed_mha, find_sdpa
+    from predictor.importers.onnx_roll import find_roll
 
     fused: dict[int, FusedKernel] = {}
     absorbed: set[int] = set()
-    for op_type, find in {"Softmax": find_sdpa, **FUSIONS}.items():
+    # (a roll's Slices are its own: looked for before indexing and unbind take them)
+    for op_type, find in {"Softmax": find_sdpa, "Concat": find_roll, **FUSIONS}.items():
         for i, n in enumerate(t.nodes):
             if n.op_type != op_type or n.domain not in STANDARD or i in absorbed:
                 continue
