@@ -65,7 +65,8 @@ class Campaign:
         profile = probe(self.probe_device, note)
         self.hosts.put(profile)
         costs = ", ".join(f"{k} {v:.2f}" for k, v in profile.costs_us.items())
-        say(f"host {profile.id} ({profile.probe_seconds:.1f} s): {costs} us")
+        steadiness = f"; forwards spread {profile.forward_spread:.2f}x" if profile.forward_spread else ""
+        say(f"host {profile.id} ({profile.probe_seconds:.1f} s): {costs} us{steadiness}")
         return profile
 
     def round_sampler(self) -> RoundSampler:
@@ -73,11 +74,14 @@ class Campaign:
         return RoundSampler(self.probe_device)
 
     def run_host(self, before: HostProfile, after: HostProfile, sampler: RoundSampler, rows: list[dict[str, Any]],
-                 note: str | None = None) -> HostProfile:
+                 note: str | None = None, say: Callable[[str], None] = lambda line: None) -> HostProfile:
         """Store the run's profile (its probes and the samples between its rounds) and name it in
         every one of ``rows``: what the rounds saw of the host, which a pair of probes alone can miss."""
-        profile = run_profile(before, after, sampler.samples, note, sampler.reference_samples)
+        profile = run_profile(before, after, sampler.samples, note, sampler.reference_samples,
+                              sampler.reference_timings)
         self.hosts.put(profile)
+        if profile.forward_spread is not None:
+            say(f"run host {profile.id}: reference forwards spread {profile.forward_spread:.2f}x through its rounds")
         for row in rows:
             row["host_profile"] = profile.id
         return profile
@@ -185,7 +189,7 @@ def collect_models(root: Path, device: str, models: list[str], batches: tuple[in
                                           between_rounds=sampler)
                 if r["run_id"] not in done]
         after = campaign.probe_host(host_note, say)
-        run = campaign.run_host(before, after, sampler, rows, host_note)
+        run = campaign.run_host(before, after, sampler, rows, host_note, say)
         campaign.models.write(rows)
         written += len(rows)
         seconds = time.perf_counter() - mode_started
@@ -308,7 +312,7 @@ def collect_nas(root: Path, device: str, seeds: list[int], batches: tuple[int, .
                                                    say, sampler) if r["run_id"] not in done]
                 _release()
         after = campaign.probe_host(host_note, say)
-        run = campaign.run_host(before, after, sampler, rows, host_note)
+        run = campaign.run_host(before, after, sampler, rows, host_note, say)
         campaign.nas.write(rows)
         seconds = time.perf_counter() - group_started
         longest = max(longest, seconds)

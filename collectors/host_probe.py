@@ -46,6 +46,7 @@ from predictor.host_profile import (
     mean_costs,
     mean_cpu_score,
     mean_references,
+    mean_spread,
     parse_profile,
 )
 
@@ -179,24 +180,25 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     timed in as many of REFERENCE_ROUNDS rounds as end within ``budget_s`` of the start."""
     import torch
 
-    from collectors.reference_forwards import ReferenceForwards, medians
+    from collectors.reference_forwards import ReferenceForwards, medians, spread
 
     started = time.perf_counter()
     references = default_references(device) if references is None else references
     costs = measure_costs(device, loop_us, rounds)
-    reference_ms = None
+    reference_ms = forward_spread = None
     if references:
         deadline = started + budget_s - PROBE_RESERVE_S
         forwards = ReferenceForwards(device, references, warmup_deadline=deadline - WARMUP_RESERVE_S)
         samples = forwards.time(REFERENCE_ROUNDS, REFERENCE_REPS, deadline=deadline)
-        reference_ms = medians(samples)
+        reference_ms, forward_spread = medians(samples), spread(samples)
         note = _with_cut(note, len(samples), len(references), min(len(v) for v in samples.values()) // REFERENCE_REPS,
                          budget_s)
     score = cpu_score_ns()
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
     fields: dict[str, Any] = {
         "schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "measured", "costs_us": costs,
-        "reference_ms": reference_ms, "cpu_score_ns": score, "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
+        "reference_ms": reference_ms, "forward_spread": forward_spread, "cpu_score_ns": score,
+        "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "gpu": gpu,
         "hostname": platform.node() or None, "measured_at": datetime.now(UTC).isoformat(),
         "note": note,
@@ -241,26 +243,38 @@ class RoundSampler:
         self.references = tuple(default_references(device) if references is None else references)
         self.samples: list[dict[str, float]] = []
         self.reference_samples: list[dict[str, float]] = []
+        #: every timing of each reference forward through the run (what its spread is read from)
+        self.reference_timings: dict[str, list[float]] = {}
         self._forwards: Any = None
 
     def __call__(self) -> None:
         self.samples.append(measure_costs(self.device, SAMPLE_LOOP_US, SAMPLE_ROUNDS))
         if self.references:
-            from collectors.reference_forwards import ReferenceForwards
+            from collectors.reference_forwards import ReferenceForwards, medians
 
             if self._forwards is None:
                 self._forwards = ReferenceForwards(self.device, self.references)
-            self.reference_samples.append(self._forwards.median_ms(1, SAMPLE_REFERENCE_REPS,
-                                                                   seed=len(self.reference_samples)))
+            timings = self._forwards.time(1, SAMPLE_REFERENCE_REPS, seed=len(self.reference_samples))
+            self.reference_samples.append(medians(timings))
+            for key, values in timings.items():
+                self.reference_timings.setdefault(key, []).extend(values)
 
 
 def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str, float]],
-                note: str | None = None, reference_samples: Sequence[dict[str, float]] = ()) -> HostProfile:
+                note: str | None = None, reference_samples: Sequence[dict[str, float]] = (),
+                reference_timings: dict[str, list[float]] | None = None) -> HostProfile:
     """The profile of a run: per kind, the geometric mean of the probe before it, the samples
     between its rounds and the probe after it (the CPU score: of the two probes); per reference
-    forward, of the same three (those that timed it)."""
+    forward, of the same three (those that timed it). Its ``forward_spread`` is read from the
+    forwards' timings between its rounds, which span the run as its own forwards' do (a
+    probe's span seconds); where those are too few, the two probes' spreads."""
+    from collectors.reference_forwards import spread
+
+    forward_spread = spread(reference_timings or {})
     fields = {**before.model_dump(mode="json"), "schema_version": HOST_PROFILE_SCHEMA_VERSION,
               "costs_us": mean_costs([before.costs_us, *samples, after.costs_us]),
+              "forward_spread": forward_spread if forward_spread is not None else mean_spread(
+                  [before.forward_spread, after.forward_spread]),
               "reference_ms": mean_references([before.reference_ms, *reference_samples, after.reference_ms]),
               "cpu_score_ns": mean_cpu_score(before, after), "probe_seconds": None,
               "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "

@@ -124,3 +124,22 @@ class ReferenceForwards:
 def medians(samples: dict[str, list[float]]) -> dict[str, float]:
     """Per forward, the median of its samples (``ReferenceForwards.time``'s)."""
     return {k: float(statistics.median(v)) for k, v in samples.items()}
+
+
+#: the fewest timings of a forward its spread is read from (a probe's first round alone gives 3)
+MIN_SPREAD_SAMPLES = 6
+
+
+def spread(samples: dict[str, list[float]]) -> float | None:
+    """How steadily the forwards ran: per forward with ``MIN_SPREAD_SAMPLES`` timings or more, its
+    90th percentile over its 10th; the median over those forwards (None where none has enough).
+
+    What it is for (predictor.host_spread): how closely a host repeats an eager forward bounds how
+    closely any prediction can land on it. Over the H200 machines' zoo runs, hosts whose forwards
+    spread by at most 1.2x put 83% of eager runs within +-10%; by 1.4x or more, 30-46%."""
+    ratios = []
+    for timings in samples.values():
+        if len(timings) >= MIN_SPREAD_SAMPLES:
+            deciles = statistics.quantiles(timings, n=10, method="inclusive")
+            ratios.append(deciles[-1] / deciles[0] if deciles[0] > 0 else float("inf"))
+    return float(statistics.median(ratios)) if ratios else None

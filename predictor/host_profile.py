@@ -30,11 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, fiel
 
 from predictor.validation import INTEGRAL_FLOAT, validation_message
 
-#: version 2 adds ``reference_ms`` (reference forwards, predictor.host_references); version 1
-#: profiles (the dataset's before it) are read as they are, and the field is read in either (the
+#: version 2 adds ``reference_ms`` (reference forwards, predictor.host_references), version 3
+#: ``forward_spread`` (how steadily they ran, predictor.host_spread); earlier profiles (the
+#: dataset's before each) are read as they are, and either field is read in any version (the
 #: published schema cannot tie an optional field to a version, and a reader loses nothing by it)
-HOST_PROFILE_SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)
+HOST_PROFILE_SCHEMA_VERSION = 3
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 #: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
 HOSTS_FOLDER = "hosts"
 
@@ -74,6 +75,9 @@ REFERENCE_PRECISIONS = ("fp32", "fp16", "bf16")
 #: plausible bounds of one reference forward, in milliseconds (the three take 1-10 ms on the H200)
 MIN_REFERENCE_MS = 0.01
 MAX_REFERENCE_MS = 10_000.0
+#: the largest plausible ``forward_spread`` (p90 / p10 of one forward's timings): the contended
+#: H200 cores spread a run's forwards up to 4x; a hundredfold is a broken timer, not a host
+MAX_FORWARD_SPREAD = 100.0
 
 
 def reference_key(model: str, batch: int, precision: str) -> str:
@@ -109,7 +113,7 @@ class HostProfile(BaseModel):
     #: strict: a cost is a JSON number, not "8.5"; a core count an integer (8 or 8.0), not true
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    schema_version: Literal[1, 2] = Field(description="version of this schema; readers refuse others")
+    schema_version: Literal[1, 2, 3] = Field(description="version of this schema; readers refuse others")
     id: HostId
     label: Literal["measured", "estimated"] = Field(
         description="'measured': by the GPU probe on this host; 'estimated': scaled from a measured "
@@ -129,6 +133,12 @@ class HostProfile(BaseModel):
         json_schema_extra={"propertyNames": {"enum": list(REFERENCE_KEYS)}, "minProperties": 1,
                            "additionalProperties": {"type": "number", "minimum": MIN_REFERENCE_MS,
                                                     "maximum": MAX_REFERENCE_MS}})
+    forward_spread: float | None = Field(
+        None, ge=1.0, le=MAX_FORWARD_SPREAD,
+        description="how steadily the reference forwards ran while probed (through a run's rounds for a run's "
+                    "profile): per forward the 90th over the 10th percentile of its timings, the median over "
+                    "the forwards (schema version 3). Eager accuracy follows it: an eager prediction's interval "
+                    "is sized by it, and a host above 1.3 is warned of")
     cpu_score_ns: float | None = Field(
         None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
                                 "what an estimated profile is scaled by")
@@ -261,6 +271,12 @@ def mean_references(measured: Sequence[Mapping[str, float] | None]) -> dict[str,
             for k in keys}
 
 
+def mean_spread(spreads: Sequence[float | None]) -> float | None:
+    """The geometric mean of the spreads measured (None where none was)."""
+    present = [s for s in spreads if s is not None]
+    return math.exp(math.fsum(map(math.log, present)) / len(present)) if present else None
+
+
 def mean_cpu_score(before: HostProfile, after: HostProfile) -> float | None:
     """The CPU score of a run probed before and after: the geometric mean of the two (the
     probe before's where the one after has none)."""
@@ -279,6 +295,7 @@ def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
         "schema_version": max(before.schema_version, after.schema_version),
         "costs_us": mean_costs([before.costs_us, after.costs_us]), "cpu_score_ns": mean_cpu_score(before, after),
         "reference_ms": mean_references([before.reference_ms, after.reference_ms]), "probe_seconds": None,
+        "forward_spread": mean_spread([before.forward_spread, after.forward_spread]),
         "note": (f"{before.note + ': ' if before.note else ''}geometric mean of probes {before.id} "
                  f"and {after.id}")[:500]})
 

@@ -31,6 +31,7 @@ from predictor.host_profile import (
     parse_reference_key,
 )
 from predictor.host_references import Calibration, calibrate, reference_graph
+from predictor.host_spread import eager_interval_log, unsteady_warning
 from predictor.kernel_config import KernelConfig, kernel_config
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
@@ -382,6 +383,19 @@ class Predictor:
         return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
                            is_fallback, is_launched & is_kernel, kinds)
 
+    def interval_log(self, mode: str, host: HostProfile | None = None) -> float:
+        """The half-width in log space of a prediction's 90% interval: the bundle's for ``mode``;
+        for an eager one on ``host``, sized by how steadily it ran forwards where its profile says
+        (predictor.host_spread), and widened on an estimated profile by what scaling a measured
+        profile by the CPU's speed missed on the measured hosts."""
+        widths = self.composition.get("interval_log", {})
+        q = float(widths.get(mode, 0.25))
+        if mode == "eager" and host is not None:
+            q = eager_interval_log(host, q, float(widths.get("cudagraph", 0.0)))
+            if host.label == "estimated":
+                q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
+        return q
+
     def predict(self, graph: Graph, batch: int | None = None, precision: str = "fp32",
                 mode: str = "cudagraph", with_layers: bool = True, host: HostProfile | None = None) -> Prediction:
         """Latency of ``graph`` (at its own batch unless ``batch`` overrides it); without its
@@ -428,10 +442,9 @@ class Predictor:
                   for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),
                                                  times.high_us.tolist(), times.host_us.tolist())] \
             if with_layers and times is not None else []
-        q = self.composition.get("interval_log", {}).get(mode, 0.25)
-        if eager and host is not None and host.label == "estimated":
-            # what scaling a measured profile by the CPU's speed missed on the measured hosts
-            q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
+        q = self.interval_log(mode, named)
+        if eager and named is not None and (unsteady := unsteady_warning(named)) is not None:
+            warnings.append(unsteady)
         unsupported = []
         if calibration is not None and calibration.warning():
             warnings.append(str(calibration.warning()))

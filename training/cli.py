@@ -179,7 +179,7 @@ def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, 
     _write_tables(out, {"predictions": report.predictions, "by_condition_method_batch": report.table,
                         "probes": report.profiles})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
-    formats = {"within10": pct, "MAPE": pct, "median ratio": "{:.2f}".format}
+    formats = {"within10": pct, "MAPE": pct, "median ratio": "{:.2f}".format, "coverage90": pct}
     click.echo(report.table.to_string(index=False, formatters=formats))
     click.echo("")
     click.echo(report.overall.to_string(index=False, formatters=formats))

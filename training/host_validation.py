@@ -17,6 +17,7 @@ scored):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,17 +123,21 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
                     "estimate/probe median": float(np.median(ratios)), "min": float(ratios.min()),
                     "max": float(ratios.max())})
             for method, host in hosts.items():
+                predicted_ms = predict_run(r, held[r.model], host) / 1e3
+                q = predictor.interval_log("eager", host)  # (sized by the host's spread where it has one)
                 rows.append({"condition": condition, "method": method, "model": r.model, "batch": r.batch,
                              "precision": r.precision, "host": host.id, "measured_ms": r.measured_us / 1e3,
-                             "predicted_ms": predict_run(r, held[r.model], host) / 1e3})
+                             "predicted_ms": predicted_ms, "low_ms": predicted_ms * math.exp(-q),
+                             "high_ms": predicted_ms * math.exp(q)})
     return pd.DataFrame(rows), pd.DataFrame(profiles)
 
 
 def _scores(group: pd.DataFrame) -> dict[str, float]:
     errors = ape(group["predicted_ms"], group["measured_ms"])
     ratio = group["predicted_ms"] / group["measured_ms"]
+    covered = (group["low_ms"] <= group["measured_ms"]) & (group["measured_ms"] <= group["high_ms"])
     return {"runs": len(group), "within10": float(np.mean(errors <= 0.1)), "MAPE": float(np.mean(errors)),
-            "median ratio": float(ratio.median())}
+            "median ratio": float(ratio.median()), "coverage90": float(covered.mean())}
 
 
 def validate_hosts(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> HostReport:

@@ -156,3 +156,29 @@ def test_a_runs_profile_carries_the_reference_forwards_sampled_between_its_round
     assert RoundSampler("cpu").references == ()
     plain = before.model_copy(update={"reference_ms": None})
     assert run_profile(plain, plain, []).reference_ms is None
+
+
+def test_a_probe_and_a_run_say_how_steadily_the_reference_forwards_ran() -> None:
+    from collectors.host_probe import REFERENCE_REPS, REFERENCE_ROUNDS, RoundSampler, run_profile
+    from collectors.reference_forwards import MIN_SPREAD_SAMPLES
+
+    profile = probe("cpu", loop_us=1000, rounds=2, references=[ONE_REFERENCE])
+    assert REFERENCE_ROUNDS * REFERENCE_REPS >= MIN_SPREAD_SAMPLES  # a whole probe times enough of them
+    assert profile.forward_spread is not None and profile.forward_spread >= 1.0
+    assert profile.schema_version == 3
+    sampler = RoundSampler("cpu", references=[ONE_REFERENCE])
+    sampler()
+    sampler()
+    assert len(sampler.reference_timings[ONE_REFERENCE]) == 6  # every timing kept, not only each sample's median
+    # the run's spread is read from the timings through its rounds, not from its probes'
+    sampler.reference_timings = {ONE_REFERENCE: [1.0] * 5 + [3.0] * 5}
+    run = run_profile(profile, profile, sampler.samples, reference_samples=sampler.reference_samples,
+                      reference_timings=sampler.reference_timings)
+    assert run.forward_spread == pytest.approx(3.0)
+    # too few timings through the rounds: the probes' spreads, their geometric mean
+    steady = profile.model_copy(update={"id": "cpu-steady", "forward_spread": 1.1})
+    shaky = profile.model_copy(update={"id": "cpu-shaky", "forward_spread": 1.6})
+    assert run_profile(steady, shaky, [], reference_timings={ONE_REFERENCE: [1.0, 2.0]}).forward_spread == \
+        pytest.approx((1.1 * 1.6) ** 0.5)
+    assert run_profile(profile.model_copy(update={"forward_spread": None}), profile.model_copy(
+        update={"id": "cpu-other", "forward_spread": None}), []).forward_spread is None

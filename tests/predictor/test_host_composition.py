@@ -20,6 +20,7 @@ from predictor.host_profile import (
     HOST_KINDS,
     SCHEMA_FILE,
     HostConflictError,
+    HostProfile,
     HostProfileError,
     HostStore,
     UnknownHostError,
@@ -29,6 +30,7 @@ from predictor.host_profile import (
     mean_profile,
     parse_profile,
 )
+from predictor.host_spread import spread_interval_log
 from predictor.predict import ESTIMATED_EXTRA_LOG, Predictor
 from predictor.zoo import load_zoo_graph
 
@@ -204,7 +206,10 @@ def test_a_probed_profile_parses_with_its_costs_in_kind_order() -> None:
     (changed(costs_us={"gemm": -1.0}), "costs_us: gemm: -1.0"),
     (changed(costs_us={"gemm": 1e9}), "costs_us: gemm: 1000000000.0"),
     (changed(costs_us={"norm": math.nan}), "costs_us: norm: nan"),
-    (changed(schema_version=3), "schema_version: 3"),
+    (changed(schema_version=4), "schema_version: 4"),
+    (changed(schema_version=3, forward_spread=0.5), "forward_spread: "),
+    (changed(schema_version=3, forward_spread=1e4), "forward_spread: "),
+    (changed(schema_version=3, forward_spread="1.2"), "forward_spread: "),
     (changed(schema_version=2, reference_ms={"nas-1002|b4|fp16": 3.0}),
      r"reference_ms: unknown reference forward\(s\) nas-1002\|b4"),
     (changed(schema_version=2, reference_ms={"nas-1002|b1|fp16": 0.0}), r"reference_ms: nas-1002\|b1\|fp16: 0.0 ms"),
@@ -297,3 +302,29 @@ def test_a_profile_validates_against_the_published_schema() -> None:
         js.validate(changed(costs_us={"gpu_launch": 3.0}), schema)
     with pytest.raises(js.ValidationError):
         js.validate(changed(costs_us={"gemm": 1e9}), schema)
+
+
+def test_an_eager_interval_follows_how_steadily_the_host_ran_its_forwards(hostless: Predictor) -> None:
+    graph = load_zoo_graph("resnet18")
+    widths = hostless.bundle.composition["interval_log"]
+
+    def half_width(host: HostProfile, mode: str = "eager") -> float:
+        p = hostless.predict(graph, 1, "fp16", mode, host=host)
+        return math.log(p.high_ms / p.total_ms)
+
+    steady = HOST.model_copy(update={"id": "test-steady", "schema_version": 3, "forward_spread": 1.1})
+    shaky = HOST.model_copy(update={"id": "test-shaky", "schema_version": 3, "forward_spread": 2.0})
+    still = HOST.model_copy(update={"id": "test-still", "schema_version": 3, "forward_spread": 1.0})
+    assert half_width(HOST) == pytest.approx(widths["eager"])  # no spread measured: the bundle's one width
+    assert half_width(steady) == pytest.approx(spread_interval_log(1.1)) and half_width(steady) < widths["eager"]
+    assert half_width(shaky) == pytest.approx(spread_interval_log(2.0)) and half_width(shaky) > widths["eager"]
+    assert half_width(still) == pytest.approx(widths["cudagraph"])  # never narrower than the kernels' own error
+    # the same costs: only the interval differs, and a captured graph's does not depend on the host
+    assert hostless.predict(graph, 1, "fp16", "eager", host=shaky).total_ms == \
+        hostless.predict(graph, 1, "fp16", "eager", host=HOST).total_ms
+    assert half_width(shaky, "cudagraph") == pytest.approx(widths["cudagraph"])
+    # an unsteady host is said, by name and spread; a steady one is not
+    warned = hostless.predict(graph, 1, "fp16", "eager", host=shaky).warnings
+    assert any("test-shaky" in w and "2.00x" in w for w in warned)
+    assert not any("apart (p90/p10)" in w for w in hostless.predict(graph, 1, "fp16", "eager", host=steady).warnings)
+    assert not any("apart (p90/p10)" in w for w in hostless.predict(graph, 1, "fp16", "cudagraph", host=shaky).warnings)

@@ -73,6 +73,8 @@ def test_a_posted_profile_is_stored_listed_and_served(client: Any, config: Servi
     (lambda p: p.pop("cpu_cores"), "cpu_cores", "required"),
     (lambda p: p.update(reference_ms={"resnet50|b1|fp16": 3.0}), "reference_ms", "unknown reference forward"),
     (lambda p: p.update(reference_ms={"nas-1004|b1|fp16": -2.0}), "reference_ms", "-2.0 ms is not a plausible"),
+    (lambda p: p.update(schema_version=3, forward_spread=0.8), "forward_spread", "greater than or equal to 1"),
+    (lambda p: p.update(schema_version=3, forward_spread=1e6), "forward_spread", "less than or equal to 100"),
 ])
 def test_an_invalid_profile_is_a_422_naming_the_field(client: Any, config: ServiceConfig, change: Any,
                                                       field: str, words: str) -> None:
@@ -180,6 +182,22 @@ def test_a_profile_with_reference_forwards_is_predicted_from_its_costs_and_warns
     assert any("reference forwards ran 2.00x" in w and "probe again" in w for w in got["warnings"])
     sheet = client.get("/v1/latency?model=resnet50&batch=1&mode=eager&precision=fp16&host=forwards-host&format=txt")
     assert float(sheet.get_data(as_text=True)) == pytest.approx(got["total_ms"], rel=1e-3)
+
+
+def test_an_unsteady_hosts_eager_answer_says_so_with_a_wider_interval(client: Any, default: dict[str, Any]) -> None:
+    """A profile of schema version 3 says how steadily its reference forwards ran; the interval of an
+    eager answer for it is sized by that, and a host that wavered is named in ``warnings``."""
+    for host_id, spread in (("steady-host", 1.1), ("shaky-host", 2.0)):
+        profile = {**default, "schema_version": 3, "id": host_id, "label": "measured", "forward_spread": spread}
+        assert client.post("/v1/hosts", json=profile).status_code == 201
+    body = {"model": "resnet50", "batch": 1, "mode": "eager", "precision": "fp16"}
+    steady = client.post("/v1/predict", json={**body, "host": "steady-host"}).get_json()
+    shaky = client.post("/v1/predict", json={**body, "host": "shaky-host"}).get_json()
+    assert steady["total_ms"] == pytest.approx(shaky["total_ms"], rel=1e-12)  # the same costs
+    assert shaky["high_ms"] / shaky["total_ms"] > steady["high_ms"] / steady["total_ms"]
+    assert any("shaky-host" in w and "2.00x apart" in w for w in shaky["warnings"])
+    assert not any("apart (p90/p10)" in w for w in steady["warnings"])
+    assert client.get("/v1/hosts/shaky-host").get_json()["profile"]["forward_spread"] == 2.0
 
 
 @pytest.mark.parametrize("host, status", [("no-such-host", 404), ("missing.json", 404), ("../../etc/passwd", 422),

@@ -1,0 +1,58 @@
+"""How steadily a host runs eager forwards, and what that does to an eager prediction's interval.
+
+An eager forward at small batch runs at the pace of the CPU that issues it, and that pace wavers
+with what else the host does. How closely a host repeats one forward bounds how closely any
+prediction can land on it: over the zoo's eager runs on the H200 machines (19 host conditions,
+machines 1-20, quiet and with the issuing core shared), the conditions whose runs spread p90/p10
+by at most 1.2x put 83% of runs within +-10% of their prediction from their own probe, those
+spreading by 1.4x or more 30-46%; the 90% quantile of the error grew from about 11% to 30-55%.
+One interval for every host is then too wide on a steady one (it covered 100% of machine 19's
+runs) and too narrow on an unsteady one (as little as 39% of a contended core's).
+
+So a host profile carries ``forward_spread`` (the probe's reference forwards, p90/p10 of their
+timings; a run's profile, of those timed between its rounds), and an eager prediction's 90%
+interval is sized by it: half-width ``SPREAD_INTERVAL_BASE_LOG + SPREAD_INTERVAL_SLOPE x
+ln(spread)`` in log space, never narrower than a captured graph's (what the kernel models alone
+are off by). A profile without one (probed before version 3) keeps the bundle's one width.
+"""
+
+from __future__ import annotations
+
+import math
+
+from predictor.host_profile import HostProfile
+
+#: The 90% quantile of |log(predicted / measured)| of a condition's eager runs, against the log of
+#: its runs' median p90/p10, fitted by least squares over the 16 conditions measured on machines
+#: 1-19 (``benchmarks/host_spread_interval.py``, which prints the fit and each condition's
+#: coverage; machine 20's three conditions, measured before the probe recorded a spread, and
+#: machine 21's, the first with it, measured after the fit, were held out).
+SPREAD_INTERVAL_BASE_LOG = 0.044
+SPREAD_INTERVAL_SLOPE = 0.588
+#: above this spread a host is said to be unsteady: there fewer than two thirds of the runs came
+#: within +-10% (the conditions spreading 1.2-1.4x put 69% there, those above 1.4x 30-46%)
+UNSTEADY_SPREAD = 1.3
+
+
+def spread_interval_log(spread: float) -> float:
+    """The half-width in log space of an eager 90% interval on a host whose forwards spread
+    ``spread`` (p90/p10)."""
+    return SPREAD_INTERVAL_BASE_LOG + SPREAD_INTERVAL_SLOPE * math.log(spread)
+
+
+def eager_interval_log(host: HostProfile, fitted_log: float, floor_log: float = 0.0) -> float:
+    """The half-width of an eager prediction's 90% interval on ``host``: from its spread where its
+    profile has one (at least ``floor_log``, a captured graph's width), else ``fitted_log``, the
+    bundle's one width for every host."""
+    if host.forward_spread is None:
+        return fitted_log
+    return max(spread_interval_log(host.forward_spread), floor_log)
+
+
+def unsteady_warning(host: HostProfile) -> str | None:
+    """What an eager prediction says of a host whose forwards wavered while it was probed, or None."""
+    if host.forward_spread is None or host.forward_spread <= UNSTEADY_SPREAD:
+        return None
+    return (f"host {host.id} ran its reference forwards {host.forward_spread:.2f}x apart (p90/p10) while "
+            f"probed: eager latency there repeats no closer than that, so this is its median with an interval "
+            f"widened to match; probe again on a quieter host for a tighter one")
