@@ -40,7 +40,6 @@ from collectors.fingerprint import cpu_model
 from predictor.host_profile import (
     CALIBRATION_KEYS,
     HOST_KINDS,
-    HOST_PROFILE_SCHEMA_VERSION,
     HostProfile,
     make_id,
     mean_costs,
@@ -48,6 +47,7 @@ from predictor.host_profile import (
     mean_references,
     mean_spread,
     parse_profile,
+    profile_version,
 )
 
 #: how long one timed loop of a kind lasts, and rounds: 8 kinds x 12 rounds x 10 ms is a second
@@ -196,13 +196,14 @@ def probe(device: str = "cuda", note: str | None = None, loop_us: float = LOOP_U
     score = cpu_score_ns()
     gpu = torch.cuda.get_device_name(0) if device.startswith("cuda") else None
     fields: dict[str, Any] = {
-        "schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "measured", "costs_us": costs,
+        "label": "measured", "costs_us": costs,
         "reference_ms": reference_ms, "forward_spread": forward_spread, "cpu_score_ns": score,
         "cpu_model": cpu_model(), "cpu_cores": os.cpu_count() or 1,
         "torch_version": torch.__version__, "cuda_version": torch.version.cuda, "gpu": gpu,
         "hostname": platform.node() or None, "measured_at": datetime.now(UTC).isoformat(),
         "note": note,
     }
+    fields["schema_version"] = profile_version(fields)
     fields["probe_seconds"] = round(time.perf_counter() - started, 3)
     fields["id"] = make_id(fields, gpu or "cpu")
     return parse_profile(fields)
@@ -271,7 +272,7 @@ def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str,
     from collectors.reference_forwards import spread
 
     forward_spread = spread(reference_timings or {})
-    fields = {**before.model_dump(mode="json"), "schema_version": HOST_PROFILE_SCHEMA_VERSION,
+    fields = {**before.model_dump(mode="json"),
               "costs_us": mean_costs([before.costs_us, *samples, after.costs_us]),
               "forward_spread": forward_spread if forward_spread is not None else mean_spread(
                   [before.forward_spread, after.forward_spread]),
@@ -279,6 +280,7 @@ def run_profile(before: HostProfile, after: HostProfile, samples: list[dict[str,
               "cpu_score_ns": mean_cpu_score(before, after), "probe_seconds": None,
               "note": (f"{note + ': ' if note else ''}the run's geometric mean of probes {before.id} and {after.id} "
                        f"and {len(samples)} samples between its rounds")[:500]}
+    fields["schema_version"] = profile_version(fields)
     fields["id"] = make_id(fields, before.gpu or "cpu")
     return parse_profile(fields)
 

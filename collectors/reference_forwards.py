@@ -12,6 +12,7 @@ so a run's profile carries what its own rounds saw of the host.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 import time
@@ -23,7 +24,7 @@ from collectors.forward_timing import eager_timer, synchronize
 from collectors.model_build import bound_forward, build_model, under_precision
 from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import torch_dtype
-from predictor.host_profile import CALIBRATION_KEYS, parse_reference_key
+from predictor.host_profile import CALIBRATION_KEYS, MAX_FORWARD_SPREAD, parse_reference_key
 from predictor.precision import get_precision
 
 WARMUP = 3
@@ -116,10 +117,6 @@ class ReferenceForwards:
                 last_s = time.perf_counter() - started
         return dict(samples)
 
-    def median_ms(self, rounds: int, reps: int, seed: int = 0) -> dict[str, float]:
-        """Per forward, the median of ``time``'s samples: what a profile's ``reference_ms`` holds."""
-        return medians(self.time(rounds, reps, seed))
-
 
 def medians(samples: dict[str, list[float]]) -> dict[str, float]:
     """Per forward, the median of its samples (``ReferenceForwards.time``'s)."""
@@ -135,11 +132,14 @@ def spread(samples: dict[str, list[float]]) -> float | None:
     90th percentile over its 10th; the median over those forwards (None where none has enough).
 
     What it is for (predictor.host_spread): how closely a host repeats an eager forward bounds how
-    closely any prediction can land on it. Over the H200 machines' zoo runs, hosts whose forwards
-    spread by at most 1.2x put 83% of eager runs within +-10%; by 1.4x or more, 30-46%."""
+    closely any prediction can land on it. That was measured on the zoo's own runs (their p90/p10
+    ordered how many came within +-10%); this estimates it from the reference forwards, which on
+    the one machine measured both ways (machine 21) spread more than the zoo's longer forwards."""
     ratios = []
     for timings in samples.values():
-        if len(timings) >= MIN_SPREAD_SAMPLES:
-            deciles = statistics.quantiles(timings, n=10, method="inclusive")
-            ratios.append(deciles[-1] / deciles[0] if deciles[0] > 0 else float("inf"))
-    return float(statistics.median(ratios)) if ratios else None
+        timed = [t for t in timings if t > 0 and math.isfinite(t)]  # (a clock that read nothing says nothing)
+        if len(timed) >= MIN_SPREAD_SAMPLES:
+            deciles = statistics.quantiles(timed, n=10, method="inclusive")
+            ratios.append(deciles[-1] / deciles[0])
+    # capped at what a profile holds: a run's minutes of measured rows must never be lost to it
+    return min(float(statistics.median(ratios)), MAX_FORWARD_SPREAD) if ratios else None

@@ -26,16 +26,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
 from predictor.validation import INTEGRAL_FLOAT, validation_message
 
 #: version 2 adds ``reference_ms`` (reference forwards, predictor.host_references), version 3
 #: ``forward_spread`` (how steadily they ran, predictor.host_spread); earlier profiles (the
-#: dataset's before each) are read as they are, and either field is read in any version (the
-#: published schema cannot tie an optional field to a version, and a reader loses nothing by it)
+#: dataset's before each) are read as they are. A profile is written at the lowest version that
+#: holds its fields (``profile_version``), so a latpred that reads up to version 2 still reads
+#: every profile without a spread; a spread in a profile of version 1 or 2 is refused, since
+#: such a reader could not read it (``reference_ms`` predates that rule: it is read in any version)
 HOST_PROFILE_SCHEMA_VERSION = 3
 READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+#: the version that introduced ``forward_spread``
+SPREAD_SCHEMA_VERSION = 3
 #: the folder of a device's dataset that holds the profiles probed beside its sweeps and runs
 HOSTS_FOLDER = "hosts"
 
@@ -137,8 +141,9 @@ class HostProfile(BaseModel):
         None, ge=1.0, le=MAX_FORWARD_SPREAD,
         description="how steadily the reference forwards ran while probed (through a run's rounds for a run's "
                     "profile): per forward the 90th over the 10th percentile of its timings, the median over "
-                    "the forwards (schema version 3). Eager accuracy follows it: an eager prediction's interval "
-                    "is sized by it, and a host above 1.3 is warned of")
+                    "the forwards (schema version 3). How closely a host repeats a forward bounds how closely "
+                    "any prediction lands on it: an eager prediction's interval on a measured GPU is sized by "
+                    "it, and a host above 1.3 is warned of")
     cpu_score_ns: float | None = Field(
         None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
                                 "what an estimated profile is scaled by")
@@ -188,6 +193,14 @@ class HostProfile(BaseModel):
                                  f"{MAX_REFERENCE_MS:.0f} ms; are the units milliseconds?)")
         return {k: float(references[k]) for k in REFERENCE_KEYS if k in references}
 
+    @model_validator(mode="after")
+    def _spread_needs_its_version(self) -> HostProfile:
+        if self.forward_spread is not None and self.schema_version < SPREAD_SCHEMA_VERSION:
+            raise ValueError(f"forward_spread: given in a profile of schema_version {self.schema_version}; it is a "
+                             f"version {SPREAD_SCHEMA_VERSION} field (a reader of version {self.schema_version} "
+                             "could not read this profile): set schema_version to 3")
+        return self
+
     def cost(self, kind: str) -> float:
         return self.costs_us[kind]
 
@@ -207,10 +220,13 @@ class HostProfileError(ValueError):
 def parse_profile(data: Any) -> HostProfile:
     """A profile from JSON data; a ``HostProfileError`` naming the field where it is invalid
     (an unknown schema version is named as such, before any other field)."""
-    if isinstance(data, dict) and data.get("schema_version") not in (None, *READABLE_SCHEMA_VERSIONS):
-        raise HostProfileError(f"schema_version: {data.get('schema_version')!r} is not a host profile version "
-                               f"this latpred reads ({', '.join(map(str, READABLE_SCHEMA_VERSIONS))}); probe again "
-                               "with this latpred")
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(data, dict) and version not in (None, *READABLE_SCHEMA_VERSIONS):
+        newer = (isinstance(version, int) and not isinstance(version, bool)
+                 and version > max(READABLE_SCHEMA_VERSIONS))
+        fix = "written by a newer latpred: upgrade this one to read it" if newer else "probe again with this latpred"
+        raise HostProfileError(f"schema_version: {version!r} is not a host profile version this latpred reads "
+                               f"({', '.join(map(str, READABLE_SCHEMA_VERSIONS))}); {fix}")
     try:
         return HostProfile.model_validate(data)
     except ValidationError as exc:
@@ -227,6 +243,11 @@ def load_profile(path: Path) -> HostProfile:
         return parse_profile(data)
     except HostProfileError as exc:
         raise HostProfileError(f"{path}: {exc}") from None
+
+
+def profile_version(fields: Mapping[str, Any]) -> int:
+    """The lowest schema version that holds ``fields``: 3 with a ``forward_spread``, else 2."""
+    return SPREAD_SCHEMA_VERSION if fields.get("forward_spread") is not None else 2
 
 
 def make_id(fields: dict[str, Any], prefix: str = "h") -> str:
@@ -247,7 +268,7 @@ def estimate_profile(reference: HostProfile, cpu_score_ns: float, **fields: Any)
     if reference.cpu_score_ns is None:
         raise HostProfileError(f"profile {reference.id} has no cpu_score_ns: it cannot be scaled to another CPU")
     ratio = cpu_score_ns / reference.cpu_score_ns
-    body = {"schema_version": HOST_PROFILE_SCHEMA_VERSION, "label": "estimated",
+    body = {"schema_version": 2, "label": "estimated",  # (no spread: an estimate never saw the host run)
             "costs_us": {k: v * ratio for k, v in reference.costs_us.items()}, "cpu_score_ns": cpu_score_ns,
             "estimated_from": reference.id, "gpu": None, **fields}
     body["id"] = make_id(body, "cpu")
@@ -292,7 +313,9 @@ def mean_profile(before: HostProfile, after: HostProfile) -> HostProfile:
     probes agreed within 5%; the mean of the pair was 1.30x."""
     return before.model_copy(update={
         "id": f"{before.id}_{after.id.rsplit('-', 1)[-1]}"[:64],
-        "schema_version": max(before.schema_version, after.schema_version),
+        "schema_version": max(before.schema_version, after.schema_version,
+                              profile_version({"forward_spread": mean_spread([before.forward_spread,
+                                                                              after.forward_spread])})),
         "costs_us": mean_costs([before.costs_us, after.costs_us]), "cpu_score_ns": mean_cpu_score(before, after),
         "reference_ms": mean_references([before.reference_ms, after.reference_ms]), "probe_seconds": None,
         "forward_spread": mean_spread([before.forward_spread, after.forward_spread]),

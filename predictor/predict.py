@@ -383,15 +383,23 @@ class Predictor:
         return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
                            is_fallback, is_launched & is_kernel, kinds)
 
+    def spread_sized(self) -> bool:
+        """Whether an eager interval here is sized by its host's forward spread: on a measured GPU,
+        where the line of predictor.host_spread was fitted (the H200's host conditions). A CPU's
+        forward is its own operators, not a host issuing to a GPU, and a transferred device's width
+        carries what its datasheet cannot tell: both keep their bundle's one width."""
+        return self.device.kind == "gpu" and self.provenance != TRANSFERRED
+
     def interval_log(self, mode: str, host: HostProfile | None = None) -> float:
         """The half-width in log space of a prediction's 90% interval: the bundle's for ``mode``;
         for an eager one on ``host``, sized by how steadily it ran forwards where its profile says
-        (predictor.host_spread), and widened on an estimated profile by what scaling a measured
-        profile by the CPU's speed missed on the measured hosts."""
+        (predictor.host_spread; on a measured GPU), and widened on an estimated profile by what
+        scaling a measured profile by the CPU's speed missed on the measured hosts."""
         widths = self.composition.get("interval_log", {})
         q = float(widths.get(mode, 0.25))
         if mode == "eager" and host is not None:
-            q = eager_interval_log(host, q, float(widths.get("cudagraph", 0.0)))
+            if self.spread_sized():
+                q = eager_interval_log(host, q, float(widths.get("cudagraph", 0.0)))
             if host.label == "estimated":
                 q += self.composition.get("estimated_host_extra_log", ESTIMATED_EXTRA_LOG)
         return q
@@ -402,7 +410,8 @@ class Predictor:
         per-layer breakdown when ``with_layers`` is false (a NAS loop wants the totals of
         thousands of graphs; their layer objects cost a tenth of a new graph's prediction).
         An eager forward is issued by ``host`` (default: the host that measured the bundle),
-        which the prediction names; an estimated profile widens its interval."""
+        which the prediction names; its interval follows how steadily the host ran its reference
+        forwards where its profile says (``interval_log``), and an estimated profile widens it."""
         batch = graph.batch if batch is None else batch
         if type(batch) is int and type(precision) is str and type(mode) is str:
             _checked_variant(batch, precision, mode)
@@ -443,7 +452,7 @@ class Predictor:
                                                  times.high_us.tolist(), times.host_us.tolist())] \
             if with_layers and times is not None else []
         q = self.interval_log(mode, named)
-        if eager and named is not None and (unsteady := unsteady_warning(named)) is not None:
+        if eager and named is not None and self.spread_sized() and (unsteady := unsteady_warning(named)) is not None:
             warnings.append(unsteady)
         unsupported = []
         if calibration is not None and calibration.warning():

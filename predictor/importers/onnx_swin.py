@@ -148,7 +148,12 @@ def swin_calls(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, in
         bias = other(t.nodes[a], str(t.nodes[s].output[0]))
         if bias is None or bias not in t.static or len(t.shape(bias) or []) != 4:
             continue  # a bias the export computes shows its own calls
+        tokens = (t.shape(bias) or [0])[-1]
+        if math.isqrt(tokens) ** 2 != tokens:
+            continue  # not a square 2-D window (torchvision's video Swin: other tables, 27 slice writes)
         source, shown = _shown_views(t, bias, dropped)
+        # the gather is folded only where the views start from a stored tensor; from a computed one
+        # the export shows the Gather itself, and only the copy by .contiguous() is missing
         calls = [c for c in BIAS_KERNELS if source in t.weights or source in t.constants or c.fallback is None]
         calls += free(*BIAS_VIEWS[:max(0, len(BIAS_VIEWS) - shown)])
         found.after.setdefault(key.get(s, s), []).extend((c, bias) for c in calls)

@@ -115,7 +115,7 @@ def list_hosts() -> dict[str, Any]:
     when a request names none), then the stored ones by id. A bundle's profile wins over a
     stored one of the same id.
     """
-    fields = ("id", "label", "cpu_model", "cpu_cores", "gpu", "measured_at", "costs_us")
+    fields = ("id", "label", "cpu_model", "cpu_cores", "gpu", "measured_at", "costs_us", "forward_spread")
     rows = [{**profile.model_dump(mode="json", include=set(fields)), "source": "bundle", "device": device,
              "default": default, "url": _url(profile.id)} for device, profile, default in _carried()]
     rows += [{**profile.model_dump(mode="json", include=set(fields)), "source": "stored", "device": None,

@@ -35,6 +35,9 @@ class HostListItem(ResponseModel):
     gpu: str | None = None
     measured_at: str
     costs_us: dict[str, float] = Field(description="host time of one call of each kind, in microseconds")
+    forward_spread: float | None = Field(None, description="how steadily the host ran its reference forwards "
+                                                           "(p90/p10; schema version 3): an eager interval for it "
+                                                           "is sized by it")
     source: Source = Field(description="'bundle': carried by a served model bundle; 'stored': posted to "
                                        "/v1/hosts. A bundle's profile wins over a stored one of the same id")
     device: str | None = Field(None, description="the device whose bundle carries it (source 'bundle')")

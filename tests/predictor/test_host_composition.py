@@ -29,6 +29,7 @@ from predictor.host_profile import (
     json_schema,
     mean_profile,
     parse_profile,
+    profile_version,
 )
 from predictor.host_spread import spread_interval_log
 from predictor.predict import ESTIMATED_EXTRA_LOG, Predictor
@@ -226,8 +227,23 @@ def test_an_invalid_profile_is_refused_naming_the_field(data: dict, field: str) 
 
 
 def test_an_unknown_schema_version_is_named_before_any_other_field() -> None:
-    with pytest.raises(HostProfileError, match="^schema_version: 7 .*probe again"):
+    with pytest.raises(HostProfileError, match="^schema_version: 7 .*written by a newer latpred: upgrade"):
         parse_profile(changed(schema_version=7, id="", costs_us={"gemm": -1.0}))
+    with pytest.raises(HostProfileError, match="^schema_version: 0 .*probe again"):
+        parse_profile(changed(schema_version=0))
+
+
+def test_a_profile_is_written_at_the_lowest_version_that_holds_it() -> None:
+    """A reader of version 2 reads every profile without a spread; a spread needs version 3."""
+    assert profile_version({"forward_spread": None}) == 2 and profile_version({"forward_spread": 1.4}) == 3
+    estimate = estimate_profile(HOST.model_copy(update={"schema_version": 3, "forward_spread": 2.0}), 675.0,
+                                cpu_model="x", cpu_cores=1, measured_at="2026-01-02T00:00:00+00:00")
+    assert estimate.schema_version == 2 and estimate.forward_spread is None  # an estimate never saw the host run
+    with pytest.raises(HostProfileError, match="^forward_spread: given in a profile of schema_version 2"):
+        parse_profile(changed(schema_version=2, forward_spread=1.4))
+    spread = HOST.model_copy(update={"id": "test-spread", "schema_version": 3, "forward_spread": 1.44})
+    both = mean_profile(spread, HOST.model_copy(update={"id": "test-none", "schema_version": 2}))
+    assert both.forward_spread == pytest.approx(1.44) and both.schema_version == 3
 
 
 def test_the_store_adds_a_new_profile_accepts_it_again_and_never_overwrites(tmp_path: Path) -> None:
@@ -328,3 +344,15 @@ def test_an_eager_interval_follows_how_steadily_the_host_ran_its_forwards(hostle
     assert any("test-shaky" in w and "2.00x" in w for w in warned)
     assert not any("apart (p90/p10)" in w for w in hostless.predict(graph, 1, "fp16", "eager", host=steady).warnings)
     assert not any("apart (p90/p10)" in w for w in hostless.predict(graph, 1, "fp16", "cudagraph", host=shaky).warnings)
+
+
+def test_a_cpus_eager_interval_keeps_its_bundles_width_whatever_the_spread() -> None:
+    """The spread's line was fitted on hosts issuing to an H200: a CPU's forward is its own
+    operators, and its bundle's one width stands (nor is a CPU host warned of by that line)."""
+    cpu = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "cpu-amd-epyc"), resolve_device("cpu-amd-epyc"))
+    assert cpu.host is not None and not cpu.spread_sized()
+    graph = load_zoo_graph("resnet18")
+    steady = cpu.host.model_copy(update={"id": "cpu-steady", "schema_version": 3, "forward_spread": 1.05})
+    plain, told = (cpu.predict(graph, 1, "fp32", "eager", host=h) for h in (cpu.host, steady))
+    assert told.high_ms / told.total_ms == pytest.approx(plain.high_ms / plain.total_ms)
+    assert math.log(plain.high_ms / plain.total_ms) == pytest.approx(cpu.bundle.composition["interval_log"]["eager"])

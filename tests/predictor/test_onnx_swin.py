@@ -36,13 +36,13 @@ def _model(nodes: list, inputs: dict[str, list[int]], outputs: dict[str, list[in
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
-def swin_blocks(names: list[str], shared_mask: bool = True) -> bytes:
+def swin_blocks(names: list[str], shared_mask: bool = True, tokens: int = TOKENS) -> bytes:
     """Window attentions as the dynamo exporter writes a Swin block's: the qkv projection (its
     bias named ``features.<names[i]>.attn.qkv.bias``), q @ k^T plus a folded relative position
     bias [1, heads, N, N], plus one stored mask [1, windows, 1, N, N] that every block reads
     (``shared_mask``: the exporter's common-subexpression elimination) or one mask each, softmax,
-    times v."""
-    n, d = TOKENS, C // HEADS
+    times v; ``tokens`` per window (a square 2-D window's by default)."""
+    n, d = tokens, C // HEADS
     ints = {"qkv_shape": [WINDOWS, n, 3, HEADS, d], "to_windows": [1, WINDOWS, HEADS, n, n],
             "back": [WINDOWS, HEADS, n, n], "windows": [WINDOWS, n, C], "i0": 0, "i1": 1, "i2": 2}
     stored: dict[str, np.ndarray] = {k: np.array(v, np.int64) for k, v in ints.items()}
@@ -73,7 +73,7 @@ def swin_blocks(names: list[str], shared_mask: bool = True) -> bytes:
         x = f"{p}x"
         nodes.append(helper.make_node("Reshape", [f"{p}o", f"{p}shape"], [x]))
         stored[f"{p}shape"] = np.array([WINDOWS, n, C], np.int64)
-    return _model(nodes, {"image": [1, WINDOWS * TOKENS, C]}, {x: [WINDOWS, TOKENS, C]}, stored)
+    return _model(nodes, {"image": [1, WINDOWS * n, C]}, {x: [WINDOWS, n, C]}, stored)
 
 
 def put_back(graph: Graph) -> list[tuple[str, str, str | None, int]]:
@@ -114,6 +114,14 @@ def test_a_mask_the_exporter_shares_is_computed_again_in_each_later_block() -> N
     assert "Swin relative position bias x2" in said and "Swin attention mask shared by the exporter x1" in said
     own = graph_from_onnx(swin_blocks(["1.1", "1.3"], shared_mask=False), batch=1)
     assert not [c for c in put_back(own) if c[1] in ("new_zeros", "__setitem__", "sub")]
+
+
+def test_a_window_that_is_not_a_square_gets_none_of_a_2d_swins_calls() -> None:
+    """torchvision's video Swin has the same parameter names and 3-D windows (2 x 2 x 2 tokens
+    here): its table, index and mask are other calls, so none of the 2-D block's are put back."""
+    graph = graph_from_onnx(swin_blocks(["0.1", "0.3"], tokens=8), batch=1)
+    assert put_back(graph) == []
+    assert not any("Swin" in a for a in graph.meta.get("assumptions", []))
 
 
 def test_a_model_without_swins_names_gets_none_of_its_calls() -> None:

@@ -198,6 +198,8 @@ def test_an_unsteady_hosts_eager_answer_says_so_with_a_wider_interval(client: An
     assert any("shaky-host" in w and "2.00x apart" in w for w in shaky["warnings"])
     assert not any("apart (p90/p10)" in w for w in steady["warnings"])
     assert client.get("/v1/hosts/shaky-host").get_json()["profile"]["forward_spread"] == 2.0
+    listed = {h["id"]: h for h in client.get("/v1/hosts").get_json()["hosts"]}
+    assert listed["shaky-host"]["forward_spread"] == 2.0 and listed[default["id"]]["forward_spread"] is None
 
 
 @pytest.mark.parametrize("host, status", [("no-such-host", 404), ("missing.json", 404), ("../../etc/passwd", 422),

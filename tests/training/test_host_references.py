@@ -158,3 +158,24 @@ def test_runs_measured_with_reference_forwards_carry_them_and_a_calibrating_pred
     assert ratio == pytest.approx(calibration.scale, rel=0.1) and ratio != pytest.approx(1.0, abs=1e-3)
     assert shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=profile).total_ms == \
         shipped.predict(graph, 1, "fp16", "eager", with_layers=False, host=plain).total_ms
+
+
+def test_a_condition_is_scored_with_how_often_its_intervals_hold_the_measurement() -> None:
+    import pandas as pd
+
+    from training.host_validation import _scores
+
+    runs = pd.DataFrame({"measured_ms": [1.0, 1.0, 1.0, 1.0], "predicted_ms": [1.05, 0.8, 1.0, 1.5],
+                         "low_ms": [0.9, 0.7, 1.01, 1.2], "high_ms": [1.1, 0.9, 1.2, 1.8]})
+    scores = _scores(runs)
+    assert scores["within10"] == 0.5 and scores["coverage90"] == 0.25  # only the first interval holds 1.0
+
+
+def test_the_first_runs_measured_with_a_forward_spread_name_profiles_that_carry_it() -> None:
+    """Machine 21's runs (2026-12-05) were the first whose profiles say how steadily the host ran
+    its reference forwards (schema version 3), read through each run's rounds."""
+    references = reference_profiles(DATASET)
+    runs = host_conditions(DATASET)["machine-21-contended"]
+    (named,) = set(runs["host_profile"])
+    profile = references[named]
+    assert profile.schema_version == 3 and profile.forward_spread is not None and profile.forward_spread > 1.3
