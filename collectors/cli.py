@@ -468,6 +468,10 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
         click.echo(f"host profile {profile.id} written to {out} ({time.perf_counter() - started:.1f} s)", err=True)
     if save:
         click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)
+    from predictor.host_spread import unsteady_warning
+
+    if (unsteady := unsteady_warning(profile)) is not None:  # said now, where the user can probe again
+        click.echo(f"warning: {unsteady}", err=True)
 
 
 def _measured_profile(device: str, note: str | None, references: bool = True,
