@@ -28,6 +28,7 @@ from typing import Any
 
 from predictor.graph import Node
 from predictor.importers import onnx_strides as st
+from predictor.importers.onnx_decoder import gqa_repeats, shown_upcasts
 from predictor.importers.onnx_encoder_layer import find_encoder_layers
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
@@ -61,6 +62,11 @@ MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v pro
        "projection, attention, output projection, no batch_first transposes); with an odd one "
        "F.multi_head_attention_forward, its batch_first transposes and the copies they force from batch 2 "
        "on. An export cannot show whether grad was on")
+
+GQA_REPEATS = ("{count} repeat(s) of grouped keys or values (unsqueeze, expand, a reshape that copies) before an "
+               "attention that takes no mask are left out: transformers' sdpa_attention_forward repeats them only "
+               "when it passes a mask (or is traced, as for an export); without one, SDPA reads them as they are "
+               "(enable_gqa)")
 
 
 def _dtype(elem_type: int | None) -> str:
@@ -135,6 +141,29 @@ def _as_strided(t: GraphTensors, n: Any) -> bool:
     return src is not None and t.nodes[src].op_type == "Reshape" and len(t.shape(n.input[0]) or [0, 0]) == 1
 
 
+#: what an exporter wraps a filled value in: its shape made, its type set
+_FILL_WRAPPERS = {"Expand", "Reshape", "Cast", "Unsqueeze", "Squeeze"}
+
+
+def _one_number(t: GraphTensors, name: str) -> bool:
+    """Whether ``name`` is one number made into a tensor, as an exporter writes the Python value of
+    ``x[a:b] = 1``: a ConstantOfShape (or a one-element Constant) through expands, reshapes and
+    casts. A tensor the model makes or stores, however uniform, is not: PyTorch runs or reads it."""
+    for _ in range(8):
+        i = t.producer.get(name)
+        if i is None:
+            return False
+        n = t.nodes[i]
+        if n.op_type == "ConstantOfShape":
+            return True
+        if n.op_type == "Constant":
+            return math.prod(t.shape(name) or [2]) == 1
+        if n.op_type not in _FILL_WRAPPERS or not n.input:
+            return False
+        name = str(n.input[0])
+    return False
+
+
 def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
     """Nodes that make no call in PyTorch: shape arithmetic on host values, constants and
     aliases, views of weights, an exporter's as_strided, the indices and the one fill value of
@@ -164,7 +193,7 @@ def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
                                       for u in users):
             drop.add(i)  # the indices of an in-place write: PyTorch takes them as Python slices
         elif static and users and all(u >= 0 and t.nodes[u].op_type in _SCATTERS and t.nodes[u].input[2] in outs
-                                      for u in users) and t.uniform(outs[0]) is not None:
+                                      for u in users) and _one_number(t, outs[0]):
             drop.add(i)  # the one value an in-place write fills (x[a:b] = 1): a Python number in PyTorch
         elif users and all(u in drop and _as_strided(t, t.nodes[u]) for u in users if u >= 0) \
                 and n.op_type == "Reshape" and -1 not in users:
@@ -207,6 +236,11 @@ class Emitter:
         self.encoder_layers = find_encoder_layers(t, self.fused)
         self.absorbed = {j for f in self.fused.values() for j in f.indices}
         self.drop = dropped_nodes(t, self.fused)
+        # attentions PyTorch runs without a mask: transformers repeats no grouped keys for them
+        maskless = {j for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts
+                    and mask_verdict(t, f) in ("", "causal") for j in f.indices}
+        repeats = gqa_repeats(t, maskless)
+        self.drop |= shown_upcasts(t) | repeats
         self.module_calls = module_calls(t, self.fused, self.drop)
         #: calls no export shows, after the node (or fused kernel) at each index, with the tensor
         #: that node writes
@@ -222,6 +256,8 @@ class Emitter:
         self.lay = TensorLayouts(t, attention, fresh)
         self.made_by = exporter(t)
         self.notes: Counter[str] = Counter()
+        if repeats:
+            self.notes["gqa"] = sum(t.nodes[i].op_type == "Reshape" for i in repeats)
 
     def nodes(self) -> list[Node]:
         out: list[Node] = []
@@ -248,7 +284,7 @@ class Emitter:
 
     def assumptions(self) -> list[str]:
         made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA,
-                "unread": UNREAD_MASK}
+                "unread": UNREAD_MASK, "gqa": GQA_REPEATS}
         said = [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
         found = (self.encoder_layers.assumption(), self.module_calls.assumption())
         return said + [sentence for sentence in found if sentence]
@@ -269,8 +305,9 @@ class Emitter:
         ``i`` writes or another the rule names (a fallback of that size where the catalogue
         refuses its parameters: never dropped)."""
         suffix = f"/{call.op.lower()}{j}"
+        extra = {"precisions": list(call.precisions)} if call.precisions else {}
         if call.fallback is None and (call.family is None or call.params is None):
-            return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[])
+            return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[], **extra)
         shape = self.t.shape(written) or [1]
         elements = self.t.per_sample(shape)
         kernel = None if call.family is None or call.params is None else kernel_fields(
@@ -279,7 +316,6 @@ class Emitter:
                             elements if call.fallback is None else call.fallback(elements, shape)}
         if call.layout and fields.get("kind") == "kernel":
             fields = {**fields, "layout": call.layout}
-        extra = {"precisions": list(call.precisions)} if call.precisions else {}
         return self._node(i, fields, suffix, call.op, reads=[written], writes=[written], **extra)
 
     def _single(self, i: int) -> list[Node]:

@@ -160,7 +160,10 @@ MODULE_CALLS_ASSUMPTION = (
     "DynamicCache update, a copy of its keys and values, as a forward with use_cache makes it; a torchvision Swin "
     "block's relative position bias, whose gather (a fallback) and contiguous copy an export folds into a stored "
     "tensor, and the attention mask of a shifted block that the exporter computes once for several blocks, as "
-    "PyTorch computes it in each) are put back for the modules their parameters' names tell: {modules}")
+    "PyTorch computes it in each; the casts to float32 and back of an RMS norm (Llama's, Qwen2's, T5's), kernels "
+    "at half precision only, at fp32 calls that return their input; a rotary embedding folded into stored cos and "
+    "sin tables, computed once per forward, and the unsqueezes of each rotation) are put back for the modules "
+    "their parameters' names tell: {modules}")
 
 
 @dataclass
@@ -235,4 +238,7 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
     from predictor.importers.onnx_swin import swin_calls  # (it builds on this module's calls)
 
     swin_calls(t, fused, key, dropped, found)
+    from predictor.importers.onnx_decoder import decoder_calls  # (likewise)
+
+    decoder_calls(t, fused, key, dropped, found)
     return found

@@ -3,8 +3,10 @@ ONNX graph's predictions with the torch trace's of the same model (parity)."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import warnings
+from pathlib import Path
 from typing import Any
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
@@ -12,6 +14,8 @@ from predictor.devices import resolve_device
 from predictor.graph import Graph
 from predictor.predict import Predictor
 
+#: the zoo's committed exports: <exporter>/<model>.onnx.gz (benchmarks/export_zoo_onnx.sh)
+ZOO_ONNX = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
 #: (precision, mode, batch) of every parity comparison, as benchmarks/onnx_parity.py
 VARIANTS = [(p, m, b) for p in ("fp32", "fp16") for m in ("cudagraph", "eager") for b in (1, 8, 32)]
 
@@ -29,6 +33,14 @@ def torchscript_export(module: Any, *example: Any, dynamic_batch: bool = False) 
         torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17, input_names=names,
                           dynamic_axes={n: {0: "batch"} for n in names} if dynamic_batch else None)
     return buf.getvalue()
+
+
+def zoo_export(exporter: str, model: str) -> Graph:
+    """The graph the ONNX importer makes of a zoo model's committed export, at batch 1 as the zoo's
+    torch traces are."""
+    from predictor.importers.onnx_graph import graph_from_onnx
+
+    return graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
 
 
 def h200_predictor() -> Predictor:

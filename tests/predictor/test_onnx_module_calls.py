@@ -4,10 +4,7 @@ zoo's torch traces."""
 
 from __future__ import annotations
 
-import gzip
-import warnings
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +16,8 @@ from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
-from tests.predictor.parity_helpers import h200_predictor, variants_off  # noqa: E402
+from tests.predictor.parity_helpers import h200_predictor, variants_off, zoo_export  # noqa: E402
 
-ZOO_ONNX = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
 NO_OPS = ("dropout", "contiguous", "_assert")
 
 
@@ -89,11 +85,6 @@ def predictor() -> Predictor:
     return h200_predictor()
 
 
-def zoo_export(exporter: str, model: str) -> Graph:
-    with warnings.catch_warnings():  # onnx's reference ops folding T5's shape arithmetic take a log of 0
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
-
 
 @pytest.mark.parametrize("exporter,model", [(e, m) for m in ("bert-base", "distilbert-base", "opt-125m", "vit_b_16",
                                                                "swin_t") for e in ("dynamo", "legacy")]
@@ -123,7 +114,8 @@ def test_t5s_float16_guard_runs_in_float16_only() -> None:
                        for n in g.nodes if n.precisions == ["fp16"])
 
     assert guards(graph) == guards(trace) and sum(guards(graph).values()) == 60
-    assert graph.at_precision("fp32").nodes == [n for n in graph.nodes if not n.precisions]
+    # (its norms' casts, onnx_decoder's, are calls at fp32 too: free there)
+    assert graph.at_precision("fp32").nodes == [n for n in graph.nodes if not n.precisions or "fp32" in n.precisions]
 
 
 @pytest.mark.parametrize("exporter,model", [("dynamo", "distilbert-base"), ("legacy", "distilbert-base"),

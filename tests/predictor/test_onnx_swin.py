@@ -4,10 +4,7 @@ written here, and on the zoo's committed Swin exports against the zoo's torch tr
 
 from __future__ import annotations
 
-import gzip
-import warnings
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +16,8 @@ from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
-from tests.predictor.parity_helpers import h200_predictor, variants_off  # noqa: E402
+from tests.predictor.parity_helpers import h200_predictor, variants_off, zoo_export  # noqa: E402
 
-ZOO_ONNX = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
 #: windows, tokens per window (a 2 x 2 window), channels, heads
 WINDOWS, TOKENS, C, HEADS = 4, 4, 8, 2
 
@@ -168,18 +164,23 @@ def test_slices_that_do_not_make_the_whole_tensor_are_no_roll() -> None:
     assert [n.op for n in graph.nodes] == ["Slice", "Slice", "Concat", "roll", "Relu"]
 
 
-def filled_slice(value: float) -> bytes:
+def filled_slice(value: float, from_buffer: bool = False) -> bytes:
     """``m[0:8] = value`` on a zero map [16, 16], as the legacy exporter writes it: the value as a
     filled tensor of the slice's shape (ConstantOfShape, Expand; too large for a host value),
-    scattered into the map."""
+    scattered into the map; or (``from_buffer``) ``m[0:8] = buf.abs()``, a stored buffer of that
+    value that the model computes on."""
     stored = {"map_shape": np.array([16, 16], np.int64), "rows_shape": np.array([8, 16], np.int64),
               "rows": np.arange(8, dtype=np.int64).reshape(8, 1)}
     fill = helper.make_tensor("v", TensorProto.FLOAT, [1], [value])
-    nodes = [helper.make_node("ConstantOfShape", ["map_shape"], ["zeros"]),
-             helper.make_node("ConstantOfShape", ["rows_shape"], ["filled"], value=fill),
-             helper.make_node("Expand", ["filled", "rows_shape"], ["updates"]),
-             helper.make_node("ScatterND", ["zeros", "rows", "updates"], ["m"]),
-             helper.make_node("Add", ["x", "m"], ["y"])]
+    nodes = [helper.make_node("ConstantOfShape", ["map_shape"], ["zeros"])]
+    if from_buffer:
+        stored["buf"] = np.full((8, 16), value, np.float32)
+        nodes.append(helper.make_node("Abs", ["buf"], ["updates"]))
+    else:
+        nodes += [helper.make_node("ConstantOfShape", ["rows_shape"], ["filled"], value=fill),
+                  helper.make_node("Expand", ["filled", "rows_shape"], ["updates"])]
+    nodes += [helper.make_node("ScatterND", ["zeros", "rows", "updates"], ["m"]),
+              helper.make_node("Add", ["x", "m"], ["y"])]
     return _model(nodes, {"x": [16, 16]}, {"y": [16, 16]}, stored)
 
 
@@ -189,17 +190,15 @@ def test_the_value_a_slice_write_fills_is_a_python_number() -> None:
     graph = graph_from_onnx(filled_slice(1.0))
     assert [(n.kind, n.op) for n in graph.nodes] == [("fallback", "ConstantOfShape"), ("free", "ScatterND"),
                                                      ("kernel", "Add")]
+    # a uniform tensor the model computes from a buffer is no Python number: PyTorch runs its call
+    computed = graph_from_onnx(filled_slice(1.0, from_buffer=True))
+    assert "Abs" in [n.op for n in computed.nodes if n.kind != "free"]
 
 
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
     return h200_predictor()
 
-
-def zoo_export(exporter: str, model: str) -> Graph:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return graph_from_onnx(gzip.decompress((ZOO_ONNX / exporter / f"{model}.onnx.gz").read_bytes()), batch=1)
 
 
 def gathers(g: Graph) -> Counter[int]:
