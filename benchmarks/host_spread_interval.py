@@ -79,7 +79,7 @@ def main() -> None:
         profile_spread = float(profile.median()) if len(profile) else float("nan")
         errors = g["error_log"].to_numpy()
         rows.append({
-            "condition": condition, "held out": condition.startswith(held), "runs": len(g),
+            "condition": condition, "held out": str(condition).startswith(held), "runs": len(g),
             "run spread": run_spread, "profile spread": profile_spread,
             "within10": float(g["within10"].mean()), "q90": float(np.quantile(errors, 0.9)),
             "covered: one width": float(np.mean(errors <= fixed)),
