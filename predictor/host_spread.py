@@ -20,7 +20,11 @@ What it does not do yet: the line was fitted on the runs' own spread, and the re
 (0.7-2 ms each, three timings a sample between rounds) spread more than the zoo's longer
 forwards: on machine 21, the one machine measured both ways, its profiles read 1.84-4.15x where
 its runs spread 1.25-1.67x, so its intervals covered 93-100% of its runs, not 90%. The same
-spread also widens a batch-128 forward, which the GPU paces, as much as a batch-1 one.
+spread widens a batch-128 forward, which the GPU paces, as much as a batch-1 one: from the runs'
+own spread the line covers 98% of the dataset's batch-128 runs and 89-91% at batch 1-32, and
+weighting it by how host-bound each forward is predicted to be (1 - its CUDA-graph time over its
+eager time) covered the held-out machines no better (83-98% against 82-94%): contended runs miss
+by as much when the GPU paces them, so it is not done.
 """
 
 from __future__ import annotations
