@@ -114,8 +114,11 @@ def host_kind(family: str | None) -> str:
 class HostProfile(BaseModel):
     """One host's per-call costs, and what identifies the host and its software."""
 
-    #: strict: a cost is a JSON number, not "8.5"; a core count an integer (8 or 8.0), not true
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    #: strict: a cost is a JSON number, not "8.5"; a core count an integer (8 or 8.0), not true.
+    #: The published schema says what ``_spread_needs_its_version`` checks: a spread only in version 3.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, json_schema_extra={
+        "if": {"properties": {"forward_spread": {"type": "number"}}, "required": ["forward_spread"]},
+        "then": {"properties": {"schema_version": {"const": SPREAD_SCHEMA_VERSION}}}})
 
     schema_version: Literal[1, 2, 3] = Field(description="version of this schema; readers refuse others")
     id: HostId

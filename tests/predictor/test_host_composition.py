@@ -316,6 +316,9 @@ def test_a_profile_validates_against_the_published_schema() -> None:
         js.validate(missing, schema)
     with pytest.raises(js.ValidationError, match="gpu_launch"):
         js.validate(changed(costs_us={"gpu_launch": 3.0}), schema)
+    js.validate(changed(schema_version=3, forward_spread=1.4), schema)
+    with pytest.raises(js.ValidationError, match="3 was expected"):  # a spread is a version 3 field
+        js.validate(changed(schema_version=2, forward_spread=1.4), schema)
     with pytest.raises(js.ValidationError):
         js.validate(changed(costs_us={"gemm": 1e9}), schema)
 
