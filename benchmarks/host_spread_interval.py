@@ -33,7 +33,7 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, read_metadata
 from predictor.host_profile import HostStore
 from predictor.host_spread import SPREAD_INTERVAL_BASE_LOG, SPREAD_INTERVAL_SLOPE, spread_interval_log
 from training.host_validation import host_conditions, predict_conditions
-from training.metrics import ape
+from training.metrics import ape, covered
 
 REPO = Path(__file__).resolve().parent.parent
 DATASET = REPO / "datasets" / "nvidia-h200"
@@ -68,7 +68,7 @@ def main() -> None:
     table["profile_spread"] = table["host_profile"].map(spreads)
     table["error_log"] = np.abs(np.log(table["predicted_ms"] / table["measured_ms"]))
     table["within10"] = ape(table["predicted_ms"], table["measured_ms"]) <= 0.1
-    table["covered"] = (table["low_ms"] <= table["measured_ms"]) & (table["measured_ms"] <= table["high_ms"])
+    table["covered"] = covered(table)
     metadata = read_metadata(bundle_dir)
     fixed = float(metadata["composition"]["interval_log"]["eager"])
     held = tuple(x for x in args.held_out.split(",") if x)

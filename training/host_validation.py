@@ -34,7 +34,7 @@ from predictor.predict import Predictor, default_host
 from training.composition import RunArrays, held_out_constants, predict_run, run_arrays
 from training.data import load_model_runs
 from training.hosts import estimate_of, reference_profiles
-from training.metrics import ape
+from training.metrics import ape, covered
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 
 LIVE_CONDITION = "bundle host (models/)"
@@ -135,9 +135,8 @@ def predict_conditions(bundle_dir: Path, dataset: Path,
 def _scores(group: pd.DataFrame) -> dict[str, float]:
     errors = ape(group["predicted_ms"], group["measured_ms"])
     ratio = group["predicted_ms"] / group["measured_ms"]
-    covered = (group["low_ms"] <= group["measured_ms"]) & (group["measured_ms"] <= group["high_ms"])
     return {"runs": len(group), "within10": float(np.mean(errors <= 0.1)), "MAPE": float(np.mean(errors)),
-            "median ratio": float(ratio.median()), "coverage90": float(covered.mean())}
+            "median ratio": float(ratio.median()), "coverage90": float(covered(group).mean())}
 
 
 def validate_hosts(bundle_dir: Path, dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR) -> HostReport:

@@ -12,6 +12,12 @@ def ape(predicted: ArrayLike, measured: ArrayLike) -> np.ndarray:
     return np.abs(np.asarray(predicted) - np.asarray(measured)) / np.asarray(measured)
 
 
+def covered(predictions: pd.DataFrame) -> pd.Series:
+    """Per row, whether its interval (``low_ms`` to ``high_ms``) holds ``measured_ms``."""
+    measured = predictions["measured_ms"]
+    return (predictions["low_ms"] <= measured) & (measured <= predictions["high_ms"])
+
+
 def summarize_ape(errors: ArrayLike) -> dict[str, float]:
     errors = np.asarray(errors)
     return {"mape": float(errors.mean()), "median_ape": float(np.median(errors)),

@@ -22,7 +22,7 @@ from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import held_out_constants, run_arrays
 from training.hosts import reference_profiles
-from training.metrics import ape
+from training.metrics import ape, covered
 from training.suites import Suite
 
 GROUP = ["importer", "mode", "precision", "batch"]
@@ -82,10 +82,9 @@ def _scores(group: pd.DataFrame) -> dict[str, float]:
     from scipy.stats import spearmanr
 
     errors = ape(group["predicted_ms"], group["measured_ms"])
-    covered = (group["low_ms"] <= group["measured_ms"]) & (group["measured_ms"] <= group["high_ms"])
     rho = float(spearmanr(group["predicted_ms"], group["measured_ms"]).statistic) if len(group) > 2 else np.nan
     return {"runs": len(group), "within10": float(np.mean(errors <= 0.1)), "MAPE": float(np.mean(errors)),
-            "spearman": rho, "coverage90": float(covered.mean())}
+            "spearman": rho, "coverage90": float(covered(group).mean())}
 
 
 def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
