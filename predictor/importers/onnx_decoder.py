@@ -20,6 +20,10 @@ their arithmetic in float32 whatever the model's dtype, by casts no float32 expo
   ``enable_gqa=True`` and reads them as they are. The repeat an export shows before an attention
   that takes no mask (onnx_emit's mask verdict: none, or causal) is dropped.
 
+- On a first forward (``use_cache``), each layer appends its keys and values to an empty
+  ``DynamicCache``: one copy each, which no export shows (``cache_updates``; OPT's, whose
+  projections keep their names, are onnx_module_calls' ``MODULE_CALLS``).
+
 The modules are told by their norms' weights, which both exporters keep
 (``model.layers.3.input_layernorm.weight``, ``model.norm.weight``,
 ``encoder.block.0.layer.1.layer_norm.weight``), read by the norm's last Mul (weight times the
@@ -36,7 +40,16 @@ import re
 from collections.abc import Callable
 
 from predictor.graph import HALF_PRECISIONS
-from predictor.importers.onnx_module_calls import DECODER_INPUT_NORM, FoundCalls, HiddenCall, free, output_of
+from predictor.importers.onnx_module_calls import (
+    DECODER_INPUT_NORM,
+    DYNAMIC_CACHE_UPDATE,
+    FoundCalls,
+    HiddenCall,
+    as_elements,
+    cache_shown,
+    free,
+    output_of,
+)
 from predictor.importers.onnx_patterns import FusedKernel, other
 from predictor.importers.onnx_tensors import GraphTensors
 
@@ -50,11 +63,7 @@ DECODER_NORM = re.compile(r"(?:^|\.)(?:layers\.\d+\.(?:input|post_attention)_lay
 T5_NORM = re.compile(r"(?:^|\.)(?:block\.\d+\.layer\.\d+\.layer_norm|final_layer_norm)\.weight$")
 
 
-def _each(elements: int, _: list[int]) -> dict[str, int]:
-    return {"elements": elements}
-
-
-def cast(op: str, params: Callable[[int, list[int]], dict[str, int]] = _each) -> tuple[HiddenCall, ...]:
+def cast(op: str, params: Callable[[int, list[int]], dict[str, int]] = as_elements) -> tuple[HiddenCall, ...]:
     """A cast to float32 or back that a float32 export cannot show: a kernel at half precision,
     a call returning its input (free) at fp32 and tf32."""
     return (HiddenCall(op, "activation", "relu", params, HALF_PRECISIONS),
@@ -65,7 +74,7 @@ def cast(op: str, params: Callable[[int, list[int]], dict[str, int]] = _each) ->
 RMS_NORM_CASTS = cast("to") + cast("to")
 #: T5LayerNorm's: the upcast (shown by the legacy exporter as a float-to-float Cast, dropped
 #: here), and the cast back to the weight's dtype, made at half precision only
-T5_NORM_CASTS = cast("to") + (HiddenCall("to", "activation", "relu", _each, HALF_PRECISIONS),)
+T5_NORM_CASTS = cast("to") + (HiddenCall("to", "activation", "relu", as_elements, HALF_PRECISIONS),)
 
 
 def _seq(shape: list[int]) -> int:
@@ -97,6 +106,33 @@ ROTARY_EMBEDDING = (
 #: apply_rotary_pos_emb's cos.unsqueeze and sin.unsqueeze, once for q and k: one per rotation
 #: (transformers rotates both)
 ROTATION_VIEWS = free("unsqueeze")
+
+DECODER_CACHE = "transformers DynamicCache update (Llama/Qwen2)"
+
+
+def cache_updates(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], dropped: set[int],
+                  found: FoundCalls) -> None:
+    """``DYNAMIC_CACHE_UPDATE`` after the key and value projections of each decoder layer told by
+    its input norm's weight: the second and third of the three linear layers reading the norm's
+    output (q, k, v, in the order transformers writes them). Their weights cannot tell them: the
+    dynamo exporter renames them; and with grouped key/value heads (Llama-300m's 4 of 16, Qwen2's
+    2 of 14) the copies are the k and v projections' size, not the layer's width. None where the
+    export returns its cache (``cache_shown``)."""
+    if cache_shown(t):
+        return
+    for i, n in enumerate(t.nodes):
+        if i in dropped or not any(DECODER_INPUT_NORM.search(x) for x in n.input if x in t.static):
+            continue
+        _, normed = output_of(t, fused, key, i)
+        linears = sorted({u for u in t.users(normed) if u >= 0 and t.nodes[u].op_type in ("MatMul", "Gemm")
+                          and len(t.nodes[u].input) > 1 and t.nodes[u].input[1] in t.static})
+        if len(linears) != 3:
+            continue
+        for u in linears[1:]:
+            anchor, written = output_of(t, fused, key, u)
+            found.after.setdefault(anchor, []).extend((call, written) for call in DYNAMIC_CACHE_UPDATE)
+            found.modules[DECODER_CACHE] += 1
+
 
 RMS_NORM = "transformers LlamaRMSNorm/Qwen2RMSNorm casts"
 T5_NORM_MODULE = "transformers T5LayerNorm casts"

@@ -28,7 +28,7 @@ from typing import Any
 
 from predictor.graph import Node
 from predictor.importers import onnx_strides as st
-from predictor.importers.onnx_decoder import gqa_repeats, shown_upcasts
+from predictor.importers.onnx_decoder import cache_updates, decoder_calls, gqa_repeats, shown_upcasts
 from predictor.importers.onnx_encoder_layer import find_encoder_layers
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
@@ -45,9 +45,14 @@ from predictor.importers.onnx_ops import (
     try_rule,
 )
 from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
+from predictor.importers.onnx_swin import swin_calls
 from predictor.importers.onnx_tensors import GraphTensors
 
 BOOL = 9  # onnx.TensorProto.BOOL
+#: what PyTorch runs that an export folds away, found by a graph's structure (after the calls of
+#: the modules told by their parameters' names): decoders' cache updates, Swin's blocks, decoders'
+#: float32 casts and rotary embedding
+STRUCTURAL_CALLS = (cache_updates, swin_calls, decoder_calls)
 MASK_SKIPPED = ("{count} attention call(s) take a mask that masks nothing, made when the model was traced for "
                 "export: taken as transformers runs it, skipped eagerly (flash attention) and passed under "
                 "CUDA-graph capture, where it sends PyTorch down its math path")
@@ -241,7 +246,7 @@ class Emitter:
                     and mask_verdict(t, f) in ("", "causal") for j in f.indices}
         repeats = gqa_repeats(t, maskless)
         self.drop |= shown_upcasts(t) | repeats
-        self.module_calls = module_calls(t, self.fused, self.drop)
+        self.module_calls = module_calls(t, self.fused, self.drop, STRUCTURAL_CALLS)
         #: calls no export shows, after the node (or fused kernel) at each index, with the tensor
         #: that node writes
         self.calls_after: dict[int, list[tuple[HiddenCall, str]]] = {}

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from predictor.importers.onnx_patterns import FusedKernel
@@ -67,15 +67,20 @@ class ModuleCalls:
     calls: tuple[HiddenCall, ...]
 
 
+def as_elements(elements: int, _: list[int]) -> dict[str, int]:
+    """A kernel's parameters that are the elements per sample of the tensor it is sized by."""
+    return {"elements": elements}
+
+
 #: T5's float16 overflow guard after each residual add (T5LayerSelfAttention, T5LayerFF):
 #: ``torch.where(torch.isinf(h).any(), max - 1000, max)`` and ``h.clamp(-value, value)``, in
 #: float16 only, as the torch importer records it (isinf, any, where, neg, clamp)
 T5_FP16_GUARD = (
-    HiddenCall("isinf", "activation", "relu", lambda e, _: {"elements": e}, ("fp16",)),
+    HiddenCall("isinf", "activation", "relu", as_elements, ("fp16",)),
     HiddenCall("any", "mean", "", lambda e, _: {"rows": 1, "c": e}, ("fp16",)),
     HiddenCall("where", "activation", "relu", lambda e, _: {"elements": 1}, ("fp16",)),
     HiddenCall("neg", "activation", "relu", lambda e, _: {"elements": 1}, ("fp16",)),
-    HiddenCall("clamp", "activation", "clamp", lambda e, _: {"elements": e}, ("fp16",)),
+    HiddenCall("clamp", "activation", "clamp", as_elements, ("fp16",)),
 )
 
 
@@ -184,44 +189,32 @@ class FoundCalls:
             f"{module} x{n}" for module, n in self.modules.items()))
 
 
-DECODER_CACHE = "transformers DynamicCache update (Llama/Qwen2)"
-
-
 def output_of(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], i: int) -> tuple[int, str]:
     """Node ``i``'s anchor (its fused kernel's key where it is fused) and the tensor it writes."""
     k = key.get(i, i)
     return k, fused[k].output if k in fused else str(t.nodes[i].output[0])
 
 
-def _decoder_cache_updates(t: GraphTensors, fused: dict[int, FusedKernel], key: dict[int, int], dropped: set[int],
-                           found: FoundCalls) -> None:
-    """``DYNAMIC_CACHE_UPDATE`` after the key and value projections of each decoder layer told by
-    its input norm's weight: the second and third of the three linear layers reading the norm's
-    output (q, k, v, in the order transformers writes them). Their weights cannot tell them: the
-    dynamo exporter renames them; and with grouped key/value heads (Llama-300m's 4 of 16, Qwen2's
-    2 of 14) the copies are the k and v projections' size, not the layer's width."""
-    for i, n in enumerate(t.nodes):
-        if i in dropped or not any(DECODER_INPUT_NORM.search(x) for x in n.input if x in t.static):
-            continue
-        _, normed = output_of(t, fused, key, i)
-        linears = sorted({u for u in t.users(normed) if u >= 0 and t.nodes[u].op_type in ("MatMul", "Gemm")
-                          and len(t.nodes[u].input) > 1 and t.nodes[u].input[1] in t.static})
-        if len(linears) != 3:
-            continue
-        for u in linears[1:]:
-            anchor, written = output_of(t, fused, key, u)
-            found.after.setdefault(anchor, []).extend((call, written) for call in DYNAMIC_CACHE_UPDATE)
-            found.modules[DECODER_CACHE] += 1
+def cache_shown(t: GraphTensors) -> bool:
+    """Whether an export returns its cache (transformers' ``present.N.key``): then it shows the
+    cache's concat itself, and no DynamicCache update is put back."""
+    return any("present" in o for o in t.outputs)
 
 
-def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[int]) -> FoundCalls:
+#: a rule that finds calls by a graph's structure rather than a parameter's name (onnx_swin,
+#: onnx_decoder): it adds what it finds to ``found``
+StructuralRule = Callable[[GraphTensors, dict[int, FusedKernel], dict[int, int], set[int], "FoundCalls"], None]
+
+
+def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[int],
+                 rules: Sequence[StructuralRule] = ()) -> FoundCalls:
     """The calls of ``MODULE_CALLS`` to emit after each node (or fused kernel, by its key) that
-    reads a matching parameter. A node that makes no call (``dropped``: an alias of a shared
-    initializer, a view of a weight) anchors nothing."""
+    reads a matching parameter, then those each of ``rules`` finds, in that order. A node that
+    makes no call (``dropped``: an alias of a shared initializer, a view of a weight) anchors
+    nothing."""
     key = {i: k for k, f in fused.items() for i in f.indices}
-    # an export that returns its cache (transformers' present.N.key) shows the cache's concat itself
-    cache_shown = any("present" in o for o in t.outputs)
-    modules = [e for e in MODULE_CALLS if not (cache_shown and e.calls == DYNAMIC_CACHE_UPDATE)]
+    shown = cache_shown(t)
+    modules = [e for e in MODULE_CALLS if not (shown and e.calls == DYNAMIC_CACHE_UPDATE)]
     # a parameter is static (an initializer, or an alias of one): each name is matched once
     entries = {x: [e for e in modules if e.parameter.search(x)]
                for x in {x for n in t.nodes for x in n.input if x in t.static}}
@@ -233,12 +226,6 @@ def module_calls(t: GraphTensors, fused: dict[int, FusedKernel], dropped: set[in
         for entry in {e: None for x in n.input for e in entries.get(x, ())}:
             found.after.setdefault(key.get(i, i), []).extend((call, written) for call in entry.calls)
             found.modules[entry.module] += 1
-    if not cache_shown:
-        _decoder_cache_updates(t, fused, key, dropped, found)
-    from predictor.importers.onnx_swin import swin_calls  # (it builds on this module's calls)
-
-    swin_calls(t, fused, key, dropped, found)
-    from predictor.importers.onnx_decoder import decoder_calls  # (likewise)
-
-    decoder_calls(t, fused, key, dropped, found)
+    for rule in rules:
+        rule(t, fused, key, dropped, found)
     return found

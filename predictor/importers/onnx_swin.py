@@ -26,7 +26,7 @@ import math
 import re
 
 from predictor.importers.onnx_layouts import VIEW_OPS
-from predictor.importers.onnx_module_calls import FoundCalls, HiddenCall, free, output_of
+from predictor.importers.onnx_module_calls import FoundCalls, HiddenCall, as_elements, free, output_of
 from predictor.importers.onnx_patterns import FusedKernel, other
 from predictor.importers.onnx_tensors import GraphTensors
 
@@ -46,13 +46,9 @@ def _gathered(elements: int, shape: list[int]) -> int:
     return elements + elements * n * n // max(1, math.prod(shape)) + elements * (2 * w - 1) ** 2 // (n * n)
 
 
-def _each(elements: int, _: list[int]) -> dict[str, int]:
-    return {"elements": elements}
-
-
 #: the relative position bias's gather and its copy by ``.contiguous()``
 BIAS_KERNELS = (HiddenCall("__getitem__", fallback=_gathered),
-                HiddenCall("contiguous", "activation", "relu", _each, layout="strided"))
+                HiddenCall("contiguous", "activation", "relu", as_elements, layout="strided"))
 #: the bias's views, as many as the export does not show
 BIAS_VIEWS = ("view", "permute", "unsqueeze")
 #: ``x.new_zeros((H, W))``: the padded windows' map, costed by the input it reads and what it writes
@@ -62,11 +58,11 @@ MASK_ZEROS = HiddenCall("new_zeros", fallback=lambda e, shape: e + e // max(1, s
 MASK_CALLS = free(*["__setitem__"] * 9, "view", "permute") + (
     HiddenCall("reshape", "activation", "relu", lambda e, shape: {"elements": max(1, e // shape[-1])},
                layout="strided"),) + free("unsqueeze", "unsqueeze") + (
-    HiddenCall("sub", "activation", "relu", _each, layout="strided"),
-    HiddenCall("ne", "activation", "relu", _each),
-    HiddenCall("masked_fill", "binary", "add", _each),
-    HiddenCall("__eq__", "activation", "relu", _each),
-    HiddenCall("masked_fill", "binary", "add", _each)) + free("unsqueeze", "unsqueeze")
+    HiddenCall("sub", "activation", "relu", as_elements, layout="strided"),
+    HiddenCall("ne", "activation", "relu", as_elements),
+    HiddenCall("masked_fill", "binary", "add", as_elements),
+    HiddenCall("__eq__", "activation", "relu", as_elements),
+    HiddenCall("masked_fill", "binary", "add", as_elements)) + free("unsqueeze", "unsqueeze")
 
 SWIN_BIAS = "torchvision Swin relative position bias"
 SWIN_MASK = "torchvision Swin attention mask shared by the exporter"
