@@ -28,6 +28,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from predictor.importers.onnx_wire import BOOL, INT32, INT64, KEEP_ELEMENTS
+
 if TYPE_CHECKING:
     from collectors.model_build import ModelSource
 
@@ -39,7 +41,7 @@ STRIP_ABOVE_BYTES = 1024
 #: the types of initializers kept whole, over STRIP_ABOVE_BYTES too, up to the elements the importer
 #: reads (predictor.importers.onnx_wire.KEEP_ELEMENTS): masks and indices (onnx.TensorProto's BOOL,
 #: INT32, INT64), not a model's weights (a quantized model's are int8; its int32 biases are kept)
-KEPT_TYPES = (9, 6, 7)
+KEPT_TYPES = (BOOL, INT32, INT64)
 #: the batch an export is traced at, symbolic in the file: at batch 1 an exporter may fold the
 #: batch into constants
 EXPORT_BATCH = 2
@@ -108,8 +110,6 @@ def strip_weights(source: Path, destination: Path) -> int:
     kernel PyTorch runs."""
     import onnx
     from onnx.external_data_helper import load_external_data_for_tensor
-
-    from predictor.importers.onnx_wire import KEEP_ELEMENTS
 
     model = onnx.load(str(source), load_external_data=False)
     stripped = 0

@@ -52,8 +52,8 @@ from predictor.importers.onnx_module_calls import (
 )
 from predictor.importers.onnx_patterns import FusedKernel, other
 from predictor.importers.onnx_tensors import GraphTensors
+from predictor.importers.onnx_wire import FLOAT
 
-FLOAT = 1  # onnx.TensorProto.FLOAT
 #: the precisions at which a cast to the dtype the model already has returns its input
 FULL_PRECISIONS = ("fp32", "tf32")
 

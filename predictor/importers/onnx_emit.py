@@ -47,8 +47,8 @@ from predictor.importers.onnx_ops import (
 from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
 from predictor.importers.onnx_swin import swin_calls
 from predictor.importers.onnx_tensors import GraphTensors
+from predictor.importers.onnx_wire import BOOL
 
-BOOL = 9  # onnx.TensorProto.BOOL
 #: what PyTorch runs that an export folds away, found by a graph's structure (after the calls of
 #: the modules told by their parameters' names): decoders' cache updates, Swin's blocks, decoders'
 #: float32 casts and rotary embedding

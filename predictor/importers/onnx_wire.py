@@ -27,6 +27,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+#: the element types (onnx.TensorProto's numbers) the importer and the suite's stripping tell apart
+FLOAT, INT32, INT64, BOOL = 1, 6, 7, 9
 #: a tensor's payload is kept up to this many elements (onnx_load.FOLD_LIMIT: what folding reads)
 KEEP_ELEMENTS = 1 << 16
 #: ... and up to this many bytes (a string tensor's elements have no fixed size)
