@@ -86,6 +86,11 @@ class Node:
     inputs: list[Shape] = field(default_factory=list)
     outputs: list[Shape] = field(default_factory=list)
     dtype: Text = ""
+    keeps_float32: Annotated[bool, Strict(), Field(description=(
+        "the node computes in float32 whatever the model's precision, upcast by a cast that a float32 "
+        "graph cannot show (an RMS norm's arithmetic, a rotary embedding's tables): costed at fp32 when "
+        "the model runs in half precision. A graph traced in half precision says the same by its "
+        "nodes' dtype"))] = False
     precisions: Annotated[list[Literal[tuple(PRECISIONS)]], Field(description=(  # type: ignore[valid-type]
         "the precisions (of the whole model) this node runs at, where the model's code branches on "
         "its dtype (T5 guards its hidden states against overflow only in float16); empty: all"),
@@ -164,15 +169,17 @@ class Graph:
         """Node names are unique; and, while walking the nodes, note whether any runs at some
         precisions only (asked by every prediction)."""
         seen: set[str] = set()
-        branches = False
+        branches = islands = False
         min_batch = 1
         for node in self.nodes:
             if node.name in seen:
                 raise ValueError(f"graph {self.name!r}: node name {node.name!r} is used twice")
             seen.add(node.name)
             branches = branches or bool(node.precisions)
+            islands = islands or node.keeps_float32
             min_batch = max(min_batch, node.min_batch)
         self.__dict__["branches_on_precision"] = branches
+        self.__dict__["has_float32_islands"] = islands
         self.__dict__["largest_min_batch"] = min_batch
         return self
 
@@ -183,17 +190,22 @@ class Graph:
         return self.meta.get("traced_dtype") in HALF_DTYPES
 
     def precision_plan(self, precision: str) -> tuple[bool, bool]:
-        """(upcast, noop_casts) for a model run in ``precision``: whether its nodes traced as
-        float32 run in fp32 (a half-precision model still computes what it upcasts in fp32), and
+        """(upcast, noop_casts) for a model run in ``precision``: whether some of its nodes run in
+        fp32 (a half-precision model still computes what it upcasts in fp32: the nodes a
+        half-precision trace shows as float32, or that an importer marked ``keeps_float32``), and
         whether its casts are no-ops (a half-precision trace's casts, when the model runs in fp32
         or tf32)."""
-        half_trace = self.traced_in_half
-        return half_trace and precision in HALF_PRECISIONS, half_trace and precision not in HALF_PRECISIONS
+        half_trace, half = self.traced_in_half, precision in HALF_PRECISIONS
+        return half and (half_trace or self.__dict__["has_float32_islands"]), half_trace and not half
+
+    def keeps_float32(self, node: Node) -> bool:
+        """Whether ``node`` computes in float32 when the model runs in half precision."""
+        return node.keeps_float32 or (node.dtype == "float32" and self.traced_in_half)
 
     def precision_of(self, node: Node, precision: str) -> str:
         """The precision ``node`` runs in when the model runs in ``precision``."""
         upcast, _ = self.precision_plan(precision)
-        return "fp32" if upcast and node.dtype == "float32" else precision
+        return "fp32" if upcast and self.keeps_float32(node) else precision
 
     def runs_kernel(self, node: Node, precision: str) -> bool:
         """False for a cast that is a no-op at ``precision``."""

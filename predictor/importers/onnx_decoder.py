@@ -29,15 +29,16 @@ The modules are told by their norms' weights, which both exporters keep
 ``encoder.block.0.layer.1.layer_norm.weight``), read by the norm's last Mul (weight times the
 normalised input, ``x * rsqrt(...)``); the rotary tables by the rotation they feed
 (``x * cos + cat(-x2, x1) * sin``). What the model computes in float32 at half precision (the
-norm's pow, mean, rsqrt; the rotary tables) is costed at the model's precision: the graph IR
-can say that a whole traced graph upcasts (``Graph.precision_plan``), not that some nodes of a
-float32 export do.
+norm's pow, mean, add, rsqrt and mul, ``float32_islands``; the upcasts; the rotary tables'
+arithmetic) is marked ``keeps_float32``, and costed at fp32 as the torch trace of a
+half-precision model costs it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import replace
 
 from predictor.graph import HALF_PRECISIONS
 from predictor.importers.onnx_module_calls import (
@@ -63,18 +64,25 @@ DECODER_NORM = re.compile(r"(?:^|\.)(?:layers\.\d+\.(?:input|post_attention)_lay
 T5_NORM = re.compile(r"(?:^|\.)(?:block\.\d+\.layer\.\d+\.layer_norm|final_layer_norm)\.weight$")
 
 
-def cast(op: str, params: Callable[[int, list[int]], dict[str, int]] = as_elements) -> tuple[HiddenCall, ...]:
-    """A cast to float32 or back that a float32 export cannot show: a kernel at half precision,
-    a call returning its input (free) at fp32 and tf32."""
-    return (HiddenCall(op, "activation", "relu", params, HALF_PRECISIONS),
+def cast(op: str, params: Callable[[int, list[int]], dict[str, int]] = as_elements,
+         to_float32: bool = False) -> tuple[HiddenCall, ...]:
+    """A cast to float32 (``to_float32``: a kernel writing float32, costed so as the torch trace
+    costs it) or back that a float32 export cannot show: a kernel at half precision, a call
+    returning its input (free) at fp32 and tf32."""
+    return (HiddenCall(op, "activation", "relu", params, HALF_PRECISIONS, keeps_float32=to_float32),
             HiddenCall(op, precisions=FULL_PRECISIONS))
 
 
+def in_float32(*calls: HiddenCall) -> tuple[HiddenCall, ...]:
+    """``calls`` as PyTorch runs them on float32 tensors in a half-precision model."""
+    return tuple(replace(c, keeps_float32=True) for c in calls)
+
+
 #: LlamaRMSNorm's two casts, sized by the norm's output
-RMS_NORM_CASTS = cast("to") + cast("to")
+RMS_NORM_CASTS = cast("to", to_float32=True) + cast("to")
 #: T5LayerNorm's: the upcast (shown by the legacy exporter as a float-to-float Cast, dropped
 #: here), and the cast back to the weight's dtype, made at half precision only
-T5_NORM_CASTS = cast("to") + (HiddenCall("to", "activation", "relu", as_elements, HALF_PRECISIONS),)
+T5_NORM_CASTS = cast("to", to_float32=True) + (HiddenCall("to", "activation", "relu", as_elements, HALF_PRECISIONS),)
 
 
 def _seq(shape: list[int]) -> int:
@@ -92,13 +100,14 @@ ROTARY_EMBEDDING = (
     HiddenCall("arange", fallback=lambda _, s: _seq(s)),
     HiddenCall("add", "activation", "relu", lambda _, s: {"elements": _seq(s)}),
     *free("unsqueeze", "_set_grad_enabled", "__getitem__", "expand"),
-    *cast("to", lambda _, s: {"elements": _dim(s) // 2}),
+    *cast("to", lambda _, s: {"elements": _dim(s) // 2}, to_float32=True),
     *free("__getitem__"),
-    *cast("float", lambda _, s: {"elements": _seq(s)}),
-    HiddenCall("matmul", "matmul", "", lambda _, s: {"heads": 1, "m": _dim(s) // 2, "k": 1, "n": _seq(s)}),
+    *cast("float", lambda _, s: {"elements": _seq(s)}, to_float32=True),
+    *in_float32(HiddenCall("matmul", "matmul", "", lambda _, s: {"heads": 1, "m": _dim(s) // 2, "k": 1,
+                                                                  "n": _seq(s)})),
     *free("transpose"),
-    *(HiddenCall(op, "activation", "relu", lambda _, s: {"elements": _seq(s) * _dim(s)})
-      for op in ("cat", "cos", "mul", "sin", "mul")),
+    *in_float32(*(HiddenCall(op, "activation", "relu", lambda _, s: {"elements": _seq(s) * _dim(s)})
+                  for op in ("cat", "cos", "mul", "sin", "mul"))),
     *cast("to", lambda _, s: {"elements": _seq(s) * _dim(s)}),
     *cast("to", lambda _, s: {"elements": _seq(s) * _dim(s)}),
     *free("_set_grad_enabled"),
@@ -140,9 +149,9 @@ ROTARY = "transformers rotary embedding (folded into stored cos/sin tables)"
 ROTATION = "transformers apply_rotary_pos_emb"
 
 
-def _normalised(t: GraphTensors, i: int, weight: str) -> str | None:
-    """The input ``x`` an RMS norm's last node (weight * (x * rsqrt(...))) normalises, or None
-    where node ``i`` is not that Mul, in float32."""
+def _norm_parts(t: GraphTensors, i: int, weight: str) -> tuple[str, int] | None:
+    """(the input ``x`` an RMS norm normalises, the node ``x * rsqrt(...)``) where node ``i`` is
+    the norm's last (weight * (x * rsqrt(...))), in float32; else None."""
     n = t.nodes[i]
     if n.op_type != "Mul" or t.types.get(str(n.output[0])) != FLOAT:
         return None
@@ -153,8 +162,44 @@ def _normalised(t: GraphTensors, i: int, weight: str) -> str | None:
     for x in t.nodes[j].input:
         k = t.producer.get(x)
         if k is not None and t.nodes[k].op_type in ("Reciprocal", "Div", "rsqrt"):
-            return next((str(y) for y in t.nodes[j].input if y != x), None)
+            y = next((str(y) for y in t.nodes[j].input if y != x), None)
+            return None if y is None else (y, j)
     return None
+
+
+def _normalised(t: GraphTensors, i: int, weight: str) -> str | None:
+    """The input ``x`` an RMS norm's last node ``i`` normalises (``_norm_parts``), or None."""
+    parts = _norm_parts(t, i, weight)
+    return None if parts is None else parts[0]
+
+
+#: an RMS norm's nodes from its input to x * rsqrt(...) (pow, mean, add, sqrt, reciprocal, mul),
+#: at most: a walk that finds more has left the norm
+NORM_ARITHMETIC_NODES = 8
+
+
+def float32_islands(t: GraphTensors) -> set[int]:
+    """The nodes of each RMS norm (Llama's, Qwen2's, T5's, told by its weight's name) that PyTorch
+    computes in float32 in a half-precision model, as its torch trace shows them: from the norm's
+    input, cast up, to ``x * rsqrt(mean(x^2) + eps)`` (pow, mean, add, sqrt and reciprocal, mul).
+    Not the weight's Mul after the cast back, which runs at the model's dtype."""
+    islands: set[int] = set()
+    for i, n in enumerate(t.nodes):
+        weight = next((x for x in n.input if x in t.weights and (DECODER_NORM.search(x) or T5_NORM.search(x))), None)
+        parts = None if weight is None else _norm_parts(t, i, weight)
+        if parts is None:
+            continue
+        x, j = parts
+        island, todo = {j}, [j]
+        while todo and len(island) <= NORM_ARITHMETIC_NODES:
+            for name in t.nodes[todo.pop()].input:
+                k = None if not name or name == x or name in t.static else t.producer.get(name)
+                if k is not None and k not in island:
+                    island.add(k)
+                    todo.append(k)
+        if len(island) <= NORM_ARITHMETIC_NODES:
+            islands |= island
+    return islands
 
 
 def shown_upcasts(t: GraphTensors) -> set[int]:

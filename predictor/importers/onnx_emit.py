@@ -28,7 +28,7 @@ from typing import Any
 
 from predictor.graph import Node
 from predictor.importers import onnx_strides as st
-from predictor.importers.onnx_decoder import cache_updates, decoder_calls, gqa_repeats, shown_upcasts
+from predictor.importers.onnx_decoder import cache_updates, decoder_calls, float32_islands, gqa_repeats, shown_upcasts
 from predictor.importers.onnx_encoder_layer import find_encoder_layers
 from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, folded_batch_norm
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
@@ -246,6 +246,8 @@ class Emitter:
                     and mask_verdict(t, f) in ("", "causal") for j in f.indices}
         repeats = gqa_repeats(t, maskless)
         self.drop |= shown_upcasts(t) | repeats
+        #: nodes PyTorch computes in float32 in a half-precision model (an RMS norm's arithmetic)
+        self.float32 = float32_islands(t)
         self.module_calls = module_calls(t, self.fused, self.drop, STRUCTURAL_CALLS)
         #: calls no export shows, after the node (or fused kernel) at each index, with the tensor
         #: that node writes
@@ -269,10 +271,14 @@ class Emitter:
         for i in range(len(self.t.nodes)):
             if i in self.fused:
                 made = self._fused(i, self.fused[i])
+                upcast = not self.float32.isdisjoint(self.fused[i].indices)
             elif i not in self.absorbed and i not in self.drop:
                 made = self._single(i)
+                upcast = i in self.float32
             else:
                 continue
+            if upcast:
+                made = [replace(n, keeps_float32=True) for n in made]
             out += made + [self._hidden(i, j, call, written) for j, (call, written) in
                            enumerate(self.calls_after.get(i, []))]
         seen = {n.name for n in out}
@@ -310,7 +316,9 @@ class Emitter:
         ``i`` writes or another the rule names (a fallback of that size where the catalogue
         refuses its parameters: never dropped)."""
         suffix = f"/{call.op.lower()}{j}"
-        extra = {"precisions": list(call.precisions)} if call.precisions else {}
+        extra: dict[str, Any] = {"precisions": list(call.precisions)} if call.precisions else {}
+        if call.keeps_float32:
+            extra["keeps_float32"] = True
         if call.fallback is None and (call.family is None or call.params is None):
             return self._node(i, {"kind": "free"}, suffix, call.op, reads=[], writes=[], **extra)
         shape = self.t.shape(written) or [1]

@@ -38,7 +38,8 @@ class HiddenCall:
     """One call no export shows: a call that launches nothing (``family`` None), or a kernel
     sized by ``params`` from the tensor the anchoring node writes (its elements per sample and
     its shape), reading its input in ``layout`` (the family's default where empty), which runs
-    at ``precisions`` only (at all where empty); or, with ``fallback``, a call no family covers
+    at ``precisions`` only (at all where empty), in float32 whatever the model's precision where
+    ``keeps_float32`` (``Node.keeps_float32``); or, with ``fallback``, a call no family covers
     (an indexing gather, ``new_zeros``), costed by the elements per sample it reads and writes
     as the torch importer costs it."""
 
@@ -49,6 +50,7 @@ class HiddenCall:
     precisions: tuple[str, ...] = ()
     layout: str = ""
     fallback: Callable[[int, list[int]], int] | None = None
+    keeps_float32: bool = False
 
 
 def free(*ops: str) -> tuple[HiddenCall, ...]:

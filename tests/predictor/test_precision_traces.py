@@ -107,3 +107,32 @@ def test_a_graph_with_no_node_at_the_asked_precision_is_refused() -> None:
         only_fp16.at_precision("bf16")
     with pytest.raises(ValueError, match="unknown precision"):
         only_fp16.at_precision("float16")
+
+
+def test_a_node_marked_keeps_float32_costs_fp32_in_a_half_precision_model_and_survives_json() -> None:
+    """An importer's float32 island (an RMS norm's arithmetic in a float32 export) runs in fp32 when
+    the model runs in fp16 or bf16, kernel and bytes, and at the precision asked otherwise; the
+    model's other nodes keep the precision asked."""
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    plain = Graph("g", [_linear("0:linear", "float32"), _elementwise("1:pow", "pow", "float32")])
+    marked = Graph("g", [plain.nodes[0], replace(plain.nodes[1], keeps_float32=True)])
+    assert Graph.from_json(marked.to_json()).nodes == marked.nodes
+    assert "keeps_float32" not in plain.to_json()["nodes"][1]
+    for precision in ("fp16", "bf16"):
+        assert [marked.precision_of(n, precision) for n in marked.nodes] == [precision, "fp32"]
+        half = predictor.predict(marked, 32, precision, "cudagraph").layers
+        fp32 = predictor.predict(plain, 32, "fp32", "cudagraph").layers
+        assert half[1].kernel_us == pytest.approx(fp32[1].kernel_us, rel=1e-9)
+        assert half[0].kernel_us == pytest.approx(predictor.predict(plain, 32, precision, "cudagraph")
+                                                   .layers[0].kernel_us, rel=1e-9)
+        assert half[1].kernel_us > predictor.predict(plain, 32, precision, "cudagraph").layers[1].kernel_us
+    assert [marked.precision_of(n, "fp32") for n in marked.nodes] == ["fp32", "fp32"]
+    assert predictor.predict(marked, 32, "fp32", "cudagraph").total_ms == \
+        pytest.approx(predictor.predict(plain, 32, "fp32", "cudagraph").total_ms, rel=1e-9)
+
+
+def test_keeps_float32_must_be_a_boolean() -> None:
+    data = traces()[0].to_json()
+    data["nodes"][1]["keeps_float32"] = "yes"
+    with pytest.raises(ValueError, match=r"nodes\[1\]\.keeps_float32"):
+        Graph.from_json(data)
