@@ -205,6 +205,9 @@ def echo_plan(result: Plan, config: str, model: str, device_name: str, precision
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "
                f"{result.mean_batch_size:.2f}")
+    if result.p99_low_ms is not None and result.p99_high_ms is not None:
+        click.echo(f"  p99 {result.p99_low_ms:.3f} to {result.p99_high_ms:.3f} ms with every batch at either end of "
+                   "its latency prediction's 90% interval")
     click.echo(config)
 
 

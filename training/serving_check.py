@@ -239,11 +239,19 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
 
 @dataclass(frozen=True)
 class TableLatency:
-    """latency(batch) from a table: batch -> (median ms, lognormal sigma). A batch the table lacks is
-    an error, not an extrapolation: the server never ran it."""
+    """latency(batch) from a table: batch -> (median ms, lognormal sigma), and for a predicted one
+    each median's interval (low, high ms). A batch the table lacks is an error, not an
+    extrapolation: the server never ran it."""
 
     medians_ms: Mapping[int, float]
     sigmas: Mapping[int, float]
+    intervals_ms: Mapping[int, tuple[float, float]] | None = None
+
+    def at_bound(self, side: int) -> TableLatency:
+        """The table with each median at the low (``side`` 0) or high (1) end of its interval."""
+        if self.intervals_ms is None:
+            raise ValueError("this latency table has no intervals: only a predicted one has")
+        return TableLatency({b: i[side] for b, i in self.intervals_ms.items()}, self.sigmas)
 
     def __call__(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians_ms:
@@ -293,7 +301,9 @@ def predicted_service(predictor: Predictor, model: str, precision: str, batches:
     spread = run_spread(predictor.device.kind, mode) if sigma is None else sigma
     service_time = predicted_service_time(predictor, load_zoo_graph(model), precision, mode, sigma=spread)
     table = {b: service_time(b) for b in batches}
-    return TableLatency({b: m for b, (m, _) in table.items()}, {b: s for b, (_, s) in table.items()})
+    assert service_time.interval_ms is not None
+    return TableLatency({b: m for b, (m, _) in table.items()}, {b: s for b, (_, s) in table.items()},
+                        {b: service_time.interval_ms(b) for b in batches})
 
 
 def simulate_load(offered_qps: float, config: BatchingConfig, latency: LatencyFn, requests: int = SIM_REQUESTS,
@@ -376,6 +386,9 @@ class LoadComparison:
     sim_trace: SimResult
     short: ShortRuns
     sim_predicted: SimResult | None
+    #: the predicted-service run's p99 with every batch at the low and at the high end of its
+    #: prediction's interval (the range ``latpred capacity`` reports beside a plan's p99)
+    sim_predicted_range: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -407,13 +420,20 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
                                 {b: m * 1e-3 for b, m in service.medians_ms.items()},
                                 arrival_column=data.arrival_column)
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
+        latency = None if predicted is None else predicted[model]
+        bounds = None
+        if isinstance(latency, TableLatency) and latency.intervals_ms is not None:
+            low, high = (simulate_load(measured.offered_qps, config, latency.at_bound(side), requests).p99_ms
+                         for side in (0, 1))
+            bounds = (low, high)
         rows.append(LoadComparison(
             measured=measured,
             sim_measured=simulate_load(measured.offered_qps, config, service, requests),
             sim_trace=simulate_trace(measured, config, service),
             short=short,
-            sim_predicted=(simulate_load(measured.offered_qps, config, predicted[model], requests)
-                           if predicted is not None else None)))
+            sim_predicted=(simulate_load(measured.offered_qps, config, latency, requests)
+                           if latency is not None else None),
+            sim_predicted_range=bounds))
     return rows
 
 

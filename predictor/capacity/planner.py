@@ -44,6 +44,8 @@ p99 is within a few percent of the objective, took 95 s before, 1.9 s now, on on
   setting: branch and bound), which is the answer its whole run gives; so the plan is the one
   the exhaustive search gives (``exhaustive=True``, every run to its end, kept as the baseline);
 - settings that capacity or the fastest batch rule out are never simulated;
+- the plan's p99 range (``Plan.p99_low_ms``, ``p99_high_ms``) costs two more runs of the chosen
+  setting alone, with every batch at either end of the latency prediction's interval;
 - ``budget`` caps the requests a plan simulates (default ``DEFAULT_BUDGET``, a few seconds of CPU).
   A search that reaches it stops and answers with what it has, saying so in ``reason``: the fewest
   GPUs among the finished runs that met the objective (fewer may do), or, with none, the lowest p99
@@ -121,6 +123,11 @@ class Plan:
     meets: bool
     reason: str = ""
     budget_spent: bool = False
+    #: the plan's p99 with every batch at the low and at the high end of the latency prediction's
+    #: ~90% interval (a predicted latency model's ``interval_ms``; None without one): how far the
+    #: p99 may move if the model runs as far from its prediction as its interval allows
+    p99_low_ms: float | None = None
+    p99_high_ms: float | None = None
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -269,13 +276,14 @@ def _stopped_at_budget(search: Search, max_gpus: int, candidates: Sequence[Setti
 
 def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
           meets: bool, reason: str, budget_spent: bool = False) -> Plan:
+    low, high = search.p99_range(max_batch, delay_us, gpus) or (None, None)
     return Plan(
         gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(),
         qps=search.qps, slo_p99_ms=search.slo_ms, per_gpu_qps=search.qps / gpus,
         p50_ms=result.p50_ms, p99_ms=result.p99_ms, throughput_qps=result.throughput_qps * gpus,
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
         candidates_evaluated=search.evaluated, simulated_requests=search.simulated, meets=meets,
-        reason=reason, budget_spent=budget_spent)
+        reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high)
 
 
 def triton_config(plan: Plan) -> str:

@@ -49,6 +49,8 @@ class Runs:
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
+        #: p99 with every batch at the low and at the high end of the latency model's interval
+        self.ranges: dict[tuple[float, int, int, int], tuple[float, float]] = {}
 
     def cached_latency(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians:
@@ -59,7 +61,8 @@ class Runs:
 class Search:
     """One plan's questions about the settings at ``qps``: answered from ``runs`` where they can be,
     else by simulating, which counts against ``budget`` (None: no cap). The budget is checked
-    before each run, so a plan simulates at most one run's requests past it."""
+    before each run, so a plan simulates at most one run's requests past it, and the two runs of
+    its p99 range (``p99_range``)."""
 
     def __init__(self, runs: Runs, qps: float, slo_ms: float, budget: int | None) -> None:
         self.runs, self.qps, self.slo_ms, self.budget = runs, qps, slo_ms, budget
@@ -110,6 +113,23 @@ class Search:
                                               engine=self.runs.engine)
             self._charge(self.runs.requests)
         return self.runs.results[key]
+
+    def p99_range(self, max_batch: int, delay_us: int, gpus: int) -> tuple[float, float] | None:
+        """The setting's p99 on ``gpus`` with every batch's median at the low, then the high end of
+        the latency model's interval (the same arrivals and draws as its own run), or None for a
+        model without one. Two whole runs, charged to the plan; never given up for the budget: a
+        plan's range is part of its answer."""
+        latency = self.runs.latency
+        if not isinstance(latency, LatencyModel) or latency.interval_ms is None:
+            return None
+        key = (self.qps, max_batch, delay_us, gpus)
+        if key not in self.runs.ranges:
+            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            low, high = (simulate(arrivals, config, latency.at_bound(side), requests=self.runs.requests,
+                                  engine=self.runs.engine).p99_ms for side in ("low", "high"))
+            self.runs.ranges[key] = (low, high)
+            self._charge(2 * self.runs.requests)
+        return self.runs.ranges[key]
 
     def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:
         """The setting's run on ``gpus`` if its p99 is at most ``bound_ms``, else None; a run is

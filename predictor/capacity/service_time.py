@@ -9,14 +9,14 @@ GPU queue to hide the host's jitter in: the eager forwards of the two measured C
 median coefficient of variation of 10.6% (75th percentile 16%; 8.0% on the H200 machine's 16 vCPUs,
 11.9% on this workplace's 2; ``datasets/cpu-*/models``), so 0.10 (``run_spread``). The
 prediction's own interval is not that spread: it says how far the model may be off, the same way
-for every request, which shifts the whole curve rather than widening it; the planner's answer
-holds for the median prediction.
+for every request, which shifts the whole curve rather than widening it. The planner's answer
+holds for the median prediction, and it simulates its chosen setting again at either end of the
+interval (``LatencyModel.interval_ms``) to say how far its p99 may move.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+from predictor.capacity.simulator import LatencyModel
 from predictor.graph import Graph
 from predictor.host_profile import HostProfile
 from predictor.predict import Predictor
@@ -33,16 +33,18 @@ def run_spread(device_kind: str, mode: str) -> float:
 
 
 def predicted_service_time(predictor: Predictor, graph: Graph, precision: str, mode: str,
-                           host: HostProfile | None = None,
-                           sigma: float | None = None) -> Callable[[int], tuple[float, float]]:
-    """batch -> (predicted median ms, sigma) for ``graph`` on ``predictor``'s device, each batch
-    predicted once (the planner asks every size up to its largest maximum batch)."""
+                           host: HostProfile | None = None, sigma: float | None = None) -> LatencyModel:
+    """batch -> (predicted median ms, sigma) for ``graph`` on ``predictor``'s device, with the
+    prediction's interval (``interval_ms``), each batch predicted once (the planner asks every
+    size up to its largest maximum batch)."""
     spread = DEFAULT_SIGMA[mode] if sigma is None else sigma
-    medians: dict[int, float] = {}
+    predicted: dict[int, tuple[float, float, float]] = {}
 
-    def service_time(batch: int) -> tuple[float, float]:
-        if batch not in medians:
-            medians[batch] = predictor.predict(graph, batch, precision, mode, host=host).total_ms
-        return medians[batch], spread
+    def prediction(batch: int) -> tuple[float, float, float]:
+        if batch not in predicted:
+            out = predictor.predict(graph, batch, precision, mode, with_layers=False, host=host)
+            predicted[batch] = (out.total_ms, out.low_ms, out.high_ms)
+        return predicted[batch]
 
-    return service_time
+    return LatencyModel(lambda batch: prediction(batch)[0], spread,
+                        interval_ms=lambda batch: prediction(batch)[1:])

@@ -194,10 +194,15 @@ class BatchingConfig:
 
 @dataclass(frozen=True)
 class LatencyModel:
-    """Service time of a batch: ``median_ms(batch) * exp(sigma * Z)``, lognormal around the median."""
+    """Service time of a batch: ``median_ms(batch) * exp(sigma * Z)``, lognormal around the median.
+
+    A predicted model may also say how far its medians may be off: ``interval_ms(batch)``, the
+    (low, high) ms of the prediction's ~90% interval. That error is not run-to-run spread: it moves
+    every batch of a deployment the same way, so it is simulated apart (``at_bound``), not drawn."""
 
     median_ms: Callable[[int], float]
     sigma: float = 0.0
+    interval_ms: Callable[[int], tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
         if not is_finite_number(self.sigma) or not 0 <= self.sigma <= 5:
@@ -205,6 +210,14 @@ class LatencyModel:
 
     def __call__(self, batch: int) -> tuple[float, float]:
         return float(self.median_ms(batch)), float(self.sigma)
+
+    def at_bound(self, side: Literal["low", "high"]) -> LatencyModel:
+        """The same spread around the low or the high end of each batch's interval, as medians."""
+        interval = self.interval_ms
+        if interval is None:
+            raise ValueError("this latency model has no interval: only a predicted one has")
+        index = 0 if side == "low" else 1
+        return LatencyModel(lambda batch: interval(batch)[index], self.sigma)
 
 
 @dataclass(frozen=True)

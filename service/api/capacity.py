@@ -64,7 +64,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-1"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-2"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -95,10 +95,15 @@ def capacity(query: CapacityQuery) -> Response:
     GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
     (Poisson arrivals, 20,000 requests a setting): see `latpred capacity --help`.
 
+    `p99_low_ms` and `p99_high_ms` are the plan's p99 simulated again with every batch at the low
+    and at the high end of its latency prediction's 90% interval: how far the p99 may move if the
+    model runs as far from its prediction as the interval allows.
+
     `format=csv` answers the columns model, device, precision, mode, qps, slo_p99_ms, gpus,
     instances_per_gpu, max_batch, max_queue_delay_us, p50_ms, p99_ms, throughput_qps, utilisation,
     meets, reason, triton_config (on one line, as protobuf text allows), model_version, host (an
-    eager plan's host profile; empty for a CUDA graph), one row per combination, qps first;
+    eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, one row per
+    combination, qps first;
     `format=txt` one number per combination (`value`, default gpus; meets as 1 or 0) in that order.
     A request whose predictions are over the server's work budget (`LATPRED_MAX_WORK`), or whose
     plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
@@ -150,20 +155,21 @@ def _capacity(query: CapacityQuery) -> Response:
 
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:
-    """The predicted median of every batch size a plan weighs (from the prediction cache where it can
-    be), and the spread of the measured runs in this mode (``service_time.DEFAULT_SIGMA``); the
-    predictions' work is checked against the budget first."""
+    """The predicted median of every batch size a plan weighs, with its interval (from the
+    prediction cache where it can be), and the spread of the measured runs in this mode
+    (``service_time.DEFAULT_SIGMA``); the predictions' work is checked against the budget first."""
     variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
     work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
                       status=400)
     try:
-        medians = {v.batch: predictions.predict(graph, v, "model", cache=st.predictions, layers=False).total_ms
-                   for v in variants}
+        out = {v.batch: predictions.predict(graph, v, "model", cache=st.predictions, layers=False) for v in variants}
     except ProblemError as exc:  # a batch the graph cannot take is the model's problem: no batch was asked for
         if exc.field and exc.field.startswith("model"):
             exc.field = "model"
         raise
-    return LatencyModel(medians.__getitem__, sigma=DEFAULT_SIGMA[base.mode])
+    medians = {b: p.total_ms for b, p in out.items()}
+    intervals = {b: (p.low_ms, p.high_ms) for b, p in out.items()}
+    return LatencyModel(medians.__getitem__, sigma=DEFAULT_SIGMA[base.mode], interval_ms=intervals.__getitem__)
 
 
 def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None) -> dict[str, Any]:
@@ -171,7 +177,8 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None) ->
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
-        p99_ms=result.p99_ms, throughput_qps=result.throughput_qps, utilisation=result.utilisation,
+        p99_ms=result.p99_ms, p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
+        throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
         candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
@@ -191,6 +198,8 @@ def _cell(row: dict[str, Any], column: str) -> Any:
 
 
 def _txt(value: Any) -> str:
+    if value is None:
+        return ""
     if isinstance(value, bool):
         return "1" if value else "0"
     return f"{value:.4f}" if isinstance(value, float) else str(value)

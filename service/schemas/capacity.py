@@ -41,11 +41,11 @@ SLO_ITEM = rf"(0*[1-9][0-9]{{0,5}}{_FRACTION}|0*\.(0{{0,2}}[1-9])[0-9]*|0*100000
 
 #: what ``format=txt`` can answer, one value per combination (booleans as 1 and 0)
 TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation",
-                   "meets"]
+                   "meets", "p99_low_ms", "p99_high_ms"]
 TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
-               "triton_config", "model_version", "host")
+               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms")
 
 
 def one_of(item: str) -> str:
@@ -134,6 +134,11 @@ class CapacityPlan(ResponseModel):
     per_gpu_qps: float
     p50_ms: float = Field(description="simulated median latency, ms")
     p99_ms: float = Field(description="simulated p99 latency, ms")
+    p99_low_ms: float | None = Field(description=(
+        "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
+    p99_high_ms: float | None = Field(description=(
+        "the plan's p99 with every batch at the high end of its latency prediction's 90% interval, ms: what "
+        "it may reach if the model runs as slowly as the interval allows"))
     throughput_qps: float = Field(description="simulated requests served per second, all GPUs together")
     utilisation: float = Field(description="share of the time each GPU is busy")
     mean_batch_size: float

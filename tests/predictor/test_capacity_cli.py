@@ -30,6 +30,9 @@ def test_a_plan_that_meets_its_objective_comes_with_its_triton_block() -> None:
     assert plan["gpus"] * plan["per_gpu_qps"] == pytest.approx(2000)
     assert f"max_batch_size: {plan['max_batch']}" in plan["triton_config"]
     assert f"max_queue_delay_microseconds: {plan['max_queue_delay_us']}" in plan["triton_config"]
+    assert plan["p99_low_ms"] < plan["p99_ms"] < plan["p99_high_ms"]
+    code, text = run("resnet50", "--qps", "2000", "--slo-p99-ms", "20")
+    assert f"p99 {plan['p99_low_ms']:.3f} to {plan['p99_high_ms']:.3f} ms with every batch at either end" in text
 
 
 def test_an_objective_below_batch_one_is_answered_with_why_it_falls_short() -> None:
@@ -55,3 +58,5 @@ def test_service_time_is_the_prediction_per_batch_with_the_measured_spread() -> 
         assert sigma == DEFAULT_SIGMA["cudagraph"]
     assert predicted_service_time(predictor, graph, "fp16", "eager")(1)[1] == DEFAULT_SIGMA["eager"]
     assert service(8)[0] > service(1)[0]
+    out = predictor.predict(graph, 8, "fp16", "cudagraph")
+    assert service.interval_ms is not None and service.interval_ms(8) == (out.low_ms, out.high_ms)

@@ -14,7 +14,7 @@ import pytest
 
 from predictor.capacity.planner import DEFAULT_BUDGET, MAX_UTILISATION, Plan, plan, triton_config
 from predictor.capacity.runs import Runs
-from predictor.capacity.simulator import Arrivals, BatchingConfig, simulate
+from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate
 
 SLO_MS = 10.0
 
@@ -194,3 +194,45 @@ def test_runs_shared_by_a_grid_give_the_same_plans_for_fewer_simulations() -> No
         assert without_costs(shared) == without_costs(alone)
         assert shared.simulated_requests <= alone.simulated_requests
     assert shared.simulated_requests == 0  # the same question twice: nothing left to simulate
+
+
+def predicted(low: float, high: float) -> LatencyModel:
+    """``batch_friendly`` as a prediction whose interval runs from ``low`` to ``high`` times its median."""
+    return LatencyModel(lambda b: batch_friendly(b)[0], 0.05,
+                        interval_ms=lambda b: (low * batch_friendly(b)[0], high * batch_friendly(b)[0]))
+
+
+def test_a_predicted_latency_gives_the_plan_a_p99_range_from_the_ends_of_its_interval() -> None:
+    """The chosen setting is simulated again with every batch at either end of the interval, on
+    the same arrivals and draws: an interval of zero width gives the plan's own p99 exactly, a wider
+    one brackets it, and the two runs are counted in what the plan simulated."""
+    point = plan(predicted(1.0, 1.0), 2_000, SLO_MS)
+    assert point.p99_low_ms == point.p99_ms == point.p99_high_ms
+    wide = plan(predicted(0.9, 1.1), 2_000, SLO_MS)
+    assert (wide.gpus, wide.max_batch, wide.max_queue_delay_us, wide.p99_ms) == (
+        point.gpus, point.max_batch, point.max_queue_delay_us, point.p99_ms)  # the plan holds for the median
+    assert wide.p99_low_ms is not None and wide.p99_high_ms is not None
+    assert wide.p99_low_ms < wide.p99_ms < wide.p99_high_ms
+    slow = simulate(Arrivals("poisson", rate_qps=wide.per_gpu_qps, seed=0),
+                    BatchingConfig(max_batch=wide.max_batch, max_queue_delay_us=wide.max_queue_delay_us),
+                    LatencyModel(lambda b: 1.1 * batch_friendly(b)[0], 0.05), requests=20_000)
+    assert wide.p99_high_ms == pytest.approx(slow.p99_ms, rel=1e-12)
+    unranged = plan(LatencyModel(lambda b: batch_friendly(b)[0], 0.05), 2_000, SLO_MS)
+    assert unranged.p99_low_ms is None and unranged.p99_high_ms is None
+    assert wide.simulated_requests == unranged.simulated_requests + 2 * 20_000
+
+
+def test_the_p99_range_grows_with_the_interval_and_is_shared_by_a_grid() -> None:
+    narrow, wide = plan(predicted(0.95, 1.05), 2_000, SLO_MS), plan(predicted(0.8, 1.25), 2_000, SLO_MS)
+    assert wide.p99_low_ms < narrow.p99_low_ms and narrow.p99_high_ms < wide.p99_high_ms  # type: ignore[operator]
+    latency = predicted(0.9, 1.1)
+    runs = Runs(latency, 20_000, 0)
+    first = plan(latency, 2_000, SLO_MS, runs=runs)
+    again = plan(latency, 2_000, SLO_MS, runs=runs)
+    assert (again.p99_low_ms, again.p99_high_ms) == (first.p99_low_ms, first.p99_high_ms)
+    assert again.simulated_requests == 0  # its runs and its range were the first plan's
+
+
+def test_a_latency_model_without_an_interval_has_no_bound_to_be_at() -> None:
+    with pytest.raises(ValueError, match="no interval"):
+        LatencyModel(lambda b: 1.0).at_bound("high")

@@ -48,6 +48,10 @@ def test_a_real_plan_for_resnet50_on_the_h200_is_the_planners_answer_for_the_pre
         expected.gpus, expected.max_batch, expected.max_queue_delay_us)
     assert served["p99_ms"] == pytest.approx(expected.p99_ms, rel=1e-9)
     assert served["simulated_requests"] == expected.simulated_requests
+    # and its p99 range, from the ends of the predictions' intervals
+    assert served["p99_low_ms"] < served["p99_ms"] < served["p99_high_ms"]
+    assert (served["p99_low_ms"], served["p99_high_ms"]) == pytest.approx(
+        (expected.p99_low_ms, expected.p99_high_ms), rel=1e-9)
 
 
 def test_csv_is_a_header_and_one_row_per_qps_and_objective_in_order(client: Any) -> None:
@@ -75,6 +79,9 @@ def test_txt_is_one_number_per_combination_in_the_csvs_order(client: Any) -> Non
     p99 = client.get(f"{query}&format=txt&value=p99_ms").get_data(as_text=True).split("\n")
     assert [float(v) for v in p99] == pytest.approx([float(r["p99_ms"]) for r in rows], abs=1e-4)
     assert client.get(f"{query}&format=txt&value=meets").get_data(as_text=True).split("\n") == ["1"] * 4
+    high = client.get(f"{query}&format=txt&value=p99_high_ms").get_data(as_text=True).split("\n")
+    assert [float(v) for v in high] == pytest.approx([float(r["p99_high_ms"]) for r in rows], abs=1e-4)
+    assert all(float(r["p99_low_ms"]) <= float(r["p99_ms"]) <= float(r["p99_high_ms"]) for r in rows)
 
 
 def test_gpus_and_p99_never_fall_as_the_load_grows_at_one_objective(client: Any) -> None:

@@ -213,3 +213,14 @@ def test_the_predicted_service_is_the_mode_a_device_serves_in_with_its_spread() 
         assert serving_mode(predictor) == mode and table.sigmas == {1: sigma, 4: sigma}
         graph = load_zoo_graph("alexnet")
         assert table.medians_ms == {b: predictor.predict(graph, b, precision, mode).total_ms for b in (1, 4)}
+        out = {b: predictor.predict(graph, b, precision, mode) for b in (1, 4)}
+        assert table.intervals_ms == {b: (o.low_ms, o.high_ms) for b, o in out.items()}
+        high = table.at_bound(1)
+        assert high.medians_ms == {b: o.high_ms for b, o in out.items()} and high.sigmas == table.sigmas
+
+
+def test_a_measured_table_has_no_bound_to_be_at(data: ServingData) -> None:
+    _, service = one_load(data, "resnet101", "mb8-nodelay", 0.3)
+    assert service.intervals_ms is None
+    with pytest.raises(ValueError, match="no intervals"):
+        service.at_bound(1)
