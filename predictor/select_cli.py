@@ -26,7 +26,7 @@ from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import MAX_BATCH
 
 CSV_COLUMNS = ("rank", "device", "provenance", "meets", "latency_ms", "p99_ms", "throughput_qps", "memory_gib",
-               "price_per_hour", "cost_per_million", "reasons")
+               "price_per_hour", "cost_per_million", "reasons", "p99_low_ms", "p99_high_ms", "settled")
 
 
 @click.command("select")
@@ -54,7 +54,9 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
     Devices that fit the model in memory and meet --slo-p99-ms and --min-throughput come first,
     cheapest per inference first (unpriced ones after, fastest first); then the others, nearest
     first, with the reasons. Each says whether it was measured or transferred (never measured:
-    predicted from its datasheet, with a wider interval)."""
+    predicted from its datasheet, with a wider interval). The answer says whether the choice is
+    settled (it holds wherever in their prediction intervals the devices' latencies fall) or which
+    devices, at which end of their intervals, could change it."""
     from predictor.importers.onnx_dims import parse_dims
 
     try:
@@ -86,7 +88,8 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
         raise click.ClickException(f"{path}: {exc}") from None
     if fmt == "json":
         click.echo(json.dumps({**dataclasses.asdict(selection), "best": selection.best.device if selection.best
-                               else None, "verdict": selection.verdict}))
+                               else None, "verdict": selection.verdict, "settled": selection.settled,
+                               "doubts": list(selection.doubts)}))
     elif fmt == "csv":
         write_csv(selection)
     else:
@@ -101,13 +104,18 @@ def write_csv(selection: Selection) -> None:
         writer.writerow([rank, c.device, c.provenance, "true" if c.meets else "false", fixed(c.latency_ms),
                          fixed(c.p99_ms), fixed(c.throughput_qps, 1), fixed(c.memory_bytes / 2**30, 2),
                          "" if c.price_per_hour is None else fixed(c.price_per_hour, 2),
-                         "" if c.cost_per_million is None else fixed(c.cost_per_million), "; ".join(c.reasons)])
+                         "" if c.cost_per_million is None else fixed(c.cost_per_million), "; ".join(c.reasons),
+                         fixed(c.p99_low_ms), fixed(c.p99_high_ms), "true" if selection.settled else "false"])
 
 
 def echo_table(selection: Selection) -> None:
     """The verdict, then one line per device."""
     s = selection
     click.echo(f"{s.model} at batch {s.batch}, {s.precision}, {s.mode}: {s.verdict}")
+    if s.settled:
+        click.echo("settled: the choice holds wherever in their prediction intervals the devices fall")
+    else:
+        click.echo("within the predictions' error: " + "; ".join(s.doubts))
     click.echo(f"{'#':>2} {'device':<26} {'provenance':<11} {'latency ms':>10} {'p99 ms':>9} {'per s':>10} "
                f"{'GiB':>6} {'$/h':>6} {'$/M inf':>9}  why not")
     for rank, c in enumerate(s.ranked, 1):

@@ -19,13 +19,25 @@ fits in memory (always checked). Devices that meet every constraint come first, 
 inference first (by latency where a price is missing: such devices follow the priced ones, fastest
 first); then those that do not, nearest first, each with the reasons. When none meets them the
 answer says so and names the nearest: "you cannot have that" is an answer, not an error.
+
+Whether the predictions' error could change the choice (``Selection.doubts``, ``settled``): each
+device is also judged at both ends of its latency's ~90% interval (its p99 and throughput there).
+A choice is settled when the chosen device meets the constraints at the slow end of its interval
+and every device that would come before it if it met them (cheaper per inference, or for an
+unpriced choice faster) misses them even at the fast end of its own; an answer that none meets
+them, when none would meet them at the fast end. Each doubt names the device and the end. How
+often settled and unsettled choices are right on the measured devices: ``benchmarks/
+selection_accuracy.py``. The order by cost among devices that meet the constraints is the
+medians': cost follows latency, and counting overlapping cost intervals as doubts flagged
+choices that were right all the same.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from predictor.capacity.service_time import run_spread
 from predictor.graph import Graph
@@ -74,6 +86,8 @@ class DeviceChoice:
     low_ms: float  # the prediction's ~90% interval
     high_ms: float
     p99_ms: float  # of one batch, with the mode's run-to-run spread
+    p99_low_ms: float  # the same at the low and at the high end of the prediction's interval
+    p99_high_ms: float
     throughput_qps: float  # inferences (samples) a second, batches back to back
     memory_bytes: int  # what the model needs at this batch and precision
     device_memory_bytes: int
@@ -105,6 +119,27 @@ class Selection:
         return self.ranked[0] if self.ranked and self.ranked[0].meets else None
 
     @property
+    def doubts(self) -> tuple[str, ...]:
+        """What the predictions' intervals leave open about the choice (module docstring): empty
+        when it is settled."""
+        said: list[str] = []
+        best = self.best
+        if best is not None and not _meets_at(best, "high", self.batch, self.constraints):
+            said.append(f"{best.device} misses the constraints at the slow end of its interval "
+                        f"(p99 {best.p99_high_ms:.3g} ms)")
+        for c in self.ranked:
+            if c.meets or not _meets_at(c, "low", self.batch, self.constraints):
+                continue
+            if best is None or rank_key(replace(c, meets=True), self.constraints) < rank_key(best, self.constraints):
+                said.append(f"{c.device} meets them at the fast end of its interval (p99 {c.p99_low_ms:.3g} ms)")
+        return tuple(said)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the choice holds wherever in their intervals the devices' latencies fall."""
+        return not self.doubts
+
+    @property
     def verdict(self) -> str:
         """One sentence: the choice, or that none meets the constraints and which comes nearest."""
         if self.best is not None:
@@ -115,6 +150,16 @@ class Selection:
         return f"none meets the constraints; nearest: {near.name} ({near.device}): {'; '.join(near.reasons)}"
 
 
+def _meets_at(c: DeviceChoice, end: Literal["low", "high"], batch: int, constraints: Constraints) -> bool:
+    """Whether ``c`` meets ``constraints`` with its latency at the ``end`` of its interval."""
+    ms, p99 = (c.low_ms, c.p99_low_ms) if end == "low" else (c.high_ms, c.p99_high_ms)
+    if c.memory_bytes > c.device_memory_bytes:
+        return False
+    if constraints.slo_p99_ms is not None and p99 > constraints.slo_p99_ms:
+        return False
+    return constraints.min_throughput_qps is None or batch / ms * 1e3 >= constraints.min_throughput_qps
+
+
 def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode: str,
             host: HostProfile | None, constraints: Constraints, memory_bytes: int) -> DeviceChoice:
     spec = predictor.device
@@ -122,7 +167,8 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     if not out.total_ms > 0:
         raise NothingToRun(f"{graph.name!r} runs nothing on {spec.name} ({out.total_ms} ms): with no latency to "
                            "compare, there is no device to choose")
-    p99 = out.total_ms * math.exp(Z99 * run_spread(spec.kind, mode))
+    tail = math.exp(Z99 * run_spread(spec.kind, mode))
+    p99 = out.total_ms * tail
     throughput = batch / out.total_ms * 1e3
     cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
     if spec.kind == "cpu":  # no CUDA context or GPU libraries' workspaces: the weights and activations
@@ -135,8 +181,8 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     if constraints.min_throughput_qps is not None and throughput < constraints.min_throughput_qps:
         reasons.append(f"serves {throughput:.4g}/s, under the {constraints.min_throughput_qps:g}/s asked")
     return DeviceChoice(spec.device_id, spec.name, predictor.provenance, out.total_ms, out.low_ms, out.high_ms,
-                        p99, throughput, memory_bytes, spec.memory_bytes, spec.price_per_hour, cost,
-                        not reasons, tuple(reasons), out.model_version, tuple(out.warnings))
+                        p99, out.low_ms * tail, out.high_ms * tail, throughput, memory_bytes, spec.memory_bytes,
+                        spec.price_per_hour, cost, not reasons, tuple(reasons), out.model_version, tuple(out.warnings))
 
 
 def _shortfall(c: DeviceChoice, constraints: Constraints) -> float:

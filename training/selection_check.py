@@ -10,6 +10,8 @@ The truth of a case: among the devices whose *measured* p99 meets the objective,
 lowest measured cost per inference (price per hour x measured latency / batch). The choice:
 ``predictor.selection.select``'s top device, from predictions alone. A case is right when the
 chosen device really meets the objective and its measured cost is at most 5% above the best's.
+Each case also records whether the selection called its choice settled (``Selection.settled``),
+so that how often a settled choice is right can be reported apart.
 The p99 of a measurement is its median with the same run-to-run spread the prediction assumes
 (``selection.Z99``, ``DEFAULT_SIGMA``): the choice is scored on latency and cost, not on a spread
 neither side measured per case.
@@ -62,6 +64,7 @@ class Case:
     chosen: str | None  # the predicted choice
     chosen_meets: bool  # by measurement
     cost_ratio: float  # measured cost of the choice / the best's (inf where the choice misses the objective)
+    settled: bool = False  # the choice holds wherever in their intervals the predictions fall (Selection.settled)
 
     @property
     def right(self) -> bool:
@@ -91,12 +94,14 @@ def score(units: pd.DataFrame, predictors: Mapping[str, Predictor],
             slo = None if factor is None else fastest * factor
             meets = {d for d, ms in measured.items() if slo is None or ms * spread <= slo}
             best = min(meets, key=lambda d: cost[d])
-            choice = select(graph, [predictors[d] for d in measured], batch, PRECISION, MODE,
-                            Constraints(slo_p99_ms=slo)).best
+            selection = select(graph, [predictors[d] for d in measured], batch, PRECISION, MODE,
+                               Constraints(slo_p99_ms=slo))
+            choice = selection.best
             chosen = choice.device if choice else None
             ok = chosen is not None and chosen in meets
             cases.append(Case(model, batch, factor, slo, best, chosen, ok,
-                              cost[chosen] / cost[best] if ok and chosen is not None else math.inf))
+                              cost[chosen] / cost[best] if ok and chosen is not None else math.inf,
+                              selection.settled))
     return cases
 
 
@@ -107,7 +112,12 @@ def summary(cases: Sequence[Case]) -> pd.DataFrame:
     rows = []
     for objective, part in [*frame.groupby("objective", sort=False), ("all", frame)]:
         met = part[part["chosen_meets"]]
+        settled = part[part["settled"]]
+        unsettled = part[~part["settled"]]
         rows.append({"objective": objective, "cases": len(part), "right": float(part["right"].mean()),
+                     "settled": len(settled),
+                     "right if settled": float(settled["right"].mean()) if len(settled) else math.nan,
+                     "right if not": float(unsettled["right"].mean()) if len(unsettled) else math.nan,
                      "chosen misses objective": int((~part["chosen_meets"]).sum()),
                      "median cost ratio": float(met["cost_ratio"].median()) if len(met) else math.nan,
                      "worst cost ratio": float(met["cost_ratio"].max()) if len(met) else math.nan})

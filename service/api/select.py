@@ -70,7 +70,9 @@ def select_post() -> dict[str, Any]:
     without a price after them, fastest first), then the others, nearest first, each with the
     reasons; `best` is null and `verdict` names the nearest device when none meets them. Each device
     says whether it was `measured` or `transferred` (never measured: predicted from its datasheet,
-    with a wider interval).
+    with a wider interval), and its p99 at either end of its prediction's interval. `settled` says
+    whether the choice holds wherever in their intervals the devices' latencies fall; when not,
+    `doubts` names each device and the end of its interval at which the choice would change.
     """
     st = state()
     body = json_body(SelectRequest)
@@ -89,7 +91,9 @@ def select_get(query: SelectQuery) -> Response:
     As `POST /v1/select`, with `model` a zoo name or a stored graph's id and numbers as plain
     decimals. `format=csv` answers the columns rank, device, name, provenance, meets, reasons,
     latency_ms, low_ms, high_ms, p99_ms, throughput_qps, memory_gib, device_memory_gib,
-    price_per_hour, cost_per_million, model, batch, precision, mode, host, model_version, one row
+    price_per_hour, cost_per_million, model, batch, precision, mode, host, model_version,
+    p99_low_ms, p99_high_ms (the p99 at either end of the prediction's interval), settled (the
+    selection's: whether the choice holds wherever in their intervals the devices fall), one row
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
     the constraints.
     """
@@ -173,7 +177,8 @@ def _choice_out(rank: int, c: DeviceChoice) -> DeviceChoiceOut:
     return DeviceChoiceOut(
         rank=rank, device=c.device, name=c.name, provenance=c.provenance,  # type: ignore[arg-type]
         meets=c.meets, reasons=list(c.reasons), latency_ms=c.latency_ms, low_ms=c.low_ms, high_ms=c.high_ms,
-        p99_ms=c.p99_ms, throughput_qps=c.throughput_qps, memory_bytes=c.memory_bytes,
+        p99_ms=c.p99_ms, p99_low_ms=c.p99_low_ms, p99_high_ms=c.p99_high_ms, throughput_qps=c.throughput_qps,
+        memory_bytes=c.memory_bytes,
         device_memory_bytes=c.device_memory_bytes, price_per_hour=c.price_per_hour,
         cost_per_million=c.cost_per_million, model_version=c.model_version, warnings=list(c.warnings))
 
@@ -182,7 +187,7 @@ def _json(s: Selection) -> dict[str, Any]:
     return SelectionOut(
         model=s.model, batch=s.batch, precision=s.precision, mode=s.mode, host=s.host,
         slo_p99_ms=s.constraints.slo_p99_ms, min_throughput_qps=s.constraints.min_throughput_qps,
-        best=s.best.device if s.best else None, verdict=s.verdict,
+        best=s.best.device if s.best else None, verdict=s.verdict, settled=s.settled, doubts=list(s.doubts),
         ranked=[_choice_out(i + 1, c) for i, c in enumerate(s.ranked)], skipped=dict(s.skipped),
     ).model_dump()
 
@@ -202,7 +207,8 @@ def _csv(s: Selection) -> str:
             "price_per_hour": "" if c.price_per_hour is None else fixed(c.price_per_hour),
             "cost_per_million": "" if c.cost_per_million is None else fixed(c.cost_per_million),
             "model": s.model, "batch": s.batch, "precision": s.precision, "mode": s.mode,
-            "host": s.host or "", "model_version": c.model_version,
+            "host": s.host or "", "model_version": c.model_version, "p99_low_ms": fixed(c.p99_low_ms),
+            "p99_high_ms": fixed(c.p99_high_ms), "settled": "true" if s.settled else "false",
         }
         writer.writerow([values[column] for column in CSV_COLUMNS])
     return out.getvalue()

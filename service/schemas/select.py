@@ -41,7 +41,7 @@ MAX_QUERY_SLO_MS = 1_000_000
 MAX_QUERY_THROUGHPUT = 10_000_000
 CSV_COLUMNS = ("rank", "device", "name", "provenance", "meets", "reasons", "latency_ms", "low_ms", "high_ms", "p99_ms",
                "throughput_qps", "memory_gib", "device_memory_gib", "price_per_hour", "cost_per_million",
-               "model", "batch", "precision", "mode", "host", "model_version")
+               "model", "batch", "precision", "mode", "host", "model_version", "p99_low_ms", "p99_high_ms", "settled")
 #: a JSON body's number: 8 or 8.5, never "8" or true
 JsonNumber = Annotated[float, Strict()]
 
@@ -109,6 +109,8 @@ class DeviceChoiceOut(ResponseModel):
     low_ms: float = Field(description="lower end of the prediction's ~90% interval")
     high_ms: float = Field(description="upper end of the prediction's ~90% interval")
     p99_ms: float = Field(description="p99 of one batch's latency (the mode's run-to-run spread)")
+    p99_low_ms: float = Field(description="the p99 at the lower end of the prediction's interval")
+    p99_high_ms: float = Field(description="the p99 at the upper end of the prediction's interval")
     throughput_qps: float = Field(description="inferences a second, batches back to back")
     memory_bytes: int = Field(description="GPU memory the model needs at this batch and precision (estimated)")
     device_memory_bytes: int
@@ -132,5 +134,11 @@ class SelectionOut(ResponseModel):
     min_throughput_qps: float | None
     best: str | None = Field(description="the chosen device's id; null when none meets the constraints")
     verdict: str = Field(description="the choice in words, or that none meets the constraints and which is nearest")
+    settled: bool = Field(description=(
+        "whether the choice holds wherever in their ~90% intervals the devices' latencies fall: the chosen device "
+        "meets the constraints at the slow end of its interval, and every device that would come before it "
+        "misses them at the fast end of its own"))
+    doubts: list[str] = Field(description="what the intervals leave open when the choice is not settled: each "
+                                          "device and the end of its interval at which it would change the choice")
     ranked: list[DeviceChoiceOut]
     skipped: dict[str, str] = Field(description="devices that cannot run this precision, with why")

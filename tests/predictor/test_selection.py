@@ -124,3 +124,44 @@ def test_a_bad_variant_is_refused_before_anything_is_predicted(predictors: dict[
         select(load_zoo_graph("resnet18"), predictors, 0, "fp16", "cudagraph")
     with pytest.raises(ValueError, match="precision"):
         select(load_zoo_graph("resnet18"), predictors, 1, "fp8", "cudagraph")
+
+
+def test_each_device_carries_its_p99_at_both_ends_of_its_interval(resnet50: Selection) -> None:
+    for c in resnet50.ranked:
+        assert math.isclose(c.p99_low_ms / c.low_ms, c.p99_ms / c.latency_ms)
+        assert math.isclose(c.p99_high_ms / c.high_ms, c.p99_ms / c.latency_ms)
+
+
+def test_a_choice_is_settled_only_where_no_end_of_an_interval_could_change_it(
+        predictors: dict[str, Predictor], resnet50: Selection) -> None:
+    """Without constraints nothing can move a device across one: settled. An objective between the
+    chosen device's p99 and the p99 at the slow end of its interval leaves it in doubt, naming it;
+    one a cheaper device misses at its median but meets at the fast end of its interval names that
+    device; an objective met by every device even at the slow end is settled again."""
+    assert resnet50.settled and resnet50.doubts == ()
+    graph = load_zoo_graph("resnet50")
+    best = resnet50.ranked[0]
+    tight = select(graph, predictors, 8, "fp16", "cudagraph",
+                   Constraints(slo_p99_ms=(best.p99_ms + best.p99_high_ms) / 2))
+    assert tight.best is not None and tight.best.device == best.device and not tight.settled
+    assert any(d.startswith(f"{best.device} misses the constraints at the slow end") for d in tight.doubts)
+    # the cheapest device, just missed at its median: the next one is chosen, in doubt because of it
+    missed = select(graph, predictors, 8, "fp16", "cudagraph",
+                    Constraints(slo_p99_ms=(best.p99_ms + best.p99_low_ms) / 2))
+    assert missed.best is not None and missed.best.device != best.device
+    assert any(d.startswith(f"{best.device} meets them at the fast end") for d in missed.doubts)
+    loose = select(graph, predictors, 8, "fp16", "cudagraph",
+                   Constraints(slo_p99_ms=max(c.p99_high_ms for c in resnet50.ranked) * 1.01))
+    assert loose.settled and loose.best is not None and loose.best.device == best.device
+
+
+def test_none_meeting_is_settled_only_when_none_would_at_the_fast_end(predictors: dict[str, Predictor],
+                                                                      resnet50: Selection) -> None:
+    graph = load_zoo_graph("resnet50")
+    fastest = min(resnet50.ranked, key=lambda c: c.p99_ms)
+    near = select(graph, predictors, 8, "fp16", "cudagraph",
+                  Constraints(slo_p99_ms=(fastest.p99_ms + fastest.p99_low_ms) / 2))
+    assert near.best is None and not near.settled
+    assert any(d.startswith(f"{fastest.device} meets them at the fast end") for d in near.doubts)
+    far = select(graph, predictors, 8, "fp16", "cudagraph", Constraints(slo_p99_ms=fastest.p99_low_ms * 0.5))
+    assert far.best is None and far.settled

@@ -69,6 +69,11 @@ def test_the_spreadsheet_get_answers_csv_and_txt(client: Any) -> None:
         as_json["ranked"][0]["latency_ms"], abs=1e-4)
     txt = client.get(url + "&format=txt")
     assert txt.mimetype == "text/plain" and txt.get_data(as_text=True) == as_json["best"]
+    # each device's p99 at both ends of its interval, and whether the choice is settled
+    assert [float(r["p99_high_ms"]) for r in rows] == pytest.approx(
+        [d["p99_high_ms"] for d in as_json["ranked"]], abs=1e-4)
+    assert all(float(r["p99_low_ms"]) < float(r["p99_ms"]) < float(r["p99_high_ms"]) for r in rows)
+    assert {r["settled"] for r in rows} == {"true" if as_json["settled"] else "false"}
     none = client.get("/v1/select?model=resnet50&batch=8&slo_p99_ms=0.001&format=txt")
     assert none.get_data(as_text=True) == "none"
 
@@ -104,3 +109,15 @@ def test_a_graph_that_runs_nothing_is_refused_naming_it(client: Any) -> None:
     graph = {"name": "views-only", "batch": 1, "nodes": [{"name": "v", "op": "view", "kind": "free"}]}
     body = assert_problem(client.post("/v1/select", json={"graph": graph}), 422, "graph")
     assert "runs nothing" in body["detail"]
+
+
+def test_an_objective_inside_the_choices_interval_is_answered_unsettled_with_its_doubts(client: Any) -> None:
+    """An objective between the chosen device's p99 and its p99 at the slow end of its interval:
+    the same choice, said not to be settled, with the doubt naming it."""
+    free = client.post("/v1/select", json={"model": "resnet50", "batch": 8}).get_json()
+    assert free["settled"] is True and free["doubts"] == []
+    best = free["ranked"][0]
+    tight = client.post("/v1/select", json={"model": "resnet50", "batch": 8,
+                                            "slo_p99_ms": (best["p99_ms"] + best["p99_high_ms"]) / 2}).get_json()
+    assert tight["best"] == best["device"] and tight["settled"] is False
+    assert any(d.startswith(f"{best['device']} misses the constraints at the slow end") for d in tight["doubts"])
