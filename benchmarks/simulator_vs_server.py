@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from predictor.capacity.simulator import LatencyModel
 from training.serving_check import (
     NOISE_SEEDS,
     OBJECTIVE_LEVELS,
@@ -127,13 +128,13 @@ def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
     return lines
 
 
-def service_table(measured: dict[str, TableLatency], predicted: dict[str, TableLatency]) -> list[str]:
+def service_table(measured: dict[str, TableLatency], predicted: dict[str, LatencyModel]) -> list[str]:
     """The predicted service time of each model over the measured one (median of 40 timed runs)."""
     batches = (1, 2, 4, 8, 16, 24, 32)
     head = f"{'model':<13} {'b1 ms':>6} {'b32 ms':>7} | " + " ".join(f"{f'b{b}':>5}" for b in batches)
     lines = [head, "-" * len(head)]
     for model, table in measured.items():
-        cells = " ".join(f"{predicted[model].medians_ms[b] / table.medians_ms[b]:5.2f}" for b in batches)
+        cells = " ".join(f"{predicted[model](b)[0] / table.medians_ms[b]:5.2f}" for b in batches)
         lines.append(f"{model:<13} {table.medians_ms[1]:6.3f} {table.medians_ms[32]:7.3f} | {cells}")
     return lines
 
@@ -203,13 +204,13 @@ def main() -> None:
                   "schedules: the collector seeded each by (setting, level), so the models at one (setting, level) "
                   "share one schedule, scaled to their rates")
     measured = {m: measured_service(data.service[data.service["model"] == m]) for m in data.models}
-    predicted: dict[str, TableLatency] = {}
+    predicted: dict[str, LatencyModel] = {}
     if not args.no_predicted:
         predictor = bundle_predictor(fp["device_id"])
         predicted = {m: predicted_service(predictor, m, data.meta["precision"], sorted(measured[m].medians_ms))
                      for m in data.models}
         header.append(f"# predicted: bundle {predictor.bundle.version}'s {serving_mode(predictor)} predictions, "
-                      f"lognormal sigma {next(iter(predicted.values())).sigmas[1]:g} (the device's run-to-run "
+                      f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
     rows = compare_loads(data, predicted or None, args.requests, seeds)

@@ -198,14 +198,15 @@ class Graph:
         half_trace, half = self.traced_in_half, precision in HALF_PRECISIONS
         return half and (half_trace or self.__dict__["has_float32_islands"]), half_trace and not half
 
-    def keeps_float32(self, node: Node) -> bool:
-        """Whether ``node`` computes in float32 when the model runs in half precision."""
+    def computes_in_float32(self, node: Node) -> bool:
+        """Whether ``node`` computes in float32 when the model runs in half precision: marked so
+        (``Node.keeps_float32``), or float32 in a trace made in half precision."""
         return node.keeps_float32 or (node.dtype == "float32" and self.traced_in_half)
 
     def precision_of(self, node: Node, precision: str) -> str:
         """The precision ``node`` runs in when the model runs in ``precision``."""
         upcast, _ = self.precision_plan(precision)
-        return "fp32" if upcast and self.keeps_float32(node) else precision
+        return "fp32" if upcast and self.computes_in_float32(node) else precision
 
     def runs_kernel(self, node: Node, precision: str) -> bool:
         """False for a cast that is a no-op at ``precision``."""

@@ -20,16 +20,17 @@ inference first (by latency where a price is missing: such devices follow the pr
 first); then those that do not, nearest first, each with the reasons. When none meets them the
 answer says so and names the nearest: "you cannot have that" is an answer, not an error.
 
-Whether the predictions' error could change the choice (``Selection.doubts``, ``settled``): each
-device is also judged at both ends of its latency's ~90% interval (its p99 and throughput there).
-A choice is settled when the chosen device meets the constraints at the slow end of its interval
-and every device that would come before it if it met them (cheaper per inference, or for an
-unpriced choice faster) misses them even at the fast end of its own; an answer that none meets
-them, when none would meet them at the fast end. Each doubt names the device and the end. How
-often settled and unsettled choices are right on the measured devices: ``benchmarks/
-selection_accuracy.py``. The order by cost among devices that meet the constraints is the
-medians': cost follows latency, and counting overlapping cost intervals as doubts flagged
-choices that were right all the same.
+Whether the predictions' error could change which devices meet the constraints
+(``Selection.doubts``, ``settled``): each device is also judged at both ends of its latency's ~90%
+interval (its p99 and throughput there). A choice is settled when the chosen device meets the
+constraints at the slow end of its interval and every device that would come before it if it met
+them (cheaper per inference, or for an unpriced choice faster) misses them even at the fast end of
+its own; an answer that none meets them, when none would meet them at the fast end. Each doubt
+names the device, the end and what it meets or misses there. The order by cost among devices that
+meet the constraints is the medians': cost follows latency, and counting overlapping cost
+intervals as doubts flagged choices that were right all the same; so a selection without
+constraints is settled by construction. How often settled and unsettled choices are right on the
+measured devices: ``benchmarks/selection_accuracy.py``.
 """
 
 from __future__ import annotations
@@ -120,23 +121,25 @@ class Selection:
 
     @property
     def doubts(self) -> tuple[str, ...]:
-        """What the predictions' intervals leave open about the choice (module docstring): empty
-        when it is settled."""
+        """What the predictions' intervals leave open about which devices meet the constraints
+        (module docstring): empty when the choice is settled."""
         said: list[str] = []
         best = self.best
-        if best is not None and not _meets_at(best, "high", self.batch, self.constraints):
-            said.append(f"{best.device} misses the constraints at the slow end of its interval "
-                        f"(p99 {best.p99_high_ms:.3g} ms)")
+        missed = [] if best is None else _shortfalls_at(best, "high", self.batch, self.constraints)
+        if best is not None and missed:
+            said.append(f"{best.device} at the slow end of its interval: {'; '.join(missed)}")
         for c in self.ranked:
-            if c.meets or not _meets_at(c, "low", self.batch, self.constraints):
+            if c.meets or _shortfalls_at(c, "low", self.batch, self.constraints):
                 continue
             if best is None or rank_key(replace(c, meets=True), self.constraints) < rank_key(best, self.constraints):
-                said.append(f"{c.device} meets them at the fast end of its interval (p99 {c.p99_low_ms:.3g} ms)")
+                said.append(f"{c.device} meets them at the fast end of its interval (p99 {c.p99_low_ms:.3g} ms, "
+                            f"{self.batch / c.low_ms * 1e3:.4g}/s)")
         return tuple(said)
 
     @property
     def settled(self) -> bool:
-        """Whether the choice holds wherever in their intervals the devices' latencies fall."""
+        """Whether each device's verdict on the constraints holds at either end of its interval,
+        so far as the choice depends on it (module docstring)."""
         return not self.doubts
 
     @property
@@ -150,14 +153,23 @@ class Selection:
         return f"none meets the constraints; nearest: {near.name} ({near.device}): {'; '.join(near.reasons)}"
 
 
-def _meets_at(c: DeviceChoice, end: Literal["low", "high"], batch: int, constraints: Constraints) -> bool:
-    """Whether ``c`` meets ``constraints`` with its latency at the ``end`` of its interval."""
+def _shortfalls(memory_bytes: int, device_memory_bytes: int, p99_ms: float, throughput_qps: float,
+                constraints: Constraints) -> list[str]:
+    """Each constraint a device misses with these numbers, in words (empty: it meets them all)."""
+    reasons = []
+    if memory_bytes > device_memory_bytes:
+        reasons.append(f"needs {memory_bytes / 2**30:.1f} GiB, has {device_memory_bytes / 2**30:.0f} GiB")
+    if constraints.slo_p99_ms is not None and p99_ms > constraints.slo_p99_ms:
+        reasons.append(f"p99 {p99_ms:.3g} ms is over the objective of {constraints.slo_p99_ms:g} ms")
+    if constraints.min_throughput_qps is not None and throughput_qps < constraints.min_throughput_qps:
+        reasons.append(f"serves {throughput_qps:.4g}/s, under the {constraints.min_throughput_qps:g}/s asked")
+    return reasons
+
+
+def _shortfalls_at(c: DeviceChoice, end: Literal["low", "high"], batch: int, constraints: Constraints) -> list[str]:
+    """``_shortfalls`` of ``c`` with its latency at the ``end`` of its interval."""
     ms, p99 = (c.low_ms, c.p99_low_ms) if end == "low" else (c.high_ms, c.p99_high_ms)
-    if c.memory_bytes > c.device_memory_bytes:
-        return False
-    if constraints.slo_p99_ms is not None and p99 > constraints.slo_p99_ms:
-        return False
-    return constraints.min_throughput_qps is None or batch / ms * 1e3 >= constraints.min_throughput_qps
+    return _shortfalls(c.memory_bytes, c.device_memory_bytes, p99, batch / ms * 1e3, constraints)
 
 
 def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode: str,
@@ -173,13 +185,7 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
     if spec.kind == "cpu":  # no CUDA context or GPU libraries' workspaces: the weights and activations
         memory_bytes -= WORKSPACE_BYTES
-    reasons = []
-    if memory_bytes > spec.memory_bytes:
-        reasons.append(f"needs {memory_bytes / 2**30:.1f} GiB, has {spec.memory_bytes / 2**30:.0f} GiB")
-    if constraints.slo_p99_ms is not None and p99 > constraints.slo_p99_ms:
-        reasons.append(f"p99 {p99:.3g} ms is over the objective of {constraints.slo_p99_ms:g} ms")
-    if constraints.min_throughput_qps is not None and throughput < constraints.min_throughput_qps:
-        reasons.append(f"serves {throughput:.4g}/s, under the {constraints.min_throughput_qps:g}/s asked")
+    reasons = _shortfalls(memory_bytes, spec.memory_bytes, p99, throughput, constraints)
     return DeviceChoice(spec.device_id, spec.name, predictor.provenance, out.total_ms, out.low_ms, out.high_ms,
                         p99, out.low_ms * tail, out.high_ms * tail, throughput, memory_bytes, spec.memory_bytes,
                         spec.price_per_hour, cost, not reasons, tuple(reasons), out.model_version, tuple(out.warnings))

@@ -20,7 +20,7 @@ neither side measured per case.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,9 @@ import pandas as pd
 
 from predictor.capacity.service_time import DEFAULT_SIGMA
 from predictor.devices import DEVICES
+from predictor.graph import Graph
 from predictor.predict import Predictor
-from predictor.selection import Z99, Constraints, select
+from predictor.selection import Z99, Constraints, Selection, select
 from predictor.zoo import load_zoo_graph
 from training.data import load_model_runs
 
@@ -64,7 +65,7 @@ class Case:
     chosen: str | None  # the predicted choice
     chosen_meets: bool  # by measurement
     cost_ratio: float  # measured cost of the choice / the best's (inf where the choice misses the objective)
-    settled: bool = False  # the choice holds wherever in their intervals the predictions fall (Selection.settled)
+    settled: bool  # the selection called its choice settled (Selection.settled)
 
     @property
     def right(self) -> bool:
@@ -78,11 +79,33 @@ def _price(device: str) -> float:
     return price
 
 
-def score(units: pd.DataFrame, predictors: Mapping[str, Predictor],
-          factors: Sequence[float | None] = OBJECTIVE_FACTORS) -> list[Case]:
-    """Every (model, batch, objective) of ``units`` scored (see the module docstring)."""
+@dataclass(frozen=True)
+class Truth:
+    """One (model, batch, objective) as measured: which devices meet the objective, what each
+    costs per inference, and the cheapest of those that meet it."""
+
+    model: str
+    batch: int
+    factor: float | None
+    slo_p99_ms: float | None
+    graph: Graph
+    devices: tuple[str, ...]
+    meets: frozenset[str]
+    cost: Mapping[str, float]
+    best: str
+
+    def case(self, selection: Selection) -> Case:
+        """``selection`` (made from predictions alone) judged against the measurements."""
+        chosen = selection.best.device if selection.best else None
+        ok = chosen is not None and chosen in self.meets
+        ratio = self.cost[chosen] / self.cost[self.best] if ok and chosen is not None else math.inf
+        return Case(self.model, self.batch, self.factor, self.slo_p99_ms, self.best, chosen, ok, ratio,
+                    selection.settled)
+
+
+def truths(units: pd.DataFrame, factors: Sequence[float | None] = OBJECTIVE_FACTORS) -> Iterator[Truth]:
+    """Every (model, batch, objective) of ``units`` as measured (see the module docstring)."""
     spread = math.exp(Z99 * DEFAULT_SIGMA[MODE])
-    cases = []
     key: Any  # (model, batch): pandas-stubs types a group key as any hashable
     for key, unit in units.groupby(["model", "batch"]):
         model, batch = str(key[0]), int(key[1])
@@ -92,17 +115,17 @@ def score(units: pd.DataFrame, predictors: Mapping[str, Predictor],
         fastest = min(measured.values()) * spread
         for factor in factors:
             slo = None if factor is None else fastest * factor
-            meets = {d for d, ms in measured.items() if slo is None or ms * spread <= slo}
-            best = min(meets, key=lambda d: cost[d])
-            selection = select(graph, [predictors[d] for d in measured], batch, PRECISION, MODE,
-                               Constraints(slo_p99_ms=slo))
-            choice = selection.best
-            chosen = choice.device if choice else None
-            ok = chosen is not None and chosen in meets
-            cases.append(Case(model, batch, factor, slo, best, chosen, ok,
-                              cost[chosen] / cost[best] if ok and chosen is not None else math.inf,
-                              selection.settled))
-    return cases
+            meets = frozenset(d for d, ms in measured.items() if slo is None or ms * spread <= slo)
+            yield Truth(model, batch, factor, slo, graph, tuple(measured), meets, cost,
+                        min(meets, key=lambda d: cost[d]))
+
+
+def score(units: pd.DataFrame, predictors: Mapping[str, Predictor],
+          factors: Sequence[float | None] = OBJECTIVE_FACTORS) -> list[Case]:
+    """Every (model, batch, objective) of ``units`` scored (see the module docstring)."""
+    return [t.case(select(t.graph, [predictors[d] for d in t.devices], t.batch, PRECISION, MODE,
+                          Constraints(slo_p99_ms=t.slo_p99_ms)))
+            for t in truths(units, factors)]
 
 
 def summary(cases: Sequence[Case]) -> pd.DataFrame:

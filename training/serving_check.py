@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyFn, SimResult, simulate
+from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyFn, LatencyModel, SimResult, simulate
 
 if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted service is asked for
     from predictor.predict import Predictor
@@ -239,19 +239,11 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
 
 @dataclass(frozen=True)
 class TableLatency:
-    """latency(batch) from a table: batch -> (median ms, lognormal sigma), and for a predicted one
-    each median's interval (low, high ms). A batch the table lacks is an error, not an
-    extrapolation: the server never ran it."""
+    """latency(batch) from a table: batch -> (median ms, lognormal sigma). A batch the table lacks is
+    an error, not an extrapolation: the server never ran it."""
 
     medians_ms: Mapping[int, float]
     sigmas: Mapping[int, float]
-    intervals_ms: Mapping[int, tuple[float, float]] | None = None
-
-    def at_bound(self, side: int) -> TableLatency:
-        """The table with each median at the low (``side`` 0) or high (1) end of its interval."""
-        if self.intervals_ms is None:
-            raise ValueError("this latency table has no intervals: only a predicted one has")
-        return TableLatency({b: i[side] for b, i in self.intervals_ms.items()}, self.sigmas)
 
     def __call__(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians_ms:
@@ -290,20 +282,20 @@ def serving_mode(predictor: Predictor) -> str:
 
 
 def predicted_service(predictor: Predictor, model: str, precision: str, batches: Sequence[int],
-                      sigma: float | None = None) -> TableLatency:
+                      sigma: float | None = None) -> LatencyModel:
     """The latency model ``latpred capacity`` uses for zoo ``model``: the prediction at each batch
-    size in the mode the device serves in (``serving_mode``; ``predicted_service_time``) with that
-    mode's run-to-run spread on the device (``run_spread``), unless ``sigma`` is given."""
+    size in the mode the device serves in (``serving_mode``; ``predicted_service_time``), with its
+    interval, and that mode's run-to-run spread on the device (``run_spread``) unless ``sigma`` is
+    given; predicted once for each of ``batches``, the sizes the server ran (no other is asked)."""
     from predictor.capacity.service_time import predicted_service_time, run_spread
     from predictor.zoo import load_zoo_graph
 
     mode = serving_mode(predictor)
     spread = run_spread(predictor.device.kind, mode) if sigma is None else sigma
     service_time = predicted_service_time(predictor, load_zoo_graph(model), precision, mode, sigma=spread)
-    table = {b: service_time(b) for b in batches}
-    assert service_time.interval_ms is not None
-    return TableLatency({b: m for b, (m, _) in table.items()}, {b: s for b, (_, s) in table.items()},
-                        {b: service_time.interval_ms(b) for b in batches})
+    medians = {b: service_time(b)[0] for b in batches}
+    intervals = {b: service_time.interval_ms(b) for b in batches} if service_time.interval_ms else None
+    return LatencyModel(medians.__getitem__, spread, None if intervals is None else intervals.__getitem__)
 
 
 def simulate_load(offered_qps: float, config: BatchingConfig, latency: LatencyFn, requests: int = SIM_REQUESTS,
@@ -422,9 +414,9 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
         latency = None if predicted is None else predicted[model]
         bounds = None
-        if isinstance(latency, TableLatency) and latency.intervals_ms is not None:
-            low, high = (simulate_load(measured.offered_qps, config, latency.at_bound(side), requests).p99_ms
-                         for side in (0, 1))
+        if isinstance(latency, LatencyModel) and latency.interval_ms is not None:
+            low, high = (simulate_load(measured.offered_qps, config, latency.at_bound(end), requests).p99_ms
+                         for end in ("low", "high"))
             bounds = (low, high)
         rows.append(LoadComparison(
             measured=measured,

@@ -37,7 +37,8 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
     """A plan for each (qps, objective), loads first (``itertools.product`` order), with the
     planner's defaults; each plan is the one ``plan`` gives the cell alone, or
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot
-    cover the next cell's search (its requests are then spent: at most ``budget`` and one run)."""
+    cover the next cell's search (its requests are then spent: at most ``budget``, one run, and the
+    two runs of that cell's p99 range where the latency model has an interval)."""
     runs = Runs(latency, REQUESTS, SEED)
     plans: list[Plan] = []
     cells = list(itertools.product(qps, slo_p99_ms))

@@ -182,7 +182,9 @@ def float32_islands(t: GraphTensors) -> set[int]:
     """The nodes of each RMS norm (Llama's, Qwen2's, T5's, told by its weight's name) that PyTorch
     computes in float32 in a half-precision model, as its torch trace shows them: from the norm's
     input, cast up, to ``x * rsqrt(mean(x^2) + eps)`` (pow, mean, add, sqrt and reciprocal, mul).
-    Not the weight's Mul after the cast back, which runs at the model's dtype."""
+    Not the weight's Mul after the cast back, which runs at the model's dtype. A walk that reads
+    anything but the norm's input, stored values and its own nodes' outputs has left the norm:
+    none of it is marked."""
     islands: set[int] = set()
     for i, n in enumerate(t.nodes):
         weight = next((x for x in n.input if x in t.weights and (DECODER_NORM.search(x) or T5_NORM.search(x))), None)
@@ -197,7 +199,10 @@ def float32_islands(t: GraphTensors) -> set[int]:
                 if k is not None and k not in island:
                     island.add(k)
                     todo.append(k)
-        if len(island) <= NORM_ARITHMETIC_NODES:
+        inside = {str(o) for k in island for o in t.nodes[k].output}
+        closed = all(not name or name == x or name in t.static or name in inside
+                     for k in island for name in t.nodes[k].input)
+        if closed and len(island) <= NORM_ARITHMETIC_NODES:
             islands |= island
     return islands
 

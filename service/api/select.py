@@ -71,8 +71,9 @@ def select_post() -> dict[str, Any]:
     reasons; `best` is null and `verdict` names the nearest device when none meets them. Each device
     says whether it was `measured` or `transferred` (never measured: predicted from its datasheet,
     with a wider interval), and its p99 at either end of its prediction's interval. `settled` says
-    whether the choice holds wherever in their intervals the devices' latencies fall; when not,
-    `doubts` names each device and the end of its interval at which the choice would change.
+    whether the devices' verdicts on the constraints that the choice depends on hold at either end
+    of their intervals (the order by cost is the medians'); when not, `doubts` names each device,
+    the end of its interval and what it meets or misses there.
     """
     st = state()
     body = json_body(SelectRequest)
@@ -93,7 +94,7 @@ def select_get(query: SelectQuery) -> Response:
     latency_ms, low_ms, high_ms, p99_ms, throughput_qps, memory_gib, device_memory_gib,
     price_per_hour, cost_per_million, model, batch, precision, mode, host, model_version,
     p99_low_ms, p99_high_ms (the p99 at either end of the prediction's interval), settled (the
-    selection's: whether the choice holds wherever in their intervals the devices fall), one row
+    selection's, as in the JSON answer), one row
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
     the constraints.
     """

@@ -135,9 +135,10 @@ class SelectionOut(ResponseModel):
     best: str | None = Field(description="the chosen device's id; null when none meets the constraints")
     verdict: str = Field(description="the choice in words, or that none meets the constraints and which is nearest")
     settled: bool = Field(description=(
-        "whether the choice holds wherever in their ~90% intervals the devices' latencies fall: the chosen device "
-        "meets the constraints at the slow end of its interval, and every device that would come before it "
-        "misses them at the fast end of its own"))
+        "whether the devices' verdicts on the constraints that the choice depends on hold at either end of their "
+        "~90% intervals: the chosen device meets the constraints at the slow end of its interval, and every device "
+        "that would come before it misses them at the fast end of its own (the order by cost is the medians': "
+        "without constraints, settled)"))
     doubts: list[str] = Field(description="what the intervals leave open when the choice is not settled: each "
                                           "device and the end of its interval at which it would change the choice")
     ranked: list[DeviceChoiceOut]

@@ -236,3 +236,10 @@ def test_the_p99_range_grows_with_the_interval_and_is_shared_by_a_grid() -> None
 def test_a_latency_model_without_an_interval_has_no_bound_to_be_at() -> None:
     with pytest.raises(ValueError, match="no interval"):
         LatencyModel(lambda b: 1.0).at_bound("high")
+
+
+def test_a_plan_stopped_by_its_budget_still_carries_its_p99_range() -> None:
+    stopped = plan(predicted(0.9, 1.1), 2_000, SLO_MS, budget=20_000)
+    assert stopped.budget_spent
+    assert stopped.p99_low_ms is not None and stopped.p99_high_ms is not None
+    assert stopped.p99_low_ms <= stopped.p99_ms <= stopped.p99_high_ms

@@ -168,6 +168,23 @@ def test_what_pytorch_computes_in_float32_is_marked_so_and_nothing_else() -> Non
                                                               "mul"]  # a norm by another name: not known
 
 
+def test_a_norm_whose_variance_reads_another_tensor_marks_none_of_its_nodes() -> None:
+    """x * rsqrt(mean(z^2) + eps) with z not x (another input): the walk from the norm's product
+    leaves the norm, so nothing it reached is marked float32 (the casts put back still are)."""
+    weight = "model.layers.0.input_layernorm.weight"
+    stored = {"two": np.array(2.0, np.float32), "eps": np.array(1e-6, np.float32), weight: np.ones(D, np.float32)}
+    nodes = [helper.make_node("Pow", ["z", "two"], ["p"]),
+             helper.make_node("ReduceMean", ["p"], ["m"], axes=[-1], keepdims=1),
+             helper.make_node("Add", ["m", "eps"], ["a"]), helper.make_node("Sqrt", ["a"], ["s"]),
+             helper.make_node("Reciprocal", ["s"], ["r"]), helper.make_node("Mul", ["x", "r"], ["xn"]),
+             helper.make_node("Mul", [weight, "xn"], ["y"])]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, S, D]) for n in ("x", "z")]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, S, D])],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in stored.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert [n.op for n in graph_from_onnx(model, batch=1).nodes if n.keeps_float32] == ["to"]
+
+
 @pytest.fixture(scope="module")
 def predictor() -> Predictor:
     return h200_predictor()

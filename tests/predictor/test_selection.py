@@ -144,7 +144,7 @@ def test_a_choice_is_settled_only_where_no_end_of_an_interval_could_change_it(
     tight = select(graph, predictors, 8, "fp16", "cudagraph",
                    Constraints(slo_p99_ms=(best.p99_ms + best.p99_high_ms) / 2))
     assert tight.best is not None and tight.best.device == best.device and not tight.settled
-    assert any(d.startswith(f"{best.device} misses the constraints at the slow end") for d in tight.doubts)
+    assert any(d.startswith(f"{best.device} at the slow end of its interval: p99 ") for d in tight.doubts)
     # the cheapest device, just missed at its median: the next one is chosen, in doubt because of it
     missed = select(graph, predictors, 8, "fp16", "cudagraph",
                     Constraints(slo_p99_ms=(best.p99_ms + best.p99_low_ms) / 2))
@@ -165,3 +165,14 @@ def test_none_meeting_is_settled_only_when_none_would_at_the_fast_end(predictors
     assert any(d.startswith(f"{fastest.device} meets them at the fast end") for d in near.doubts)
     far = select(graph, predictors, 8, "fp16", "cudagraph", Constraints(slo_p99_ms=fastest.p99_low_ms * 0.5))
     assert far.best is None and far.settled
+
+
+def test_a_doubt_names_the_constraint_it_is_about(predictors: dict[str, Predictor], resnet50: Selection) -> None:
+    """With a throughput floor alone, a doubt names the throughput, not a p99 nobody asked about."""
+    best = resnet50.ranked[0]
+    slow_end, median = 8 / best.high_ms * 1e3, best.throughput_qps
+    floor = select(load_zoo_graph("resnet50"), predictors, 8, "fp16", "cudagraph",
+                   Constraints(min_throughput_qps=(slow_end + median) / 2))
+    assert floor.best is not None and floor.best.device == best.device and not floor.settled
+    said = next(d for d in floor.doubts if d.startswith(best.device))
+    assert "/s asked" in said and "objective" not in said

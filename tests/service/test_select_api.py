@@ -120,4 +120,4 @@ def test_an_objective_inside_the_choices_interval_is_answered_unsettled_with_its
     tight = client.post("/v1/select", json={"model": "resnet50", "batch": 8,
                                             "slo_p99_ms": (best["p99_ms"] + best["p99_high_ms"]) / 2}).get_json()
     assert tight["best"] == best["device"] and tight["settled"] is False
-    assert any(d.startswith(f"{best['device']} misses the constraints at the slow end") for d in tight["doubts"])
+    assert any(d.startswith(f"{best['device']} at the slow end of its interval: p99 ") for d in tight["doubts"])

@@ -209,18 +209,13 @@ def test_the_predicted_service_is_the_mode_a_device_serves_in_with_its_spread() 
                                 ("cpu-amd-epyc", "eager", CPU_EAGER_SIGMA)):
         predictor = bundle_predictor(device)
         precision = "fp32" if mode == "eager" else "fp16"
-        table = predicted_service(predictor, "alexnet", precision, [1, 4])
-        assert serving_mode(predictor) == mode and table.sigmas == {1: sigma, 4: sigma}
+        latency = predicted_service(predictor, "alexnet", precision, [1, 4])
+        assert serving_mode(predictor) == mode and latency.sigma == sigma
         graph = load_zoo_graph("alexnet")
-        assert table.medians_ms == {b: predictor.predict(graph, b, precision, mode).total_ms for b in (1, 4)}
         out = {b: predictor.predict(graph, b, precision, mode) for b in (1, 4)}
-        assert table.intervals_ms == {b: (o.low_ms, o.high_ms) for b, o in out.items()}
-        high = table.at_bound(1)
-        assert high.medians_ms == {b: o.high_ms for b, o in out.items()} and high.sigmas == table.sigmas
-
-
-def test_a_measured_table_has_no_bound_to_be_at(data: ServingData) -> None:
-    _, service = one_load(data, "resnet101", "mb8-nodelay", 0.3)
-    assert service.intervals_ms is None
-    with pytest.raises(ValueError, match="no intervals"):
-        service.at_bound(1)
+        assert {b: latency(b) for b in (1, 4)} == {b: (o.total_ms, sigma) for b, o in out.items()}
+        assert latency.interval_ms is not None
+        assert {b: latency.interval_ms(b) for b in (1, 4)} == {b: (o.low_ms, o.high_ms) for b, o in out.items()}
+        assert latency.at_bound("high")(4) == (out[4].high_ms, sigma)
+        with pytest.raises(KeyError):  # a size the server never ran is not predicted
+            latency(2)
