@@ -116,7 +116,7 @@ def qps(value: float, bound: bool) -> str:
 def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
     """The most qps under each p99 objective, measured and simulated (curves over the same loads)."""
     head = (f"{'model':<13} {'set':<5} {'objective':>18} | {'measured':>9} | {'sim, measured service':>22} | "
-            f"{'sim, predicted':>16}")
+            f"{'sim, predicted':>16} | {'its slow end':>15}")
     lines = [head, "-" * len(head)]
     for a in answers:
         objective = f"p99@{a.objective_level:g}: {a.objective_ms:.2f} ms"
@@ -124,7 +124,8 @@ def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
             f"{a.model:<13} {SHORT.get(a.setting, a.setting):<5} {objective:>18} | "
             f"{qps(a.measured_qps, a.measured_bound):>9} | {qps(a.sim_measured_qps, a.sim_measured_bound):>13} "
             f"{ratio(a.sim_measured_qps, a.measured_qps):>8} | {qps(a.sim_predicted_qps, a.sim_predicted_bound):>8} "
-            f"{ratio(a.sim_predicted_qps, a.measured_qps):>7}")
+            f"{ratio(a.sim_predicted_qps, a.measured_qps):>7} | {qps(a.sim_slow_end_qps, a.sim_slow_end_bound):>8} "
+            f"{ratio(a.sim_slow_end_qps, a.measured_qps):>6}")
     return lines
 
 
@@ -139,7 +140,8 @@ def service_table(measured: dict[str, TableLatency], predicted: dict[str, Latenc
     return lines
 
 
-def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], schedules: int) -> list[str]:
+def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], answers: Sequence[MaxQpsComparison],
+                 schedules: int) -> list[str]:
     lines = []
     for c in checks:
         lines.append(f"{c.latency_model}: p99 within +-{TARGET:.0%} at levels <= {TARGET_LEVEL:g}: "
@@ -156,6 +158,13 @@ def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], 
                      "every batch at the low and at the high end of its prediction's 90% interval, as latpred "
                      f"capacity reports it): {within}/{len(low)} loads at levels <= {TARGET_LEVEL:g}, "
                      f"{len(held)}/{len(ranged)} in all")
+    slow = [a.sim_slow_end_qps / a.measured_qps for a in answers
+            if math.isfinite(a.sim_slow_end_qps) and a.measured_qps > 0]
+    if slow:
+        lines.append(f"predicted service at the slow end of its interval (latpred capacity --plan-for slow_end): max "
+                     f"qps {min(slow):.2f}-{max(slow):.2f}x measured, above it in {sum(x > 1 for x in slow)} of "
+                     f"{len(slow)}, more than {TARGET:.0%} above in {sum(x > 1 + TARGET for x in slow)}, within "
+                     f"+-{TARGET:.0%} in {sum(abs(x - 1) <= TARGET for x in slow)}")
     inside = sum(r.short.band()[0] <= r.measured.stats.p99_ms <= r.short.band()[1] for r in rows)
     ranks = [r.short.rank(r.measured.stats.p99_ms) for r in rows]
     lines.append(f"measured p99 inside the band of short simulated runs (their 10th-90th percentile: 80% of "
@@ -233,7 +242,7 @@ def main() -> None:
     if predicted:
         out += ["", "== predicted / measured service time (measured: median of 40 timed services, one CUDA-graph "
                 "replay then an event wait)", *service_table(measured, predicted)]
-    out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, schedules),
+    out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, answers, schedules),
             f"({time.perf_counter() - started:.0f} s)"]
     text = "\n".join(out) + "\n"
     print(text, end="")

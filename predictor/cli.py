@@ -30,7 +30,7 @@ from predictor.variant import MAX_BATCH
 
 if TYPE_CHECKING:  # imported where used: the capacity modules load only for 'latpred capacity'
     from predictor.capacity.planner import Plan
-    from predictor.capacity.simulator import LatencyFn
+    from predictor.capacity.simulator import LatencyFn, PlanFor
 
 
 @click.group()
@@ -143,6 +143,9 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--sigma", type=click.FloatRange(min=0, max=5), default=None,
               help="lognormal spread of a batch's service time (default: the zoo's measured run-to-run "
                    "spread, 0.01 CUDA graph, 0.15 eager)")
+@click.option("--plan-for", type=click.Choice(["median", "slow_end"]), default="median", show_default=True,
+              help="plan for the predicted latencies, or for the slow end of their 90% intervals (a plan that "
+                   "holds if the model runs as slowly as its prediction allows)")
 @click.option("--format", "fmt", type=click.Choice(["txt", "json"]), default="txt", show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None, help="a bundle folder")
 @click.option("--host", "host_spec", default=None, metavar="PROFILE.json|ID",
@@ -151,7 +154,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
               metavar="PATH.png", help="also write the recommended setting's p50 and p99 against load on one GPU "
                                        "to this PNG (needs matplotlib: pip install 'latpred[plot]')")
 def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
-             sigma: float | None, fmt: str, bundle: Path | None, host_spec: str | None,
+             sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None, host_spec: str | None,
              plot_path: Path | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
@@ -159,8 +162,10 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     simulated (predictor.capacity: one model instance per GPU, Poisson arrivals split evenly) over
     maximum batches 1-128 and queue delays 0-5,000 us, and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
-    answered, with the nearest plan and why it falls short. --plot draws the recommended setting's
-    latency against load on one GPU, with the objective and the planned per-GPU load marked."""
+    answered, with the nearest plan and why it falls short. The plan's p99 comes with its range at
+    either end of the latency prediction's 90% interval; --plan-for slow_end plans for the slow end
+    instead of the predicted medians. --plot draws the recommended setting's latency against load
+    on one GPU, with the objective and the planned per-GPU load marked."""
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
@@ -175,7 +180,7 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         graph = load_graph(path, None, {})
     except ValueError as exc:
         raise click.ClickException(f"{path}: {exc}") from None
-    service = predicted_service_time(predictor, graph, precision, mode, host, sigma)
+    service = predicted_service_time(predictor, graph, precision, mode, host, sigma).for_plan(plan_for)
     try:
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
@@ -185,9 +190,10 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     config = triton_config(result)
     if fmt == "json":
         click.echo(json.dumps({"model": graph.name, "device": predictor.device.device_id, "precision": precision,
-                               "mode": mode, **dataclasses.asdict(result), "triton_config": config}))
+                               "mode": mode, "plan_for": plan_for, **dataclasses.asdict(result),
+                               "triton_config": config}))
     else:
-        echo_plan(result, config, graph.name, predictor.device.name, precision, mode)
+        echo_plan(result, config, graph.name, predictor.device.name, precision, mode, plan_for)
     if plot_path is not None:
         write_load_curve(plot_path, service, result, curve_title(
             graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us))
@@ -196,11 +202,13 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
                    f"on one GPU written to {plot_path}", err=fmt == "json")
 
 
-def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str) -> None:
+def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str,
+              plan_for: PlanFor = "median") -> None:
     """The plan as ``latpred capacity`` prints it by default: the verdict, the numbers, the Triton block."""
     qps, slo_p99_ms = result.qps, result.slo_p99_ms
     verdict = "meets the objective" if result.meets else f"does NOT meet the objective: {result.reason}"
-    click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps: {verdict}")
+    planned = " planned for the slow end of the latency prediction's interval," if plan_for == "slow_end" else ""
+    click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps:{planned} {verdict}")
     click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us; per GPU "
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "

@@ -398,6 +398,10 @@ class MaxQpsComparison:
     sim_measured_bound: bool
     sim_predicted_qps: float
     sim_predicted_bound: bool
+    #: the same with predicted service at the slow end of its interval (``latpred capacity
+    #: --plan-for slow_end``): the predicted-service runs' p99 range's high ends
+    sim_slow_end_qps: float = math.nan
+    sim_slow_end_bound: bool = False
 
 
 def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None = None,
@@ -442,6 +446,7 @@ def compare_max_qps(rows: Sequence[LoadComparison],
         measured_p99 = [r.measured.stats.p99_ms for r in curve]
         sim_p99 = [r.sim_measured.p99_ms for r in curve]
         pred_p99 = [r.sim_predicted.p99_ms if r.sim_predicted is not None else math.nan for r in curve]
+        slow_p99 = [r.sim_predicted_range[1] if r.sim_predicted_range is not None else math.nan for r in curve]
         for level in objective_levels:
             at = [r for r in curve if math.isclose(r.measured.level, level)]
             if not at:
@@ -451,8 +456,10 @@ def compare_max_qps(rows: Sequence[LoadComparison],
             s_qps, s_bound = max_qps_under(qps, sim_p99, objective)
             p_qps, p_bound = (max_qps_under(qps, pred_p99, objective) if not any(map(math.isnan, pred_p99))
                               else (math.nan, False))
+            w_qps, w_bound = (max_qps_under(qps, slow_p99, objective) if not any(map(math.isnan, slow_p99))
+                              else (math.nan, False))
             out.append(MaxQpsComparison(model, setting, level, objective, m_qps, m_bound, s_qps, s_bound,
-                                        p_qps, p_bound))
+                                        p_qps, p_bound, w_qps, w_bound))
     return out
 
 

@@ -70,6 +70,9 @@ MAX_REQUESTS = 10_000_000
 ArrivalKind = Literal["poisson", "gamma", "trace"]
 #: A latency callable: batch size -> (median milliseconds, lognormal sigma).
 LatencyFn = Callable[[int], tuple[float, float]]
+#: what a capacity plan is made for: the predicted medians, or the slow end of their intervals
+PlanFor = Literal["median", "slow_end"]
+PLAN_FOR: tuple[str, ...] = ("median", "slow_end")
 
 
 def is_int(value: object) -> bool:
@@ -218,6 +221,18 @@ class LatencyModel:
             raise ValueError("this latency model has no interval: only a predicted one has")
         index = 0 if side == "low" else 1
         return LatencyModel(lambda batch: interval(batch)[index], self.sigma)
+
+    def for_plan(self, plan_for: PlanFor) -> LatencyModel:
+        """The model a plan is made for: as it is (``median``), or with each median moved to the
+        high end of its interval, the interval kept (``slow_end``: a plan that holds if the model
+        runs as slowly as its prediction's interval allows)."""
+        if plan_for == "median":
+            return self
+        interval = self.interval_ms
+        if plan_for != "slow_end" or interval is None:
+            raise ValueError(f"plan_for: {plan_for!r} needs one of {PLAN_FOR} and a predicted latency (with an "
+                             "interval)")
+        return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from predictor.capacity.planner import (
     triton_config,
 )
 from predictor.capacity.service_time import DEFAULT_SIGMA
-from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel
+from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
@@ -97,13 +97,15 @@ def capacity(query: CapacityQuery) -> Response:
 
     `p99_low_ms` and `p99_high_ms` are the plan's p99 simulated again with every batch at the low
     and at the high end of its latency prediction's 90% interval: how far the p99 may move if the
-    model runs as far from its prediction as the interval allows.
+    model runs as far from its prediction as the interval allows. `plan_for=slow_end` makes each
+    plan for the slow end of the intervals instead of the predicted medians: one that holds if the
+    model runs as slowly as its prediction allows (its `p99_ms` is then its `p99_high_ms`).
 
     `format=csv` answers the columns model, device, precision, mode, qps, slo_p99_ms, gpus,
     instances_per_gpu, max_batch, max_queue_delay_us, p50_ms, p99_ms, throughput_qps, utilisation,
     meets, reason, triton_config (on one line, as protobuf text allows), model_version, host (an
-    eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, one row per
-    combination, qps first;
+    eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, plan_for, one row
+    per combination, qps first;
     `format=txt` one number per combination (`value`, default gpus; meets as 1 or 0) in that order.
     A request whose predictions are over the server's work budget (`LATPRED_MAX_WORK`), or whose
     plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
@@ -135,20 +137,20 @@ def _capacity(query: CapacityQuery) -> Response:
     eager_host = base.host_key if mode == "eager" else None
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
-                               query.max_gpus, query.format, query.value, base.predictor.bundle.version,
+                               query.max_gpus, query.plan_for, query.format, query.value, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    latency = _latency(st, graph, base)
+    latency = _latency(st, graph, base).for_plan(query.plan_for)
     try:
         plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None
     host = base.host.id if mode == "eager" and base.host is not None else None
-    rows = [_row(p, graph, base, host) for p in plans]
+    rows = [_row(p, graph, base, host, query.plan_for) for p in plans]
     response = _render(rows, query.format, query.value)
     response.headers.update(headers)
     return response
@@ -172,12 +174,12 @@ def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyMo
     return LatencyModel(medians.__getitem__, sigma=DEFAULT_SIGMA[base.mode], interval_ms=intervals.__getitem__)
 
 
-def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None) -> dict[str, Any]:
+def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, plan_for: PlanFor) -> dict[str, Any]:
     return CapacityPlan(
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
-        p99_ms=result.p99_ms, p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
+        p99_ms=result.p99_ms, plan_for=plan_for, p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,

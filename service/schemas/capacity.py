@@ -45,7 +45,7 @@ TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms"
 TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
-               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms")
+               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for")
 
 
 def one_of(item: str) -> str:
@@ -109,6 +109,10 @@ class CapacityQuery(RequestModel):
                                        "combinations a request")
     max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
                           description="the most GPUs a plan may use (one model instance each)")
+    plan_for: Literal["median", "slow_end"] = Field(
+        "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
+                              "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "
+                              "allows)")
     format: Literal["json", "csv", "txt"] = Field(
         "json", description="json: a list of plans; csv: a header and one row per combination; txt: one number "
                             "per combination (`value`), one per line in the csv's row order")
@@ -134,6 +138,8 @@ class CapacityPlan(ResponseModel):
     per_gpu_qps: float
     p50_ms: float = Field(description="simulated median latency, ms")
     p99_ms: float = Field(description="simulated p99 latency, ms")
+    plan_for: Literal["median", "slow_end"] = Field(description=(
+        "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
     p99_low_ms: float | None = Field(description=(
         "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
     p99_high_ms: float | None = Field(description=(

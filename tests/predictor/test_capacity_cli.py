@@ -60,3 +60,12 @@ def test_service_time_is_the_prediction_per_batch_with_the_measured_spread() -> 
     assert service(8)[0] > service(1)[0]
     out = predictor.predict(graph, 8, "fp16", "cudagraph")
     assert service.interval_ms is not None and service.interval_ms(8) == (out.low_ms, out.high_ms)
+
+
+def test_a_plan_for_the_slow_end_says_so_and_holds_there() -> None:
+    code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "2.5", "--plan-for", "slow_end", "--format", "json")
+    assert code == 0, out
+    plan = json.loads(out)
+    assert plan["plan_for"] == "slow_end" and plan["meets"] and plan["p99_ms"] == plan["p99_high_ms"] <= 2.5
+    code, text = run("resnet50", "--qps", "2000", "--slo-p99-ms", "2.5", "--plan-for", "slow_end")
+    assert "planned for the slow end of the latency prediction's interval, meets the objective" in text

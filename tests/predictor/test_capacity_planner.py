@@ -243,3 +243,20 @@ def test_a_plan_stopped_by_its_budget_still_carries_its_p99_range() -> None:
     assert stopped.budget_spent
     assert stopped.p99_low_ms is not None and stopped.p99_high_ms is not None
     assert stopped.p99_low_ms <= stopped.p99_ms <= stopped.p99_high_ms
+
+
+def test_a_plan_for_the_slow_end_plans_on_the_high_ends_and_keeps_the_interval() -> None:
+    """``for_plan('slow_end')`` moves each median to the high end of its interval: the plan then
+    holds if the model runs that slowly (its p99 is its range's high end), and it never needs fewer
+    GPUs than the plan for the medians."""
+    latency = predicted(0.8, 1.25)
+    slow = latency.for_plan("slow_end")
+    assert slow(4) == (1.25 * batch_friendly(4)[0], 0.05) and slow.interval_ms is latency.interval_ms
+    assert latency.for_plan("median") is latency
+    median_plan, slow_plan = plan(latency, 9_000, 6.0), plan(slow, 9_000, 6.0)
+    assert slow_plan.p99_high_ms == slow_plan.p99_ms <= 6.0
+    assert slow_plan.gpus >= median_plan.gpus
+    with pytest.raises(ValueError, match="plan_for"):
+        LatencyModel(lambda b: 1.0).for_plan("slow_end")
+    with pytest.raises(ValueError, match="plan_for"):
+        latency.for_plan("fast_end")  # type: ignore[arg-type]

@@ -176,3 +176,21 @@ def test_etag_and_cache_control_and_304(client: Any) -> None:
     assert etag.startswith('"') and "max-age=" in first.headers["Cache-Control"]
     assert client.get(url, headers={"If-None-Match": etag}).status_code == 304
     assert client.get(f"{URL}&qps=800&slo_p99_ms=20&format=csv").headers["ETag"] != etag
+
+
+def test_a_plan_for_the_slow_end_holds_at_the_high_end_of_the_intervals(client: Any) -> None:
+    """plan_for=slow_end: each plan is made for the high ends of the predictions' intervals (its
+    p99 is its range's high end, within the objective), never on fewer GPUs, says so in its row,
+    and is cached apart from the plan for the medians."""
+    query = f"{URL}&qps=2000,6000&slo_p99_ms=2.5"
+    median = client.get(query)
+    slow = client.get(query + "&plan_for=slow_end")
+    assert slow.status_code == 200 and slow.headers["ETag"] != median.headers["ETag"]
+    for m, s in zip(median.get_json(), slow.get_json()):
+        assert (m["plan_for"], s["plan_for"]) == ("median", "slow_end")
+        assert s["meets"] and s["p99_ms"] == pytest.approx(s["p99_high_ms"], rel=1e-12) and s["p99_ms"] <= 2.5
+        assert s["gpus"] >= m["gpus"]
+    rows = rows_of(client.get(query + "&plan_for=slow_end&format=csv"))
+    assert {r["plan_for"] for r in rows} == {"slow_end"}
+    bad = client.get(query + "&plan_for=fast_end")
+    assert bad.status_code == 400 and "plan_for" in bad.get_data(as_text=True)
