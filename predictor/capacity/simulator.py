@@ -53,7 +53,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
@@ -72,7 +72,7 @@ ArrivalKind = Literal["poisson", "gamma", "trace"]
 LatencyFn = Callable[[int], tuple[float, float]]
 #: what a capacity plan is made for: the predicted medians, or the slow end of their intervals
 PlanFor = Literal["median", "slow_end"]
-PLAN_FOR: tuple[str, ...] = ("median", "slow_end")
+PLAN_FOR: tuple[str, ...] = get_args(PlanFor)
 
 
 def is_int(value: object) -> bool:

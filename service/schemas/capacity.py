@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field
 
 from predictor.capacity.planner import MAX_GPUS
+from predictor.capacity.simulator import PlanFor
 from predictor.compose import MODES
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
 from predictor.precision import PRECISIONS
@@ -109,7 +110,7 @@ class CapacityQuery(RequestModel):
                                        "combinations a request")
     max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
                           description="the most GPUs a plan may use (one model instance each)")
-    plan_for: Literal["median", "slow_end"] = Field(
+    plan_for: PlanFor = Field(
         "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
                               "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "
                               "allows)")
@@ -138,7 +139,7 @@ class CapacityPlan(ResponseModel):
     per_gpu_qps: float
     p50_ms: float = Field(description="simulated median latency, ms")
     p99_ms: float = Field(description="simulated p99 latency, ms")
-    plan_for: Literal["median", "slow_end"] = Field(description=(
+    plan_for: PlanFor = Field(description=(
         "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
     p99_low_ms: float | None = Field(description=(
         "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
