@@ -45,6 +45,10 @@ class LoadPoint:
     throughput_qps: float
     utilisation: float
     mean_batch_size: float
+    #: for a predicted latency, the p99 with every batch at the low and at the high end of its
+    #: prediction's interval (the same arrivals and draws), as a plan's p99 range; else None
+    p99_low_ms: float | None = None
+    p99_high_ms: float | None = None
 
 
 def _cached(latency: LatencyModel | LatencyFn) -> LatencyFn:
@@ -98,20 +102,26 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
                warmup_fraction: float = 0.1) -> list[LoadPoint]:
     """Simulate ``config`` at each offered load in ``qps_values`` (Poisson arrivals, ``requests``
     each, the same ``seed`` at every load: see the module docstring) and return one point per load,
-    in the order given. ``latency`` is asked once per batch size for the whole curve."""
+    in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
+    latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
+    each load, for the points' p99 range: three runs a point."""
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")
     if len(values) > MAX_POINTS:
         raise ValueError(f"qps_values: {len(values)} loads is more than {MAX_POINTS}")
     service = _cached(latency)
+    ends = ([_cached(latency.at_bound(end)) for end in ("low", "high")]
+            if isinstance(latency, LatencyModel) and latency.interval_ms is not None else [])
     points = []
     for qps in values:
-        result = simulate(Arrivals("poisson", rate_qps=qps, seed=seed), config, service, requests=requests,
-                          warmup_fraction=warmup_fraction)
+        arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
+        result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction)
+        low, high = (simulate(arrivals, config, end, requests=requests, warmup_fraction=warmup_fraction).p99_ms
+                     for end in ends) if ends else (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                                 throughput_qps=result.throughput_qps, utilisation=result.utilisation,
-                                mean_batch_size=result.mean_batch_size))
+                                mean_batch_size=result.mean_batch_size, p99_low_ms=low, p99_high_ms=high))
     return points
 
 

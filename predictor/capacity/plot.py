@@ -52,7 +52,8 @@ def render_load_curves(path: Path, curves: Mapping[str, Sequence[LoadPoint]], *,
                        capacity_qps: float | None = None, xlabel: str = "offered load (requests/s)",
                        size_px: tuple[int, int] = DEFAULT_SIZE_PX) -> Path:
     """Write ``curves`` (label -> points; one unlabelled curve is ``{"": points}``) to ``path`` as a
-    PNG of ``size_px`` pixels: p99 solid and p50 dashed against offered load, a horizontal line at
+    PNG of ``size_px`` pixels: p99 solid and p50 dashed against offered load (a curve whose points
+    have a p99 range, shaded between its ends), a horizontal line at
     ``slo_p99_ms``, a vertical one at ``planned_qps`` and a dotted one at ``capacity_qps`` (each
     left out when None). Raises :class:`PlotUnavailable` without matplotlib, OSError when the
     file cannot be written."""
@@ -77,6 +78,11 @@ def render_load_curves(path: Path, curves: Mapping[str, Sequence[LoadPoint]], *,
         prefix = f"{label}: " if label else ""
         ax.plot(qps, [p.p99_ms for p in ordered], "-", color=colour, marker=".", label=f"{prefix}p99")
         ax.plot(qps, [p.p50_ms for p in ordered], "--", color=colour, label=f"{prefix}p50")
+        ranges = [(p.p99_low_ms, p.p99_high_ms) for p in ordered]
+        if all(low is not None and high is not None for low, high in ranges):
+            ax.fill_between(qps, [float(low or 0) for low, _ in ranges], [float(high or 0) for _, high in ranges],
+                            color=colour, alpha=0.15, lw=0,
+                            label=f"{prefix}p99 at either end of the prediction's 90% interval")
     if slo_p99_ms is not None:
         ax.axhline(slo_p99_ms, color="tab:red", lw=1.2, label=f"p99 objective {slo_p99_ms:g} ms")
     if planned_qps is not None:

@@ -68,6 +68,32 @@ def test_the_curve_passes_through_the_plans_own_point() -> None:
     assert point.p99_ms == pytest.approx(chosen.p99_ms) and point.p50_ms == pytest.approx(chosen.p50_ms)
 
 
+def test_a_predicted_latency_gives_each_point_its_p99_range_and_the_plot_shades_it(tmp_path: Path) -> None:
+    """A latency with an interval (as a prediction has) is also simulated at both ends of it at each
+    load, on the same draws: the plan's p99 range at the plan's own load, a band around the p99
+    elsewhere, shaded in the PNG (it has more coloured pixels than the same curve without it)."""
+    import matplotlib.image
+
+    predicted = LatencyModel(LATENCY.median_ms, 0.05, interval_ms=lambda b: (0.85 * LATENCY(b)[0],
+                                                                             1.2 * LATENCY(b)[0]))
+    chosen = plan(predicted, 2_000, 10.0)
+    config = BatchingConfig(max_batch=chosen.max_batch, max_queue_delay_us=chosen.max_queue_delay_us)
+    (point,) = load_curve(predicted, config, [chosen.per_gpu_qps])
+    assert (point.p99_low_ms, point.p99_high_ms) == pytest.approx((chosen.p99_low_ms, chosen.p99_high_ms))
+    loads = qps_range(capacity_qps(predicted, config), points=8)
+    banded, plain = load_curve(predicted, config, loads), load_curve(LATENCY, config, loads)
+    assert all(p.p99_low_ms is None for p in plain)
+    assert [p.p99_ms for p in banded] == pytest.approx([p.p99_ms for p in plain])
+    assert all(p.p99_low_ms is not None and p.p99_high_ms is not None and p.p99_low_ms < p.p99_ms < p.p99_high_ms
+               for p in banded)
+    shaded = {}
+    for name, points in (("banded", banded), ("plain", plain)):
+        path = render_load_curves(tmp_path / f"{name}.png", {"": points}, title=name)
+        pixels = matplotlib.image.imread(path)[..., :3]
+        shaded[name] = int((pixels.min(axis=2) < 0.97).sum())
+    assert shaded["banded"] > shaded["plain"] * 1.2
+
+
 @pytest.mark.parametrize("values", [[], [100, -5], [float("nan")], [2e7]])
 def test_loads_that_are_not_rates_are_refused(values: list[float]) -> None:
     with pytest.raises(ValueError, match="qps_values"):
