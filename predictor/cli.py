@@ -196,7 +196,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         echo_plan(result, config, graph.name, predictor.device.name, precision, mode, plan_for)
     if plot_path is not None:
         write_load_curve(plot_path, service, result, curve_title(
-            graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us))
+            graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us,
+            slow_end=plan_for == "slow_end"))
         # to stderr under --format json: stdout stays one JSON object
         click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
                    f"on one GPU written to {plot_path}", err=fmt == "json")

@@ -46,7 +46,9 @@ class LoadPoint:
     utilisation: float
     mean_batch_size: float
     #: for a predicted latency, the p99 with every batch at the low and at the high end of its
-    #: prediction's interval (the same arrivals and draws), as a plan's p99 range; else None
+    #: prediction's interval (the same arrivals and draws), as a plan's p99 range; None without an
+    #: interval, and at loads the slow end cannot serve (its queue never drains: its p99 would only
+    #: say how many requests were simulated)
     p99_low_ms: float | None = None
     p99_high_ms: float | None = None
 
@@ -104,7 +106,7 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     each, the same ``seed`` at every load: see the module docstring) and return one point per load,
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
     latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
-    each load, for the points' p99 range: three runs a point."""
+    each load the slow end can serve, for the points' p99 range: three runs a point."""
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")
@@ -113,12 +115,13 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     service = _cached(latency)
     ends = ([_cached(latency.at_bound(end)) for end in ("low", "high")]
             if isinstance(latency, LatencyModel) and latency.interval_ms is not None else [])
+    slow_capacity = capacity_qps(ends[1], config) if ends else 0.0
     points = []
     for qps in values:
         arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
         result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction)
         low, high = (simulate(arrivals, config, end, requests=requests, warmup_fraction=warmup_fraction).p99_ms
-                     for end in ends) if ends else (None, None)
+                     for end in ends) if qps < slow_capacity else (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                                 throughput_qps=result.throughput_qps, utilisation=result.utilisation,
                                 mean_batch_size=result.mean_batch_size, p99_low_ms=low, p99_high_ms=high))

@@ -125,7 +125,9 @@ class Plan:
     budget_spent: bool = False
     #: the plan's p99 with every batch at the low and at the high end of the latency prediction's
     #: ~90% interval (a predicted latency model's ``interval_ms``; None without one): how far the
-    #: p99 may move if the model runs as far from its prediction as its interval allows
+    #: p99 may move if the model runs as far from its prediction as its interval allows. Where the
+    #: per-GPU load is beyond what the slow end can serve, its queue never drains, and the high
+    #: end's p99 says only that (it grows with the requests simulated)
     p99_low_ms: float | None = None
     p99_high_ms: float | None = None
 

@@ -39,11 +39,14 @@ def require_matplotlib() -> None:
 
 
 def curve_title(model: str, device: str, precision: str, mode: str, max_batch: int, max_queue_delay_us: float,
-                gpus: int = 1) -> str:
-    """The title of one setting's curve: what was predicted (model, device, precision, mode) and the
-    batching it was simulated with, so a PNG found later still says what it shows."""
+                gpus: int = 1, slow_end: bool = False) -> str:
+    """The title of one setting's curve: what was predicted (model, device, precision, mode), the
+    batching it was simulated with and, for a plan made for the slow end of the latency
+    prediction's interval, that its curve is the slow end's, so a PNG found later still says what
+    it shows."""
     where = "one GPU" if gpus == 1 else f"per GPU of {gpus}"
-    return (f"{model} on {device}, {precision}, {mode}\n"
+    end = "; latency at the slow end of its prediction's interval" if slow_end else ""
+    return (f"{model} on {device}, {precision}, {mode}{end}\n"
             f"max batch {max_batch}, max queue delay {max_queue_delay_us:g} us, {where}")
 
 
@@ -52,7 +55,7 @@ def render_load_curves(path: Path, curves: Mapping[str, Sequence[LoadPoint]], *,
                        capacity_qps: float | None = None, xlabel: str = "offered load (requests/s)",
                        size_px: tuple[int, int] = DEFAULT_SIZE_PX) -> Path:
     """Write ``curves`` (label -> points; one unlabelled curve is ``{"": points}``) to ``path`` as a
-    PNG of ``size_px`` pixels: p99 solid and p50 dashed against offered load (a curve whose points
+    PNG of ``size_px`` pixels: p99 solid and p50 dashed against offered load (where a curve's points
     have a p99 range, shaded between its ends), a horizontal line at
     ``slo_p99_ms``, a vertical one at ``planned_qps`` and a dotted one at ``capacity_qps`` (each
     left out when None). Raises :class:`PlotUnavailable` without matplotlib, OSError when the
@@ -78,11 +81,11 @@ def render_load_curves(path: Path, curves: Mapping[str, Sequence[LoadPoint]], *,
         prefix = f"{label}: " if label else ""
         ax.plot(qps, [p.p99_ms for p in ordered], "-", color=colour, marker=".", label=f"{prefix}p99")
         ax.plot(qps, [p.p50_ms for p in ordered], "--", color=colour, label=f"{prefix}p50")
-        ranges = [(p.p99_low_ms, p.p99_high_ms) for p in ordered]
-        if all(low is not None and high is not None for low, high in ranges):
-            ax.fill_between(qps, [float(low or 0) for low, _ in ranges], [float(high or 0) for _, high in ranges],
-                            color=colour, alpha=0.15, lw=0,
-                            label=f"{prefix}p99 at either end of the prediction's 90% interval")
+        ranged = [p.p99_low_ms is not None and p.p99_high_ms is not None for p in ordered]
+        if any(ranged):  # up to the load the slow end can serve (load_curve.LoadPoint)
+            ax.fill_between(qps, [p.p99_low_ms or math.nan for p in ordered],
+                            [p.p99_high_ms or math.nan for p in ordered], where=ranged, color=colour,
+                            alpha=0.15, lw=0, label=f"{prefix}p99 at either end of the prediction's 90% interval")
     if slo_p99_ms is not None:
         ax.axhline(slo_p99_ms, color="tab:red", lw=1.2, label=f"p99 objective {slo_p99_ms:g} ms")
     if planned_qps is not None:

@@ -228,10 +228,11 @@ class LatencyModel:
         runs as slowly as its prediction's interval allows)."""
         if plan_for == "median":
             return self
+        if plan_for != "slow_end":
+            raise ValueError(f"plan_for: must be one of {PLAN_FOR}, not {plan_for!r}")
         interval = self.interval_ms
-        if plan_for != "slow_end" or interval is None:
-            raise ValueError(f"plan_for: {plan_for!r} needs one of {PLAN_FOR} and a predicted latency (with an "
-                             "interval)")
+        if interval is None:
+            raise ValueError("plan_for: 'slow_end' needs a predicted latency, with an interval")
         return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval)
 
 

@@ -68,4 +68,15 @@ def test_a_plan_for_the_slow_end_says_so_and_holds_there() -> None:
     plan = json.loads(out)
     assert plan["plan_for"] == "slow_end" and plan["meets"] and plan["p99_ms"] == plan["p99_high_ms"] <= 2.5
     code, text = run("resnet50", "--qps", "2000", "--slo-p99-ms", "2.5", "--plan-for", "slow_end")
+    assert code == 0, text
     assert "planned for the slow end of the latency prediction's interval, meets the objective" in text
+
+
+def test_the_plan_for_choices_are_the_planners() -> None:
+    """The CLI names its --plan-for choices without importing the capacity modules: they must be
+    the simulator's."""
+    from predictor.capacity.simulator import PLAN_FOR
+    from predictor.cli import capacity
+
+    option = next(p for p in capacity.params if p.name == "plan_for")
+    assert tuple(option.type.choices) == PLAN_FOR  # type: ignore[attr-defined]

@@ -84,14 +84,17 @@ def test_a_predicted_latency_gives_each_point_its_p99_range_and_the_plot_shades_
     banded, plain = load_curve(predicted, config, loads), load_curve(LATENCY, config, loads)
     assert all(p.p99_low_ms is None for p in plain)
     assert [p.p99_ms for p in banded] == pytest.approx([p.p99_ms for p in plain])
+    slow_capacity = capacity_qps(predicted.at_bound("high"), config)
     assert all(p.p99_low_ms is not None and p.p99_high_ms is not None and p.p99_low_ms < p.p99_ms < p.p99_high_ms
-               for p in banded)
+               for p in banded if p.qps < slow_capacity)
+    beyond = [p for p in banded if p.qps >= slow_capacity]  # the slow end's queue would never drain there
+    assert beyond and all(p.p99_low_ms is None and p.p99_high_ms is None for p in beyond)
     shaded = {}
     for name, points in (("banded", banded), ("plain", plain)):
         path = render_load_curves(tmp_path / f"{name}.png", {"": points}, title=name)
         pixels = matplotlib.image.imread(path)[..., :3]
         shaded[name] = int((pixels.min(axis=2) < 0.97).sum())
-    assert shaded["banded"] > shaded["plain"] * 1.2
+    assert shaded["banded"] > shaded["plain"] * 3  # (a legend entry alone makes it about 1.5x)
 
 
 @pytest.mark.parametrize("values", [[], [100, -5], [float("nan")], [2e7]])
