@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyFn, LatencyModel, SimResult, simulate
+from predictor.capacity.simulator import (
+    Arrivals,
+    BatchingConfig,
+    LatencyFn,
+    LatencyModel,
+    SimResult,
+    p99_at_ends,
+    simulate,
+)
 
 if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted service is asked for
     from predictor.predict import Predictor
@@ -417,11 +425,9 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
                                 arrival_column=data.arrival_column)
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
         latency = None if predicted is None else predicted[model]
-        bounds = None
-        if isinstance(latency, LatencyModel) and latency.interval_ms is not None:
-            low, high = (simulate_load(measured.offered_qps, config, latency.at_bound(end), requests).p99_ms
-                         for end in ("low", "high"))
-            bounds = (low, high)
+        bounds = None if latency is None else p99_at_ends(
+            Arrivals("poisson", rate_qps=measured.offered_qps, seed=SEED), config, latency, requests=requests,
+            warmup_fraction=WARMUP_FRACTION)
         rows.append(LoadComparison(
             measured=measured,
             sim_measured=simulate_load(measured.offered_qps, config, service, requests),

@@ -23,6 +23,7 @@ from predictor.capacity.simulator import (
     checked_latency,
     is_finite_number,
     is_int,
+    p99_at_ends,
     simulate,
 )
 
@@ -113,15 +114,16 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     if len(values) > MAX_POINTS:
         raise ValueError(f"qps_values: {len(values)} loads is more than {MAX_POINTS}")
     service = _cached(latency)
-    ends = ([_cached(latency.at_bound(end)) for end in ("low", "high")]
-            if isinstance(latency, LatencyModel) and latency.interval_ms is not None else [])
-    slow_capacity = capacity_qps(ends[1], config) if ends else 0.0
+    # the slow end's queue never drains past its capacity: no range there (LoadPoint)
+    slow_capacity = (capacity_qps(latency.at_bound("high"), config)
+                     if isinstance(latency, LatencyModel) and latency.interval_ms is not None else 0.0)
     points = []
     for qps in values:
         arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
         result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction)
-        low, high = (simulate(arrivals, config, end, requests=requests, warmup_fraction=warmup_fraction).p99_ms
-                     for end in ends) if qps < slow_capacity else (None, None)
+        ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction) \
+            if qps < slow_capacity else None
+        low, high = ends or (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                                 throughput_qps=result.throughput_qps, utilisation=result.utilisation,
                                 mean_batch_size=result.mean_batch_size, p99_low_ms=low, p99_high_ms=high))

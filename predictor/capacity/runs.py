@@ -27,6 +27,7 @@ from predictor.capacity.simulator import (
     LatencyModel,
     SimResult,
     checked_latency,
+    p99_at_ends,
     simulate,
     simulate_bounded,
 )
@@ -119,15 +120,14 @@ class Search:
         the latency model's interval (the same arrivals and draws as its own run), or None for a
         model without one. Two whole runs, charged to the plan; never given up for the budget: a
         plan's range is part of its answer."""
-        latency = self.runs.latency
-        if not isinstance(latency, LatencyModel) or latency.interval_ms is None:
-            return None
         key = (self.qps, max_batch, delay_us, gpus)
         if key not in self.runs.ranges:
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
-            low, high = (simulate(arrivals, config, latency.at_bound(side), requests=self.runs.requests,
-                                  engine=self.runs.engine).p99_ms for side in ("low", "high"))
-            self.runs.ranges[key] = (low, high)
+            ends = p99_at_ends(arrivals, config, self.runs.latency, requests=self.runs.requests,
+                               engine=self.runs.engine)
+            if ends is None:
+                return None
+            self.runs.ranges[key] = ends
             self._charge(2 * self.runs.requests)
         return self.runs.ranges[key]
 

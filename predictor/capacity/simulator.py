@@ -386,6 +386,20 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     return result
 
 
+def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
+                requests: int | None = None, warmup_fraction: float = 0.1,
+                engine: Engine = "auto") -> tuple[float, float] | None:
+    """The p99 of ``arrivals`` served with every batch at the low, then at the high end of
+    ``latency``'s interval (``LatencyModel.at_bound``), on the same arrivals and draws as
+    ``simulate`` of ``latency`` itself: a prediction's p99 range. None for a latency without an
+    interval (a measured one)."""
+    if not isinstance(latency, LatencyModel) or latency.interval_ms is None:
+        return None
+    low, high = (simulate(arrivals, config, latency.at_bound(end), requests=requests,
+                          warmup_fraction=warmup_fraction, engine=engine).p99_ms for end in ("low", "high"))
+    return low, high
+
+
 @dataclass(frozen=True)
 class BoundedRun:
     """A run of ``simulate_bounded``: its result (whatever its p99) when it ran to the end, None when
@@ -506,5 +520,6 @@ def _measure(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarray, b
     )
 
 
-__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult", "simulate",
+__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult", "p99_at_ends",
+                        "simulate",
                         "simulate_bounded"]
