@@ -22,11 +22,8 @@ from predictor.graph_sources import load_graph
 from predictor.host_lookup import resolve_host, user_store
 from predictor.precision import PRECISIONS
 from predictor.selection import Constraints, Selection, select
-from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
+from predictor.selection_csv import write_selection_csv
 from predictor.variant import MAX_BATCH
-
-CSV_COLUMNS = ("rank", "device", "provenance", "meets", "latency_ms", "p99_ms", "throughput_qps", "memory_gib",
-               "price_per_hour", "cost_per_million", "reasons", "p99_low_ms", "p99_high_ms", "settled")
 
 
 @click.command("select")
@@ -92,21 +89,9 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
                                else None, "verdict": selection.verdict, "settled": selection.settled,
                                "doubts": list(selection.doubts)}))
     elif fmt == "csv":
-        write_csv(selection)
+        write_selection_csv(selection, sys.stdout, lineterminator="\n")
     else:
         echo_table(selection)
-
-
-def write_csv(selection: Selection) -> None:
-    """One row per device in rank order (text cells escaped for spreadsheets)."""
-    writer = SpreadsheetWriter(sys.stdout, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for rank, c in enumerate(selection.ranked, 1):
-        writer.writerow([rank, c.device, c.provenance, "true" if c.meets else "false", fixed(c.latency_ms),
-                         fixed(c.p99_ms), fixed(c.throughput_qps, 1), fixed(c.memory_bytes / 2**30, 2),
-                         "" if c.price_per_hour is None else fixed(c.price_per_hour, 2),
-                         "" if c.cost_per_million is None else fixed(c.cost_per_million), "; ".join(c.reasons),
-                         fixed(c.p99_low_ms), fixed(c.p99_high_ms), "true" if selection.settled else "false"])
 
 
 def echo_table(selection: Selection) -> None:

@@ -20,7 +20,7 @@ from predictor.graph import Graph
 from predictor.host_profile import HostProfile
 from predictor.predict import Predictor
 from predictor.selection import Constraints, DeviceChoice, Selection, select
-from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
+from predictor.selection_csv import write_selection_csv
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION
 from service import predictions, work_budget
 from service.openapi import budgeted, problems, request_bodies
@@ -30,7 +30,6 @@ from service.query_values import as_bad_request, numbers, variant_field
 from service.request_body import json_body
 from service.schemas.capacity import QPS_ITEM, SLO_ITEM
 from service.schemas.select import (
-    CSV_COLUMNS,
     DEVICE_ITEM,
     MAX_DEVICES,
     MAX_QUERY_SLO_MS,
@@ -194,22 +193,8 @@ def _json(s: Selection) -> dict[str, Any]:
 
 
 def _csv(s: Selection) -> str:
-    """One row per device in rank order; text cells escaped as ``/v1/latency``'s (``spreadsheet_cells``)."""
+    """One row per device in rank order, as ``latpred select --format csv`` writes them
+    (``predictor.selection_csv``)."""
     out = io.StringIO()
-    writer = SpreadsheetWriter(out, lineterminator="\r\n")
-    writer.writerow(CSV_COLUMNS)
-    for rank, c in enumerate(s.ranked, 1):
-        values: dict[str, Any] = {
-            "rank": rank, "device": c.device, "name": c.name, "provenance": c.provenance,
-            "meets": "true" if c.meets else "false", "reasons": "; ".join(c.reasons), "latency_ms": fixed(c.latency_ms),
-            "low_ms": fixed(c.low_ms), "high_ms": fixed(c.high_ms), "p99_ms": fixed(c.p99_ms),
-            "throughput_qps": fixed(c.throughput_qps), "memory_gib": fixed(c.memory_bytes / 2**30),
-            "device_memory_gib": fixed(c.device_memory_bytes / 2**30),
-            "price_per_hour": "" if c.price_per_hour is None else fixed(c.price_per_hour),
-            "cost_per_million": "" if c.cost_per_million is None else fixed(c.cost_per_million),
-            "model": s.model, "batch": s.batch, "precision": s.precision, "mode": s.mode,
-            "host": s.host or "", "model_version": c.model_version, "p99_low_ms": fixed(c.p99_low_ms),
-            "p99_high_ms": fixed(c.p99_high_ms), "settled": "true" if s.settled else "false",
-        }
-        writer.writerow([values[column] for column in CSV_COLUMNS])
+    write_selection_csv(s, out)
     return out.getvalue()

@@ -39,9 +39,6 @@ DEVICE_ITEM = "[a-z0-9]+(-[a-z0-9]+)*"
 #: 10,000,000 per second), within what predictor.selection takes
 MAX_QUERY_SLO_MS = 1_000_000
 MAX_QUERY_THROUGHPUT = 10_000_000
-CSV_COLUMNS = ("rank", "device", "name", "provenance", "meets", "reasons", "latency_ms", "low_ms", "high_ms", "p99_ms",
-               "throughput_qps", "memory_gib", "device_memory_gib", "price_per_hour", "cost_per_million",
-               "model", "batch", "precision", "mode", "host", "model_version", "p99_low_ms", "p99_high_ms", "settled")
 #: a JSON body's number: 8 or 8.5, never "8" or true
 JsonNumber = Annotated[float, Strict()]
 

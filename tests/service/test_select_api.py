@@ -12,6 +12,7 @@ import pytest
 from service_helpers import assert_problem
 
 from predictor.devices import DEVICES
+from predictor.selection_csv import CSV_COLUMNS
 
 
 def _select(client: Any, **body: Any) -> dict[str, Any]:
@@ -121,3 +122,21 @@ def test_an_objective_inside_the_choices_interval_is_answered_unsettled_with_its
                                             "slo_p99_ms": (best["p99_ms"] + best["p99_high_ms"]) / 2}).get_json()
     assert tight["best"] == best["device"] and tight["settled"] is False
     assert any(d.startswith(f"{best['device']} at the slow end of its interval: p99 ") for d in tight["doubts"])
+
+
+def test_the_cli_writes_the_same_csv_as_the_spreadsheet_get(client: Any) -> None:
+    """A sheet built on ``latpred select --format csv`` reads ``GET /v1/select?format=csv`` cell for
+    cell: same columns, same order, same decimals (only the line ends differ: a terminal's '\\n')."""
+    from click.testing import CliRunner
+
+    from latpred import main
+
+    cli = CliRunner().invoke(main, ["select", "resnet50", "--batch", "8", "--precision", "fp16",
+                                    "--slo-p99-ms", "50", "--format", "csv"])
+    assert cli.exit_code == 0, cli.output
+    served = client.get("/v1/select?model=resnet50&batch=8&precision=fp16&slo_p99_ms=50&format=csv")
+    assert served.status_code == 200
+    cli_rows = list(csv.reader(io.StringIO(cli.output)))
+    served_rows = list(csv.reader(io.StringIO(served.get_data(as_text=True))))
+    assert cli_rows[0] == list(CSV_COLUMNS) and len(cli_rows) > 2
+    assert cli_rows == served_rows
