@@ -107,7 +107,8 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     each, the same ``seed`` at every load: see the module docstring) and return one point per load,
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
     latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
-    each load the slow end can serve, for the points' p99 range: three runs a point."""
+    each load the slow end can serve, for the points' p99 range: three runs a point (two for a
+    slow-end model, whose own run is its range's high end)."""
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")
@@ -121,8 +122,8 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     for qps in values:
         arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
         result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction)
-        ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction) \
-            if qps < slow_capacity else None
+        ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction,
+                           own_run=result) if qps < slow_capacity else None
         low, high = ends or (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                                 throughput_qps=result.throughput_qps, utilisation=result.utilisation,

@@ -278,7 +278,7 @@ def _stopped_at_budget(search: Search, max_gpus: int, candidates: Sequence[Setti
 
 def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
           meets: bool, reason: str, budget_spent: bool = False) -> Plan:
-    low, high = search.p99_range(max_batch, delay_us, gpus) or (None, None)
+    low, high = search.p99_range(max_batch, delay_us, gpus, result) or (None, None)
     return Plan(
         gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(),
         qps=search.qps, slo_p99_ms=search.slo_ms, per_gpu_qps=search.qps / gpus,

@@ -115,20 +115,24 @@ class Search:
             self._charge(self.runs.requests)
         return self.runs.results[key]
 
-    def p99_range(self, max_batch: int, delay_us: int, gpus: int) -> tuple[float, float] | None:
+    def p99_range(self, max_batch: int, delay_us: int, gpus: int,
+                  own_run: SimResult | None = None) -> tuple[float, float] | None:
         """The setting's p99 on ``gpus`` with every batch's median at the low, then the high end of
-        the latency model's interval (the same arrivals and draws as its own run), or None for a
-        model without one. Two whole runs, charged to the plan; never given up for the budget: a
-        plan's range is part of its answer."""
+        the latency model's interval (the same arrivals and draws as its own run, ``own_run``), or
+        None for a model without one. Two whole runs, charged to the plan (one for a slow-end model
+        whose own run is given: it is the high end's); never given up for the budget: a plan's
+        range is part of its answer."""
         key = (self.qps, max_batch, delay_us, gpus)
         if key not in self.runs.ranges:
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
-            ends = p99_at_ends(arrivals, config, self.runs.latency, requests=self.runs.requests,
-                               engine=self.runs.engine)
+            latency = self.runs.latency
+            ends = p99_at_ends(arrivals, config, latency, requests=self.runs.requests, engine=self.runs.engine,
+                               own_run=own_run)
             if ends is None:
                 return None
             self.runs.ranges[key] = ends
-            self._charge(2 * self.runs.requests)
+            reused = own_run is not None and isinstance(latency, LatencyModel) and latency.plan_for == "slow_end"
+            self._charge((1 if reused else 2) * self.runs.requests)
         return self.runs.ranges[key]
 
     def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:

@@ -206,6 +206,9 @@ class LatencyModel:
     median_ms: Callable[[int], float]
     sigma: float = 0.0
     interval_ms: Callable[[int], tuple[float, float]] | None = None
+    #: what the medians are: the prediction's (``median``) or its interval's high ends
+    #: (``slow_end``, ``for_plan``), so that the model's own run is the high end of its range
+    plan_for: PlanFor = "median"
 
     def __post_init__(self) -> None:
         if not is_finite_number(self.sigma) or not 0 <= self.sigma <= 5:
@@ -233,7 +236,7 @@ class LatencyModel:
         interval = self.interval_ms
         if interval is None:
             raise ValueError("plan_for: 'slow_end' needs a predicted latency, with an interval")
-        return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval)
+        return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval, plan_for="slow_end")
 
 
 @dataclass(frozen=True)
@@ -387,17 +390,26 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
 
 
 def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
-                requests: int | None = None, warmup_fraction: float = 0.1,
-                engine: Engine = "auto") -> tuple[float, float] | None:
+                requests: int | None = None, warmup_fraction: float = 0.1, engine: Engine = "auto",
+                own_run: SimResult | None = None) -> tuple[float, float] | None:
     """The p99 of ``arrivals`` served with every batch at the low, then at the high end of
     ``latency``'s interval (``LatencyModel.at_bound``), on the same arrivals and draws as
     ``simulate`` of ``latency`` itself: a prediction's p99 range. None for a latency without an
-    interval (a measured one)."""
+    interval (a measured one).
+
+    ``own_run`` is that simulation of ``latency`` itself, where the caller has made it: a
+    slow-end model's medians are its high ends, so its own run is the high end's, and only the
+    low end is simulated."""
     if not isinstance(latency, LatencyModel) or latency.interval_ms is None:
         return None
-    low, high = (simulate(arrivals, config, latency.at_bound(end), requests=requests,
-                          warmup_fraction=warmup_fraction, engine=engine).p99_ms for end in ("low", "high"))
-    return low, high
+
+    def at(end: Literal["low", "high"]) -> float:
+        if end == "high" and latency.plan_for == "slow_end" and own_run is not None:
+            return own_run.p99_ms
+        return simulate(arrivals, config, latency.at_bound(end), requests=requests, warmup_fraction=warmup_fraction,
+                        engine=engine).p99_ms
+
+    return at("low"), at("high")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from predictor.capacity.planner import DEFAULT_BUDGET, MAX_UTILISATION, Plan, plan, triton_config
+from predictor.capacity.planner import DEFAULT_BUDGET, MAX_UTILISATION, REQUESTS, Plan, plan, triton_config
 from predictor.capacity.runs import Runs
 from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate
 
@@ -256,6 +256,12 @@ def test_a_plan_for_the_slow_end_plans_on_the_high_ends_and_keeps_the_interval()
     median_plan, slow_plan = plan(latency, 9_000, 6.0), plan(slow, 9_000, 6.0)
     assert slow_plan.p99_high_ms == slow_plan.p99_ms <= 6.0
     assert slow_plan.gpus >= median_plan.gpus
+    # the plan's own run is its range's high end: only the low end is simulated again for the range
+    same_medians = LatencyModel(slow.median_ms, slow.sigma, interval_ms=slow.interval_ms)
+    as_median = plan(same_medians, 9_000, 6.0)
+    assert (as_median.gpus, as_median.p99_ms, as_median.p99_high_ms) == (slow_plan.gpus, slow_plan.p99_ms,
+                                                                         slow_plan.p99_high_ms)
+    assert as_median.simulated_requests - slow_plan.simulated_requests == REQUESTS
     with pytest.raises(ValueError, match="plan_for"):
         LatencyModel(lambda b: 1.0).for_plan("slow_end")
     with pytest.raises(ValueError, match="plan_for"):

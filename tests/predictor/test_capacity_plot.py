@@ -89,6 +89,11 @@ def test_a_predicted_latency_gives_each_point_its_p99_range_and_the_plot_shades_
                for p in banded if p.qps < slow_capacity)
     beyond = [p for p in banded if p.qps >= slow_capacity]  # the slow end's queue would never drain there
     assert beyond and all(p.p99_low_ms is None and p.p99_high_ms is None for p in beyond)
+    # a slow-end model's own run is its range's high end, and its low end is the median model's
+    slow = load_curve(predicted.for_plan("slow_end"), config, loads)
+    ranged = [p for p in slow if p.qps < slow_capacity]
+    assert [p.p99_high_ms for p in ranged] == [p.p99_ms for p in ranged]
+    assert [p.p99_low_ms for p in slow] == [p.p99_low_ms for p in banded]
     shaded = {}
     for name, points in (("banded", banded), ("plain", plain)):
         path = render_load_curves(tmp_path / f"{name}.png", {"": points}, title=name)
