@@ -27,12 +27,16 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-from predictor.devices import resolve_device
-from predictor.graph import Graph
-from predictor.importers.onnx_graph import graph_from_onnx
-from predictor.predict import Predictor
-from predictor.zoo import load_zoo_graph
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import publish  # noqa: E402
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from predictor.devices import resolve_device  # noqa: E402
+from predictor.graph import Graph  # noqa: E402
+from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+from predictor.zoo import load_zoo_graph  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = REPO / "datasets" / "suites" / "zoo" / "onnx"
@@ -143,10 +147,7 @@ def main() -> None:
               f"# 'visible': both graphs without {', '.join(sorted(INVISIBLE))} calls, which no export "
               "shows (the importer puts back those of modules it knows by their parameters' names)"]
     lines = header + table(rows) + [""] + summary(rows) + [f"failed: {f}" for f in failed]
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import publish  # noqa: E402
 from predictor import device_bundles  # noqa: E402
 from predictor.devices import DEVICES  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
@@ -79,10 +80,7 @@ def main() -> None:
         lines += [f"  wrong: {c.model} b{c.batch} {'none' if c.factor is None else f'{c.factor}x'}: chose "
                   f"{c.chosen}, best {c.best}, cost ratio {c.cost_ratio:.3f}" for c in wrong[:20]]
     lines.append(f"\n({time.perf_counter() - started:.0f} s)")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import publish  # noqa: E402
 from predictor import device_bundles  # noqa: E402
 from predictor.selection import Constraints, DeviceChoice, Selection, select  # noqa: E402
 from training.selection_check import MODE, PRECISION, measured_units, truths  # noqa: E402
@@ -85,10 +86,7 @@ def main() -> None:
         lines.append(f"{name:<18} {len(settled):>8} {sum(settled) / max(1, len(settled)):>17.3f} "
                      f"{sum(other) / max(1, len(other)):>13.3f}")
     lines.append(f"\n({time.perf_counter() - started:.0f} s)")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

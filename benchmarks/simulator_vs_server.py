@@ -30,8 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from predictor.capacity.simulator import LatencyModel
-from training.serving_check import (
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import publish  # noqa: E402
+from predictor.capacity.simulator import LatencyModel  # noqa: E402
+from training.serving_check import (  # noqa: E402
     NOISE_SEEDS,
     OBJECTIVE_LEVELS,
     SEED,
@@ -244,10 +248,7 @@ def main() -> None:
                 "replay then an event wait)", *service_table(measured, predicted)]
     out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, answers, schedules),
             f"({time.perf_counter() - started:.0f} s)"]
-    text = "\n".join(out) + "\n"
-    print(text, end="")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    publish(out, args.out)
 
 
 if __name__ == "__main__":
