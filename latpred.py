@@ -21,6 +21,8 @@ import click
 #: shows for it: the first line of the command's docstring, which a test keeps them equal to).
 COMMANDS: dict[str, tuple[str, str]] = {
     "capacity": ("predictor", "Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms."),
+    "check": ("training", "Score latpred's predictions of whole-model runs measured on your machine (a device "
+                          "folder that 'latpred collect models' wrote), through every importer."),
     "collect": ("collectors", "Measure operators and whole models into a dataset."),
     "device": ("collectors", "Fingerprint the GPU (or, without one, the CPU) that a sweep would measure."),
     "devices": ("predictor", "List the devices latpred knows, whether measured, and which bundle predicts each."),

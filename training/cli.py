@@ -17,6 +17,8 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from training.suite_validation import SuiteReport
+
 
 @contextmanager
 def _reported() -> Iterator[None]:
@@ -193,20 +195,51 @@ def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, 
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
     from training.suite_validation import validate_suite
     from training.suites import load_suite
-    from training.validate import scatter_plot
 
     with _reported():
         bundle_dir = _bundle_dir(device, bundle)
         report = validate_suite(load_suite(suite, dataset, suites_dir, models), bundle_dir, dataset, references)
+    _echo_suite_report(report, out, f"suite {suite}", suite)
+
+
+def _echo_suite_report(report: SuiteReport, out: Path, heading: str, plot_title: str) -> None:
+    """A suite's scores printed, and its tables and scatter plot written to ``out``."""
+    from training.validate import scatter_plot
+
     _write_tables(out, {"predictions": report.predictions, "by_importer_mode_precision_batch": report.table})
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     two = lambda v: f"{v:.3f}"  # noqa: E731
     formats = {"within10": pct, "MAPE": pct, "coverage90": pct, "spearman": two, "min spearman": two}
-    click.echo(f"suite {suite}: {report.predictions['model'].nunique()} models, "
+    click.echo(f"{heading}: {report.predictions['model'].nunique()} models, "
                f"{len(report.predictions)} predictions of measured runs")
     click.echo(report.table.to_string(index=False, formatters=formats))
     click.echo("")
     click.echo(report.overall.to_string(index=False, formatters=formats))
     for importer, names in report.missing.items():
         click.echo(f"{importer}: no graph for {len(names)} model(s): {', '.join(names)}")
-    click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png', suite)}; tables in {out}")
+    click.echo(f"\nscatter plot: {scatter_plot(report.predictions, out / 'scatter.png', plot_title)}; "
+               f"tables in {out}")
+
+
+@commands.command()
+@click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--bundle", type=click.Path(path_type=Path), default=None,
+              help="the bundle to check (default: the one that predicts the runs' device)")
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
+              default=Path("datasets/suites"), show_default=True, help="the zoo's ONNX exports")
+@click.option("--models", default="", help="comma-separated: check only these models' runs")
+@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/check"), show_default=True)
+def check(dataset: Path, bundle: Path | None, suites_dir: Path, models: str, out: Path) -> None:
+    """Score latpred's predictions of whole-model runs measured on your machine (a device folder
+    that 'latpred collect models' wrote), through every importer."""
+    from training.runs_check import check_runs
+
+    with _reported():
+        result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir,
+                            models=[m.strip() for m in models.split(",") if m.strip()] or None)
+    device = result.device
+    click.echo(f"{device.device_id} ({device.name}), predicted by bundle {result.bundle_dir.name} "
+               f"{result.bundle_version} ({result.provenance}"
+               + ("; the bundle was fitted on this device's own runs: where these are among them, a development "
+                  "figure, not a check)" if result.fitted_on_device else "; no run of this device was fitted)"))
+    _echo_suite_report(result.report, out, f"runs of {dataset}", f"latpred on {device.device_id}")

@@ -18,7 +18,7 @@ import pandas as pd
 
 from predictor.bundle import Bundle
 from predictor.compose import CompositionConstants
-from predictor.devices import resolve_device
+from predictor.devices import DeviceSpec, resolve_device
 from predictor.predict import Predictor
 from training.composition import held_out_constants, run_arrays
 from training.hosts import reference_profiles
@@ -47,15 +47,16 @@ def _held_out_constants(predictor: Predictor, suite: Suite, hosts: dict[str, Any
 
 
 def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
-                  references: bool = False) -> pd.DataFrame:
+                  references: bool = False, device: DeviceSpec | None = None) -> pd.DataFrame:
     """A prediction per importer and measured run, with its interval; runs of a model an importer
     has no graph for are left out of that importer's rows (and listed in ``suite.missing``). An
     eager run is predicted for the host profile probed beside it (``dataset``'s), or for the
     bundle's host where it names none (the NAS suites' runs predate the probe): its costs as
     probed, as a prediction uses them, or calibrated by the profile's reference forwards where
-    ``references`` is true (predictor.host_references)."""
+    ``references`` is true (predictor.host_references). ``device``: the device the runs were
+    measured on, where the bundle predicts more than its own (the transfer bundle)."""
     bundle = Bundle.load(bundle_dir)
-    device = resolve_device(bundle.device_id)
+    device = device or resolve_device(bundle.device_id)
     shipped = Predictor(bundle, device, calibrate_hosts=references)
     hosts = reference_profiles(dataset) if dataset is not None else {}
     held = _held_out_constants(shipped, suite, hosts) if suite.leave_one_out else {}

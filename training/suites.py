@@ -82,8 +82,11 @@ def _runs_for(runs: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
     return runs[runs["model"].isin(models)].reset_index(drop=True)
 
 
-def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None) -> Suite:
-    """The zoo's runs with its shipped torch traces and its ONNX exports."""
+def load_runs_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None,
+                    name: str = "zoo") -> Suite:
+    """A dataset's zoo runs (``<dataset>/models``, as ``latpred collect models`` writes them on any
+    machine) with the zoo's shipped torch traces and its ONNX exports, predicted as they are (no
+    leave-one-out)."""
     from training.train import zoo_graphs
 
     runs = _runs_for(load_model_runs(dataset), models)
@@ -91,8 +94,15 @@ def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models:
     torch_graphs = zoo_graphs(names)
     graphs, missing = _onnx_graphs(suites_dir / "zoo" / "onnx", names)
     missing["torch"] = [m for m in names if m not in torch_graphs]
-    return Suite("zoo", runs, {"torch": torch_graphs, **graphs}, missing, leave_one_out=True,
-                 fit_extra=nas_train_runs(dataset, suites_dir))
+    return Suite(name, runs, {"torch": torch_graphs, **graphs}, missing)
+
+
+def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None) -> Suite:
+    """The zoo's runs with its shipped torch traces and its ONNX exports, scored leave-one-model-out
+    with training's other runs in every fit."""
+    suite = load_runs_suite(dataset, suites_dir, models)
+    suite.leave_one_out, suite.fit_extra = True, nas_train_runs(dataset, suites_dir)
+    return suite
 
 
 def nas_archs(suites_dir: Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:
