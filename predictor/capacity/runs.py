@@ -27,6 +27,7 @@ from predictor.capacity.simulator import (
     LatencyModel,
     SimResult,
     checked_latency,
+    high_end_is_own_run,
     p99_at_ends,
     simulate,
     simulate_bounded,
@@ -62,8 +63,8 @@ class Runs:
 class Search:
     """One plan's questions about the settings at ``qps``: answered from ``runs`` where they can be,
     else by simulating, which counts against ``budget`` (None: no cap). The budget is checked
-    before each run, so a plan simulates at most one run's requests past it, and the two runs of
-    its p99 range (``p99_range``)."""
+    before each run, so a plan simulates at most one run's requests past it, and the runs of its
+    p99 range (``p99_range``: two, one for a slow-end model)."""
 
     def __init__(self, runs: Runs, qps: float, slo_ms: float, budget: int | None) -> None:
         self.runs, self.qps, self.slo_ms, self.budget = runs, qps, slo_ms, budget
@@ -131,8 +132,7 @@ class Search:
             if ends is None:
                 return None
             self.runs.ranges[key] = ends
-            reused = own_run is not None and isinstance(latency, LatencyModel) and latency.plan_for == "slow_end"
-            self._charge((1 if reused else 2) * self.runs.requests)
+            self._charge((1 if high_end_is_own_run(latency, own_run) else 2) * self.runs.requests)
         return self.runs.ranges[key]
 
     def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:

@@ -389,6 +389,12 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     return result
 
 
+def high_end_is_own_run(latency: LatencyModel | LatencyFn, own_run: SimResult | None) -> bool:
+    """Whether ``p99_at_ends`` takes the high end's p99 from ``own_run`` instead of simulating it:
+    a slow-end model's own run is its high end's (one run for the range, not two)."""
+    return own_run is not None and isinstance(latency, LatencyModel) and latency.plan_for == "slow_end"
+
+
 def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
                 requests: int | None = None, warmup_fraction: float = 0.1, engine: Engine = "auto",
                 own_run: SimResult | None = None) -> tuple[float, float] | None:
@@ -404,7 +410,8 @@ def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyMode
         return None
 
     def at(end: Literal["low", "high"]) -> float:
-        if end == "high" and latency.plan_for == "slow_end" and own_run is not None:
+        if end == "high" and high_end_is_own_run(latency, own_run):
+            assert own_run is not None
             return own_run.p99_ms
         return simulate(arrivals, config, latency.at_bound(end), requests=requests, warmup_fraction=warmup_fraction,
                         engine=engine).p99_ms
@@ -532,6 +539,5 @@ def _measure(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarray, b
     )
 
 
-__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult", "p99_at_ends",
-                        "simulate",
-                        "simulate_bounded"]
+__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult",
+                        "high_end_is_own_run", "p99_at_ends", "simulate", "simulate_bounded"]

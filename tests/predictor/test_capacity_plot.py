@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -181,3 +182,25 @@ def test_a_bad_plot_path_is_a_clear_usage_error(tmp_path: Path, name: str, messa
     assert code == 2 and "--plot" in err and message in err, err
     assert out == ""  # refused before planning
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_slow_end_curve_simulates_only_the_low_end_again_for_each_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The high end of a slow-end model's range is the point's own run, taken as it is: one more
+    run a ranged point, where a median model's range takes two (``p99_at_ends``' runs, counted)."""
+    import predictor.capacity.simulator as simulator
+
+    runs: list[int] = []
+    real = simulator.simulate
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(simulator, "simulate", counted)  # the runs p99_at_ends makes, not load_curve's own
+    predicted = LatencyModel(LATENCY.median_ms, 0.05, interval_ms=lambda b: (0.85 * LATENCY(b)[0],
+                                                                             1.2 * LATENCY(b)[0]))
+    loads = [1_000.0, 2_000.0]
+    assert all(p.p99_low_ms is not None for p in load_curve(predicted, CONFIG, loads))
+    median_runs, runs[:] = len(runs), []
+    assert all(p.p99_low_ms is not None for p in load_curve(predicted.for_plan("slow_end"), CONFIG, loads))
+    assert (median_runs, len(runs)) == (2 * len(loads), len(loads))
