@@ -29,11 +29,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, read_metadata
-from predictor.host_profile import HostStore
-from predictor.host_spread import SPREAD_INTERVAL_BASE_LOG, SPREAD_INTERVAL_SLOPE, spread_interval_log
-from training.host_validation import host_conditions, predict_conditions
-from training.metrics import ape, covered
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import publish  # noqa: E402
+from predictor.bundle import DEFAULT_BUNDLE_DIR, read_metadata  # noqa: E402
+from predictor.host_profile import HostStore  # noqa: E402
+from predictor.host_spread import SPREAD_INTERVAL_BASE_LOG, SPREAD_INTERVAL_SLOPE, spread_interval_log  # noqa: E402
+from training.host_validation import host_conditions, predict_conditions  # noqa: E402
+from training.metrics import ape, covered  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 DATASET = REPO / "datasets" / "nvidia-h200"
@@ -97,9 +101,7 @@ def main() -> None:
              f"fit over {len(fitted)} conditions: q90 = {base:.3f} + {slope:.3f} ln(run spread)",
              f"shipped (predictor.host_spread): q90 = {SPREAD_INTERVAL_BASE_LOG:.3f} + {SPREAD_INTERVAL_SLOPE:.3f} "
              "ln(spread), applied to the profile's spread"]
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    args.out.write_text(text)
+    publish(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._report import publish  # noqa: E402
 from predictor.graph import Graph  # noqa: E402
 from predictor.memory import WORKSPACE_BYTES, memory_estimate  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
@@ -173,9 +174,7 @@ def main() -> None:
 
         measure(args.measure, list(parse_seeds(args.seeds)), [m for m in args.models.split(",") if m])
         return
-    text = compare(json.loads(PEAKS.read_text()))
-    print(text, end="")
-    (RESULTS / "memory_estimate.txt").write_text(text)
+    publish(compare(json.loads(PEAKS.read_text())).rstrip("\n").split("\n"), RESULTS / "memory_estimate.txt")
 
 
 if __name__ == "__main__":
