@@ -17,4 +17,4 @@ mkdir -p "$TMP/$id/models"
 cp "$DATASET/fingerprint.json" "$TMP/$id/"
 cp -r "$DATASET/hosts" "$TMP/$id/"
 cp "$DATASET/heldout/$SET"/part-*.parquet "$TMP/$id/models/"
-.venv/bin/python -m latpred check "$TMP/$id" --out "runs/heldout-$id-$SET" 2>/dev/null
+.venv/bin/python -m latpred check "$TMP/$id" --out "runs/heldout-$id-$SET"

@@ -157,6 +157,8 @@ def refuse_repeated_ids(frame: pd.DataFrame, key: str, where: object) -> None:
     """Raise naming the first ``key`` that ``frame`` (a folder's shards, concatenated) holds twice:
     an interrupted compaction leaves every id twice (``latpred collect compact`` again mends
     it), and a reader that went on would count those rows twice in a fit or a card."""
+    if key not in frame.columns:
+        raise DatasetSchemaError(f"{where}: the shards have no {key} column: they are not rows latpred wrote")
     repeated = frame[key][frame[key].duplicated()]
     if len(repeated):
         raise DatasetSchemaError(

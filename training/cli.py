@@ -210,7 +210,8 @@ def _echo_suite_report(report: SuiteReport, out: Path, heading: str, plot_title:
     pct = lambda v: f"{v:.0%}"  # noqa: E731
     two = lambda v: f"{v:.3f}"  # noqa: E731
     formats = {"within10": pct, "MAPE": pct, "coverage90": pct, "spearman": two, "min spearman": two}
-    click.echo(f"{heading}: {report.predictions['model'].nunique()} models, "
+    models = report.predictions["model"].nunique()
+    click.echo(f"{heading}: {models} model{'' if models == 1 else 's'}, "
                f"{len(report.predictions)} predictions of measured runs")
     click.echo(report.table.to_string(index=False, formatters=formats))
     click.echo("")
@@ -225,21 +226,24 @@ def _echo_suite_report(report: SuiteReport, out: Path, heading: str, plot_title:
 @click.argument("dataset", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--bundle", type=click.Path(path_type=Path), default=None,
               help="the bundle to check (default: the one that predicts the runs' device)")
-@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("datasets/suites"), show_default=True, help="the zoo's ONNX exports")
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=None, help="the suites folder whose zoo/onnx holds the zoo's exports (default: this "
+                                 "checkout's datasets/suites)")
 @click.option("--models", default="", help="comma-separated: check only these models' runs")
 @click.option("--out", type=click.Path(path_type=Path), default=Path("runs/check"), show_default=True)
-def check(dataset: Path, bundle: Path | None, suites_dir: Path, models: str, out: Path) -> None:
+def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: str, out: Path) -> None:
     """Score latpred's predictions of whole-model runs measured on your machine (a device folder
     that 'latpred collect models' wrote), through every importer."""
-    from training.runs_check import check_runs
+    from training.runs_check import CHECKOUT_SUITES_DIR, check_runs
 
     with _reported():
-        result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir,
+        result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir or CHECKOUT_SUITES_DIR,
                             models=[m.strip() for m in models.split(",") if m.strip()] or None)
     device = result.device
     click.echo(f"{device.device_id} ({device.name}), predicted by bundle {result.bundle_dir.name} "
                f"{result.bundle_version} ({result.provenance}"
                + ("; the bundle was fitted on this device's own runs: where these are among them, a development "
                   "figure, not a check)" if result.fitted_on_device else "; no run of this device was fitted)"))
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}")
     _echo_suite_report(result.report, out, f"runs of {dataset}", f"latpred on {device.device_id}")

@@ -46,7 +46,7 @@ def _held_out_constants(predictor: Predictor, suite: Suite, hosts: dict[str, Any
     return held_out_constants(run_arrays(predictor, suite.graphs["torch"], suite.runs, hosts), extra)
 
 
-def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
+def predict_suite(suite: Suite, bundle: Path | Bundle, dataset: Path | None = None,
                   references: bool = False, device: DeviceSpec | None = None) -> pd.DataFrame:
     """A prediction per importer and measured run, with its interval; runs of a model an importer
     has no graph for are left out of that importer's rows (and listed in ``suite.missing``). An
@@ -54,8 +54,9 @@ def predict_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
     bundle's host where it names none (the NAS suites' runs predate the probe): its costs as
     probed, as a prediction uses them, or calibrated by the profile's reference forwards where
     ``references`` is true (predictor.host_references). ``device``: the device the runs were
-    measured on, where the bundle predicts more than its own (the transfer bundle)."""
-    bundle = Bundle.load(bundle_dir)
+    measured on, where the bundle predicts more than its own (the transfer bundle). ``bundle``: its
+    folder, or the bundle loaded already."""
+    bundle = bundle if isinstance(bundle, Bundle) else Bundle.load(bundle)
     device = device or resolve_device(bundle.device_id)
     shipped = Predictor(bundle, device, calibrate_hosts=references)
     hosts = reference_profiles(dataset) if dataset is not None else {}

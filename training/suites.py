@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.graph import Graph
-from predictor.model_run_schema import NAS_RUNS_FOLDER
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER
 from predictor.predict import Predictor
 from training.composition import RunArrays, run_arrays
 from training.data import load_model_runs
@@ -73,12 +73,12 @@ def _onnx_graphs(folder: Path, models: list[str]) -> tuple[dict[str, dict[str, G
     return graphs, missing
 
 
-def _runs_for(runs: pd.DataFrame, models: list[str] | None) -> pd.DataFrame:
+def _runs_for(runs: pd.DataFrame, models: list[str] | None, where: str = "this suite") -> pd.DataFrame:
     if models is None:
         return runs
     unknown = sorted(set(models) - set(runs["model"]))
     if unknown:
-        raise ValueError(f"no measured runs of {', '.join(unknown)} in this suite")
+        raise ValueError(f"no measured runs of {', '.join(unknown)} in {where}")
     return runs[runs["model"].isin(models)].reset_index(drop=True)
 
 
@@ -89,7 +89,7 @@ def load_runs_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models
     leave-one-out)."""
     from training.train import zoo_graphs
 
-    runs = _runs_for(load_model_runs(dataset), models)
+    runs = _runs_for(load_model_runs(dataset), models, str(Path(dataset) / MODEL_RUNS_FOLDER))
     names = sorted(runs["model"].unique())
     torch_graphs = zoo_graphs(names)
     graphs, missing = _onnx_graphs(suites_dir / "zoo" / "onnx", names)
