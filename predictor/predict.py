@@ -182,7 +182,7 @@ class Predictor:
         if not (upcast or noop_casts):  # most graphs: every kernel at the precision asked
             return [None if c is None else (c, batch, precision) for c in configs]
         return [None if c is None or (noop_casts and n.op in CAST_OPS)
-                else (c, batch, graph.precision_of(n, precision))
+                else (c, batch, "fp32" if upcast and graph.computes_in_float32(n) else precision)
                 for n, c in zip(graph.nodes, configs)]
 
     @staticmethod
@@ -298,7 +298,7 @@ class Predictor:
             by: dict[str, set[KernelConfig]] = {}
             for n, c in zip(graph.nodes, configs):
                 if c is not None and not (noop_casts and n.op in CAST_OPS):
-                    by.setdefault(graph.precision_of(n, precision), set()).add(c)
+                    by.setdefault("fp32" if upcast and graph.computes_in_float32(n) else precision, set()).add(c)
             return {p: frozenset(cs) for p, cs in by.items()}
 
         return graph.derived(("kernel sets", precision, mode), make)

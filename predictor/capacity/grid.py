@@ -38,7 +38,7 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
     planner's defaults; each plan is the one ``plan`` gives the cell alone, or
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot
     cover the next cell's search (its requests are then spent: at most ``budget``, one run, and the
-    two runs of that cell's p99 range where the latency model has an interval)."""
+    runs of that cell's p99 range where the latency model has an interval: two, one at the slow end)."""
     runs = Runs(latency, REQUESTS, SEED)
     plans: list[Plan] = []
     cells = list(itertools.product(qps, slo_p99_ms))

@@ -45,7 +45,8 @@ p99 is within a few percent of the objective, took 95 s before, 1.9 s now, on on
   the exhaustive search gives (``exhaustive=True``, every run to its end, kept as the baseline);
 - settings that capacity or the fastest batch rule out are never simulated;
 - the plan's p99 range (``Plan.p99_low_ms``, ``p99_high_ms``) costs two more runs of the chosen
-  setting alone, with every batch at either end of the latency prediction's interval;
+  setting alone, with every batch at either end of the latency prediction's interval (one for a
+  slow-end model, whose own run is the high end's);
 - ``budget`` caps the requests a plan simulates (default ``DEFAULT_BUDGET``, a few seconds of CPU).
   A search that reaches it stops and answers with what it has, saying so in ``reason``: the fewest
   GPUs among the finished runs that met the objective (fewer may do), or, with none, the lowest p99
