@@ -99,6 +99,8 @@ def default_host(bundle: Bundle) -> HostProfile | None:
         raise BundleError(f"bundle {bundle.directory}: its host_profile is invalid ({exc}); retrain it") from None
 
 
+#: a kernel interval's half-width (log) for a family the bundle gives none
+OTHER_FAMILY_INTERVAL_LOG = 0.3
 #: where the roofline estimate is among the features (each kernel is predicted as a ratio to it)
 ROOFLINE_COLUMN = FEATURE_COLUMNS.index("log_roofline_us")
 
@@ -157,7 +159,7 @@ class Predictor:
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
         widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
-                                  for family, q in {"*": 0.3, **widths}.items()}
+                                  for family, q in {"*": OTHER_FAMILY_INTERVAL_LOG, **widths}.items()}
         #: whether an eager prediction uses its host's costs as calibrated by the profile's reference
         #: forwards, or as probed (their calibration is then only read for its warning)
         self.calibrate_hosts = calibrate_hosts

@@ -247,3 +247,10 @@ def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: s
     for warning in result.warnings:
         click.echo(f"warning: {warning}")
     _echo_suite_report(result.report, out, f"runs of {dataset}", f"latpred on {device.device_id}")
+    if result.kernels is not None:
+        _write_tables(out, {"kernels_by_family_precision": result.kernels})
+        rows = int(result.kernels["rows"].iloc[-1])
+        click.echo(f"\noperator rows of {dataset}: {rows} kernel times, predicted as a graph's calls would be")
+        click.echo(result.kernels.to_string(index=False, formatters={
+            "within10": "{:.0%}".format, "MAPE": "{:.1%}".format, "coverage90": "{:.0%}".format,
+            "median ratio": "{:.3f}".format}))

@@ -7,7 +7,8 @@ each of those runs with the shipped bundle as it is (the device's own bundle, or
 bundle for a catalog GPU that latpred never measured), eager runs for the host profile probed
 beside them, through the torch trace and each ONNX export of the model, and scores them as
 ``latpred validate --suite`` does: within +-10%, MAPE, Spearman and interval coverage per
-importer, mode, precision and batch.
+importer, mode, precision and batch. Where the folder holds an operator sweep too, its kernel
+times are scored per family (``training.ops_check``).
 
 Nothing is refitted: these are the predictions the user gets. Where the bundle was fitted on runs
 of the same device (the H200's bundle on an H200, the transfer bundle on a device it was trained
@@ -33,6 +34,7 @@ from predictor.model_run_schema import MODEL_RUNS_FOLDER
 from predictor.predict import MEASURED, TRANSFERRED
 from training.data import shard_paths
 from training.hosts import reference_profiles
+from training.ops_check import has_ops, kernel_predictions, score_kernels
 from training.suite_validation import SuiteReport, predict_suite, score_suite
 from training.suites import DEFAULT_SUITES_DIR, Suite, load_runs_suite
 
@@ -53,6 +55,9 @@ class RunsCheck:
     report: SuiteReport
     #: what limits what the scores say (runs left out and why, hosts not known, importers missing)
     warnings: tuple[str, ...] = ()
+    #: where the folder holds an operator sweep: its kernel times scored per family and precision
+    #: (training.ops_check), where a whole model's error comes from
+    kernels: pd.DataFrame | None = None
 
     @property
     def provenance(self) -> str:
@@ -166,5 +171,6 @@ def check_runs(dataset: Path, bundle_root: Path = DEFAULT_BUNDLE_DIR, bundle: Pa
     other_cpu = _other_cpu(device, dataset)
     if other_cpu:
         warnings.append(other_cpu)
+    kernels = score_kernels(kernel_predictions(dataset, loaded)) if has_ops(dataset) else None
     return RunsCheck(device, bundle_dir, loaded.version, loaded.measured_on(device.device_id),
-                     score_suite(suite, predictions), tuple(warnings))
+                     score_suite(suite, predictions), tuple(warnings), kernels)

@@ -157,3 +157,45 @@ def test_another_cpu_of_a_measured_brand_is_said_to_be_another_machine(tmp_path:
                for w in check_runs(folder).warnings)
     (folder / "fingerprint.json").write_text(json.dumps(fingerprint))
     assert check_runs(folder).warnings == ()
+
+
+def test_a_folder_with_an_operator_sweep_has_every_row_scored_per_family(tmp_path: Path) -> None:
+    """The partition's fp16 sweep: each ok row is predicted once, as the shipped bundle predicts
+    that call, and the per-family figures are those rows' (none dropped, none invented)."""
+    result = check_runs(PARTITION, models=SLICE[:1])
+    assert result.kernels is not None
+    ops = pd.read_parquet(PARTITION / "ops")
+    ok = ops[ops["status"] == "ok"]
+    kernels = result.kernels.set_index(["family", "precision"])
+    assert kernels.loc[("all", "all"), "rows"] == len(ok)
+    assert kernels.drop(("all", "all"))["rows"].to_dict() == ok.groupby(["family", "precision"]).size().to_dict()
+    assert ((kernels["within10"] >= 0) & (kernels["within10"] <= 1)).all()
+    assert ((kernels["coverage90"] >= 0) & (kernels["coverage90"] <= 1)).all()
+    out = tmp_path / "out"
+    shown = CliRunner().invoke(main, ["check", str(PARTITION), "--models", SLICE[0], "--out", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert f"operator rows of {PARTITION}: {len(ok)} kernel times" in shown.output
+    assert (out / "kernels_by_family_precision.csv").is_file()
+    assert check_runs(runs_folder(tmp_path / "runs-only", load_model_runs(PARTITION).head(3))).kernels is None
+
+
+def test_a_transferred_devices_kernels_are_predicted_from_its_datasheet(tmp_path: Path) -> None:
+    """The partition's sweep relabelled as an L4's and as an H100's (the numbers then mean nothing
+    as a check): the transfer bundle predicts each from its own specs, so the L4, with a ninth of
+    the H100's bandwidth and an eighth of its tensor rate, is predicted slower on every large call."""
+    from predictor.bundle import Bundle
+    from predictor.device_bundles import bundle_folder
+    from training.ops_check import kernel_predictions
+
+    fingerprint = json.loads((PARTITION / "fingerprint.json").read_text())
+    predicted = {}
+    for device_id in ("nvidia-l4", "nvidia-h100-80gb-hbm3"):
+        folder = tmp_path / device_id
+        shutil.copytree(PARTITION / "ops", folder / "ops")
+        shutil.copytree(PARTITION / "hosts", folder / "hosts")
+        (folder / "fingerprint.json").write_text(json.dumps({**fingerprint, "device_id": device_id}))
+        predicted[device_id] = kernel_predictions(folder, Bundle.load(bundle_folder(device_id)))
+    l4, h100 = predicted["nvidia-l4"], predicted["nvidia-h100-80gb-hbm3"]
+    large = h100["measured_us"] > 100
+    assert large.sum() > 50
+    assert (l4["predicted_us"][large] > 2 * h100["predicted_us"][large]).all()
