@@ -11,7 +11,7 @@ the measured times the way the simulator computes them, and simulates the same l
   batcher, the arrivals and what the server does that the simulator leaves out (its Python loop,
   the pipe). This checks the simulator.
 - **predicted service**: the shipped bundle's prediction of the model at each batch size with the
-  planner's spread (``service_time.DEFAULT_SIGMA``): what a user of ``latpred capacity`` gets. This
+  planner's spread (``service_time.run_spread``): what a user of ``latpred capacity`` gets. This
   checks the simulator and the predictor together.
 
 A measured p99 from a few thousand requests is itself a noisy number (a 4-second load holds 27 to

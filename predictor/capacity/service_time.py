@@ -36,8 +36,9 @@ def predicted_service_time(predictor: Predictor, graph: Graph, precision: str, m
                            host: HostProfile | None = None, sigma: float | None = None) -> LatencyModel:
     """batch -> (predicted median ms, sigma) for ``graph`` on ``predictor``'s device, with the
     prediction's interval (``interval_ms``), each batch predicted once (the planner asks every
-    size up to its largest maximum batch)."""
-    spread = DEFAULT_SIGMA[mode] if sigma is None else sigma
+    size up to its largest maximum batch); sigma is the device's run-to-run spread in ``mode``
+    (``run_spread``) unless given."""
+    spread = run_spread(predictor.device.kind, mode) if sigma is None else sigma
     predicted: dict[int, tuple[float, float, float]] = {}
 
     def prediction(batch: int) -> tuple[float, float, float]:

@@ -33,7 +33,7 @@ from predictor.capacity.planner import (
     Plan,
     triton_config,
 )
-from predictor.capacity.service_time import DEFAULT_SIGMA
+from predictor.capacity.service_time import run_spread
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
@@ -158,8 +158,9 @@ def _capacity(query: CapacityQuery) -> Response:
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:
     """The predicted median of every batch size a plan weighs, with its interval (from the
-    prediction cache where it can be), and the spread of the measured runs in this mode
-    (``service_time.DEFAULT_SIGMA``); the predictions' work is checked against the budget first."""
+    prediction cache where it can be), and the spread of the measured runs on this kind of device
+    in this mode (``service_time.run_spread``, as ``latpred capacity``); the predictions' work is
+    checked against the budget first."""
     variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
     work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
                       status=400)
@@ -171,7 +172,8 @@ def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyMo
         raise
     medians = {b: p.total_ms for b, p in out.items()}
     intervals = {b: (p.low_ms, p.high_ms) for b, p in out.items()}
-    return LatencyModel(medians.__getitem__, sigma=DEFAULT_SIGMA[base.mode], interval_ms=intervals.__getitem__)
+    return LatencyModel(medians.__getitem__, sigma=run_spread(base.device.kind, base.mode),
+                        interval_ms=intervals.__getitem__)
 
 
 def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, plan_for: PlanFor) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from latpred import main
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-from predictor.capacity.service_time import DEFAULT_SIGMA, predicted_service_time
+from predictor.capacity.service_time import CPU_EAGER_SIGMA, DEFAULT_SIGMA, predicted_service_time
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
@@ -60,6 +60,13 @@ def test_service_time_is_the_prediction_per_batch_with_the_measured_spread() -> 
     assert service(8)[0] > service(1)[0]
     out = predictor.predict(graph, 8, "fp16", "cudagraph")
     assert service.interval_ms is not None and service.interval_ms(8) == (out.low_ms, out.high_ms)
+
+
+def test_a_cpus_service_time_has_the_spread_measured_on_cpus() -> None:
+    """A CPU's eager forwards vary less than a GPU host's (service_time): the plan for a CPU is
+    simulated with the CPU's spread, the one the CPU serving check scored."""
+    cpu = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "cpu-amd-epyc"), resolve_device("cpu-amd-epyc"))
+    assert predicted_service_time(cpu, load_zoo_graph("resnet18"), "fp32", "eager")(1)[1] == CPU_EAGER_SIGMA
 
 
 def test_a_plan_for_the_slow_end_says_so_and_holds_there() -> None:
