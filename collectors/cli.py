@@ -165,13 +165,15 @@ def graphs(out: Path | None) -> None:
               help="skip batches whose fp32 working set exceeds this")
 @click.option("--max-flops", type=click.FloatRange(min=1), default=3e11, show_default=True,
               help="skip batches whose arithmetic exceeds this")
+@click.option("--min-flops", type=click.FloatRange(min=0), default=0, show_default=True,
+              help="skip batches whose arithmetic is below this (to extend a sweep to larger calls)")
 @click.option("--random-shapes", type=click.IntRange(min=0), default=120, show_default=True,
               help="random shapes drawn per family beside the catalogue's (0: only real shapes)")
 @HOST_NOTE
 @SMS
 def ops(out: Path, device: str, seed: int, target: int, families: str, precisions: str, variants: str,
         layouts: str, budget_s: float | None, flush_every: int, max_bytes: float, max_flops: float,
-        random_shapes: int, host_note: str | None, sms: int | None) -> None:
+        min_flops: float, random_shapes: int, host_note: str | None, sms: int | None) -> None:
     """Sweep operator configurations; resumes where an earlier run stopped."""
     _enter_partition(sms)
     from collectors.campaign import collect_ops
@@ -198,7 +200,7 @@ def ops(out: Path, device: str, seed: int, target: int, families: str, precision
                                  f"(known: {', '.join(sorted(known_layouts))})")
         settings = SamplerSettings(seed=seed, target_configs=target, families=fams,
                                    precisions=precs, max_bytes=max_bytes, max_flops=max_flops,
-                                   variants=wanted_variants, layouts=wanted_layouts,
+                                   min_flops=min_flops, variants=wanted_variants, layouts=wanted_layouts,
                                    random_shapes_per_family=random_shapes)
         report = collect_ops(out, device, settings, budget_s, flush_every, host_note=host_note, say=click.echo)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -68,6 +68,9 @@ class SamplerSettings:
     random_shapes_per_family: int = 120
     max_bytes: float = 3e9
     max_flops: float = 3e11
+    #: skip batches whose arithmetic is below this: a sweep that extends an earlier one to larger
+    #: calls (a CPU's first sweep capped at 2 GFLOP, while its zoo's batch-32 GEMMs run 30)
+    min_flops: float = 0.0
     precisions: tuple[str, ...] = tuple(PRECISIONS)
     families: tuple[str, ...] = field(default_factory=lambda: tuple(FAMILIES))
     #: If set, every shape is measured in each of these variants (where its family has them)
@@ -134,7 +137,7 @@ def _random_shape(family: str, rng: random.Random) -> dict[str, int]:
 
 def _fits(family: str, params: dict[str, int], variant: str, batch: int, s: SamplerSettings) -> bool:
     return (bytes_moved(family, params, variant, batch, 4) <= s.max_bytes
-            and flops(family, params, variant, batch) <= s.max_flops)
+            and s.min_flops <= flops(family, params, variant, batch) <= s.max_flops)
 
 
 def candidate_shapes(shapes: Iterable[Shape],

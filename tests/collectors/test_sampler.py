@@ -77,6 +77,16 @@ def test_caps_are_respected(shapes: list[Shape]) -> None:
         assert flops(c.family, c.param_dict, c.variant, c.batch) <= settings.max_flops
 
 
+def test_a_floor_on_arithmetic_keeps_only_larger_calls(shapes: list[Shape]) -> None:
+    """What extends an earlier sweep to the calls it capped away: every call at least min_flops."""
+    settings = SamplerSettings(seed=0, target_configs=500, families=("linear", "conv2d"), precisions=("fp32",),
+                               min_flops=2e9, max_flops=5e10)
+    large = sample_configs(shapes, settings)
+    assert len(large) == 500 and {c.family for c in large} == {"linear", "conv2d"}
+    for c in large:
+        assert 2e9 <= flops(c.family, c.param_dict, c.variant, c.batch) <= 5e10
+
+
 def test_family_and_precision_filters(shapes: list[Shape]) -> None:
     settings = SamplerSettings(seed=0, target_configs=300, families=("softmax", "mean"),
                                precisions=("fp16",), max_bytes=2e6, max_flops=1e8)
