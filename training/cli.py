@@ -250,7 +250,9 @@ def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: s
     if result.kernels is not None:
         _write_tables(out, {"kernels_by_family_precision": result.kernels})
         rows = int(result.kernels["rows"].iloc[-1])
-        click.echo(f"\noperator rows of {dataset}: {rows} kernel times, predicted as a graph's calls would be")
+        fit = (": the rows this bundle's models were fitted on, a fit, not a check" if result.fitted_on_device
+               else "")
+        click.echo(f"\noperator rows of {dataset}: {rows} kernel times, predicted as a graph's calls would be{fit}")
         click.echo(result.kernels.to_string(index=False, formatters={
             "within10": "{:.0%}".format, "MAPE": "{:.1%}".format, "coverage90": "{:.0%}".format,
             "median ratio": "{:.3f}".format}))

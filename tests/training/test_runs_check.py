@@ -175,6 +175,7 @@ def test_a_folder_with_an_operator_sweep_has_every_row_scored_per_family(tmp_pat
     shown = CliRunner().invoke(main, ["check", str(PARTITION), "--models", SLICE[0], "--out", str(out)])
     assert shown.exit_code == 0, shown.output
     assert f"operator rows of {PARTITION}: {len(ok)} kernel times" in shown.output
+    assert "the rows this bundle's models were fitted on, a fit, not a check" in shown.output
     assert (out / "kernels_by_family_precision.csv").is_file()
     assert check_runs(runs_folder(tmp_path / "runs-only", load_model_runs(PARTITION).head(3))).kernels is None
 
