@@ -182,7 +182,7 @@ def test_a_folder_with_an_operator_sweep_has_every_row_scored_per_family(tmp_pat
 
 def test_a_transferred_devices_kernels_are_predicted_from_its_datasheet(tmp_path: Path) -> None:
     """The partition's sweep relabelled as an L4's and as an H100's (the numbers then mean nothing
-    as a check): the transfer bundle predicts each from its own specs, so the L4, with a ninth of
+    as a check): the transfer bundle predicts each from its own specs, so the L4, with under a tenth of
     the H100's bandwidth and an eighth of its tensor rate, is predicted slower on every large call."""
     from predictor.bundle import Bundle
     from predictor.device_bundles import bundle_folder
