@@ -16,7 +16,7 @@ from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
-from predictor.bundle import Bundle, BundleError
+from predictor.bundle import Bundle, BundleError, TargetModel
 from predictor.compose import GROUPS, CompositionConstants, LayerArrays, compose, family_group, layer_times
 from predictor.devices import DeviceSpec, resolve_device
 from predictor.features import FEATURE_COLUMNS, feature_codes, features_and_cold_weight
@@ -101,6 +101,14 @@ def default_host(bundle: Bundle) -> HostProfile | None:
 
 #: a kernel interval's half-width (log) for a family the bundle gives none
 OTHER_FAMILY_INTERVAL_LOG = 0.3
+
+
+def kernel_interval_logs(kernel: TargetModel) -> dict[str, float]:
+    """Family ('*' for any other) -> the half-width, in log space, of a kernel time's 90% interval
+    under the bundle's ``kernel`` model: what a prediction's and ``latpred check``'s intervals use."""
+    return {"*": OTHER_FAMILY_INTERVAL_LOG, **kernel.interval_log}
+
+
 #: where the roofline estimate is among the features (each kernel is predicted as a ratio to it)
 ROOFLINE_COLUMN = FEATURE_COLUMNS.index("log_roofline_us")
 
@@ -157,9 +165,8 @@ class Predictor:
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch ratio, cold weight read)
         self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
-        widths = bundle.targets["kernel"].interval_log
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
-                                  for family, q in {"*": OTHER_FAMILY_INTERVAL_LOG, **widths}.items()}
+                                  for family, q in kernel_interval_logs(bundle.targets["kernel"]).items()}
         #: whether an eager prediction uses its host's costs as calibrated by the profile's reference
         #: forwards, or as probed (their calibration is then only read for its warning)
         self.calibrate_hosts = calibrate_hosts

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from predictor.bundle import Bundle
-from predictor.predict import OTHER_FAMILY_INTERVAL_LOG
-from training.data import load_ops, shard_paths
+from predictor.bundle import Bundle, TargetModel
+from predictor.predict import kernel_interval_logs
+from training.data import OpData, load_ops, shard_paths
 
 OPS_FOLDER = "ops"
 
@@ -27,14 +27,20 @@ def has_ops(dataset: Path) -> bool:
     return bool(shard_paths(Path(dataset) / OPS_FOLDER))
 
 
+def predicted_kernel_us(kernel: TargetModel, ops: OpData) -> np.ndarray:
+    """Each row's kernel time (us) as ``kernel`` predicts it: its ratio to the row's roofline
+    (predictor.predict), times that roofline."""
+    return np.exp(kernel.predict_log(ops.features)) * ops.roofline_us
+
+
 def kernel_predictions(dataset: Path, bundle: Bundle) -> pd.DataFrame:
     """Per measured operator row of ``dataset``: family, precision, measured and predicted kernel
     time (us) and the prediction's 90% interval."""
     ops = load_ops(dataset, transfer=bundle.transfer is not None)
     kernel = bundle.targets["kernel"]
-    predicted = np.exp(kernel.predict_log(ops.features)) * ops.roofline_us
+    predicted = predicted_kernel_us(kernel, ops)
     families = ops.rows["family"].to_numpy()
-    widths = {"*": OTHER_FAMILY_INTERVAL_LOG, **kernel.interval_log}
+    widths = kernel_interval_logs(kernel)
     half = np.array([widths.get(f, widths["*"]) for f in families], dtype=float)
     return pd.DataFrame({"family": families, "precision": ops.rows["precision"].to_numpy(),
                          "measured_us": ops.rows["kernel_us"].to_numpy(dtype=float), "predicted_us": predicted,

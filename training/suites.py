@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -100,9 +100,8 @@ def load_runs_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models
 def load_zoo_suite(dataset: Path, suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None) -> Suite:
     """The zoo's runs with its shipped torch traces and its ONNX exports, scored leave-one-model-out
     with training's other runs in every fit."""
-    suite = load_runs_suite(dataset, suites_dir, models)
-    suite.leave_one_out, suite.fit_extra = True, nas_train_runs(dataset, suites_dir)
-    return suite
+    return replace(load_runs_suite(dataset, suites_dir, models), leave_one_out=True,
+                   fit_extra=nas_train_runs(dataset, suites_dir))
 
 
 def nas_archs(suites_dir: Path = DEFAULT_SUITES_DIR) -> pd.DataFrame:

@@ -67,6 +67,7 @@ from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, fit_target, refit_on_all_rows
 from training.hosts import BundleHosts, bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
+from training.ops_check import predicted_kernel_us
 from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
 from training.train import zoo_graphs
 
@@ -188,10 +189,9 @@ def device_arrays(bundle: Bundle, device: MeasuredDevice, suites: Path) -> Devic
 
 def kernel_errors(fits: dict[str, FitResult], device: MeasuredDevice) -> pd.DataFrame:
     """Per operator row of ``device``: family, measured and predicted kernel time (us)."""
-    model = memory_bundle(fits, []).targets["kernel"]
-    log_pred = model.predict_log(device.ops.features) + np.log(device.ops.roofline_us)
+    predicted = predicted_kernel_us(memory_bundle(fits, []).targets["kernel"], device.ops)
     return pd.DataFrame({"family": device.ops.rows["family"].to_numpy(), "measured_us":
-                         device.ops.rows["kernel_us"].to_numpy(dtype=float), "predicted_us": np.exp(log_pred)})
+                         device.ops.rows["kernel_us"].to_numpy(dtype=float), "predicted_us": predicted})
 
 
 def run_table(device_id: str, arrays: Sequence[RunArrays], constants: CompositionConstants) -> pd.DataFrame:
