@@ -8,6 +8,9 @@
 #   bash benchmarks/workplace_cpu_sweep.sh [OPS_SECONDS=900] [LARGE_OPS_SECONDS=600] [MODELS=a,b] [BATCHES=1,8] [NAS_SEEDS=6-11,...]
 # NAS_SEEDS (default: nas-train's 72, which composition fits beside the zoo, nas-dev's 72, which calibrate
 # the interval, and nas-test's 72, which are only ever scored) times NAS architectures too.
+# Measure every operator row in one sitting: the device's speed is its host's, which moves from day
+# to day (datasets/cpu-amd-epyc/notes.md). Then, with the project's venv:
+#   .venv/bin/latpred train --dataset datasets/cpu-<model> --host-speed-exponent 0.6
 set -eu
 VENV=${VENV:-/tmp/latpred-measure}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -33,6 +33,7 @@ from predictor.host_profile import (
 from predictor.host_references import Calibration, calibrate, reference_graph
 from predictor.host_spread import eager_interval_log, unsteady_warning
 from predictor.kernel_config import KernelConfig, kernel_config
+from predictor.operator_host import on_host, speed_ratio
 from predictor.precision import get_precision
 from predictor.prediction import LayerPrediction, Prediction, UnsupportedOp
 from predictor.variant import Variant, check_variant
@@ -88,15 +89,16 @@ def host_description(host: HostProfile, calibration: Calibration | None) -> str:
     return host.summary() if calibration is None else f"{host.summary()}; {calibration.describe()}"
 
 
-def default_host(bundle: Bundle) -> HostProfile | None:
-    """The host profile a bundle names as the one that measured its runs, or None."""
-    data = bundle.metadata.get("host_profile")
+def default_host(bundle: Bundle, key: str = "host_profile") -> HostProfile | None:
+    """The host profile a bundle names as the one that measured its runs (``key``
+    'operator_host': its operator rows, on a CPU), or None."""
+    data = bundle.metadata.get(key)
     if data is None:
         return None
     try:
         return parse_profile(data)
     except ValueError as exc:
-        raise BundleError(f"bundle {bundle.directory}: its host_profile is invalid ({exc}); retrain it") from None
+        raise BundleError(f"bundle {bundle.directory}: its {key} is invalid ({exc}); retrain it") from None
 
 
 #: a kernel interval's half-width (log) for a family the bundle gives none
@@ -162,6 +164,11 @@ class Predictor:
         #: bundle's whole-model runs (None for a bundle fitted in memory, which training predicts
         #: run by run, each with its own host)
         self.host: HostProfile | None = default_host(bundle)
+        #: on a CPU, the host its operator rows were measured on: a forward's operators run at the
+        #: speed of its own host against this one (predictor.operator_host; None: as measured)
+        self.operator_host: HostProfile | None = default_host(bundle, "operator_host") if device.kind == "cpu" else None
+        #: the power of the host's speed its operators follow (0: they run as measured, whatever the host)
+        self.operator_speed_exponent = float(bundle.metadata.get("operator_speed_exponent", 0.0))
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch ratio, cold weight read)
         self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
@@ -392,6 +399,15 @@ class Predictor:
         return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
                            is_fallback, is_launched & is_kernel, kinds)
 
+    def on_host(self, arrays: LayerArrays, host: HostProfile | None) -> LayerArrays:
+        """``arrays`` as their operators run on ``host``: on a CPU whose bundle names the host
+        its operator rows were measured on, scaled by ``host``'s speed against it to the bundle's
+        power (predictor.operator_host); elsewhere as they are (a GPU's kernels do not follow the
+        host)."""
+        if self.operator_host is None or host is None or not self.operator_speed_exponent:
+            return arrays
+        return on_host(arrays, speed_ratio(host, self.operator_host) ** self.operator_speed_exponent)
+
     def spread_sized(self) -> bool:
         """Whether an eager interval here is sized by its host's forward spread: on a measured GPU,
         where the line of predictor.host_spread was fitted (the H200's host conditions). A CPU's
@@ -451,6 +467,7 @@ class Predictor:
             calibrated, calibration = self.calibrated_host(host)
             if self.calibrate_hosts:
                 host = calibrated
+        arrays = self.on_host(arrays, host)
         total = compose(arrays, c, mode, host)
         fallbacks = bool(arrays.is_fallback.any())
         # (a captured graph's layers need a host only for their host column: none without a profile)

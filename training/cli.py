@@ -64,14 +64,18 @@ def commands() -> None:
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("datasets/suites"), show_default=True,
               help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
+@click.option("--host-speed-exponent", type=click.FloatRange(min=0, max=2), default=0.0, show_default=True,
+              help="a CPU: scale a forward's operator times by its host's speed against the host its rows were "
+                   "measured on, to this power (0: as measured, whatever the host; predictor/operator_host.py)")
 def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: float, no_track: bool,
-          force: bool, suites_dir: Path) -> None:
+          force: bool, suites_dir: Path, host_speed_exponent: float) -> None:
     """Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."""
     from training.train import TrainSettings, train as run_train
 
     try:
         report = run_train(TrainSettings(dataset=dataset, bundle_root=bundles, store=store, limit=limit,
-                                         scale=scale, track=not no_track, force=force, suites=suites_dir))
+                                         scale=scale, track=not no_track, force=force, suites=suites_dir,
+                                         host_speed_exponent=host_speed_exponent))
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from None
     for target, candidates in report.candidates.items():

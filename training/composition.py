@@ -84,7 +84,8 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
                hosts: dict[str, HostProfile] | None = None, default_host: HostProfile | None = None) -> list[RunArrays]:
     """Predict every node of every run's graph once (layers alone: no constant applied). Each
     run gets its reference host profile from ``hosts`` (probe-before id -> profile,
-    training.hosts.reference_profiles), or ``default_host`` where it names none."""
+    training.hosts.reference_profiles), or ``default_host`` where it names none; on a CPU, its
+    operators run at that host's speed (``Predictor.on_host``)."""
     cache: dict[tuple[str, int, str, str], tuple[LayerArrays, float, float]] = {}
     out = []
     r: Any  # a row's namedtuple: pandas-stubs types its fields as any scalar
@@ -108,7 +109,8 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
         named = getattr(r, "host_profile", None)
         host = (hosts or {}).get(named, default_host) if isinstance(named, str) else default_host
         out.append(RunArrays(r.model, int(r.batch), r.precision, r.mode, float(r.latency_ms) * 1e3,
-                             layers, roof, flops, host, serial=predictor.device.kind == "cpu"))
+                             predictor.on_host(layers, host), roof, flops, host,
+                             serial=predictor.device.kind == "cpu"))
     return out
 
 
@@ -184,7 +186,7 @@ def fit_serial_constants(runs: list[RunArrays], c: CompositionConstants) -> Comp
 
 def predict_run(r: RunArrays, c: CompositionConstants, host: HostProfile | None = None) -> float:
     """The run's latency in microseconds as the predictor composes it, on ``host`` (default: the
-    run's own)."""
+    run's own; a CPU run's operator times are already at its own host's speed, run_arrays)."""
     return compose(r.layers, c, r.mode, host or r.host)
 
 

@@ -127,6 +127,14 @@ def estimate_of(reference: HostProfile, measured: HostProfile) -> HostProfile:
                             cpu_cores=measured.cpu_cores, measured_at=measured.measured_at)
 
 
+def operator_host(rows: pd.DataFrame, references: dict[str, HostProfile]) -> HostProfile | None:
+    """The reference profile most operator ``rows`` name: on a CPU, the host whose speed their
+    times are (predictor.operator_host), which a bundle names so that a forward on another host
+    is scaled from it. None where no row names a known profile."""
+    named = rows["host_profile"][rows["host_profile"].isin(list(references))]
+    return references[str(named.value_counts().index[0])] if not named.empty else None
+
+
 @dataclass
 class BundleHosts:
     """The host profiles a bundle carries: its default, every reference profile of its dataset

@@ -16,13 +16,14 @@ from typing import Any
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.graph import Graph
+from predictor.host_profile import HostProfile
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph, zoo_names
 from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
-from training.hosts import bundle_hosts, reference_profiles
+from training.hosts import bundle_hosts, operator_host, reference_profiles
 from training.metrics import ape, summarize_ape
 from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays, require_nas_suites
 
@@ -50,6 +51,9 @@ class TrainSettings:
     #: the suites folder: composition also fits on its ``nas-train`` runs, and calibrates its
     #: interval on ``nas-dev``'s
     suites: Path = DEFAULT_SUITES_DIR
+    #: on a CPU, the power of its host's speed a forward's operators are scaled by
+    #: (predictor.operator_host; 0: as measured, whatever the host)
+    host_speed_exponent: float = 0.0
 
 
 @dataclass
@@ -77,10 +81,29 @@ def zoo_graphs(models: list[str]) -> dict[str, Graph]:
     return {m: load_zoo_graph(m) for m in models if m in names}
 
 
+def _operator_host_metadata(data: OpData, references: dict[str, HostProfile], exponent: float) -> dict[str, Any]:
+    """What a CPU bundle says of its operators' host (predictor.operator_host): the host most of
+    its rows were measured on and the power of a host's speed its forwards follow; nothing where
+    they run as measured (exponent 0, and every GPU, whose kernels do not follow the host)."""
+    if not exponent:
+        return {}
+    if data.device.kind != "cpu":
+        raise ValueError(f"host_speed_exponent: {data.device.device_id} is a GPU, whose kernels take what "
+                         "they take whichever host issues them (its host time follows the host profile already)")
+    operator = operator_host(data.rows, references)
+    if operator is None:
+        raise ValueError("host_speed_exponent: no operator row names a host profile of the dataset's hosts/ "
+                         "folder, so the bundle could not say whose speed its operator times are: measure them "
+                         "with this latpred's 'collect ops', which probes the host beside them")
+    return {"operator_host": operator.model_dump(mode="json"), "operator_speed_exponent": exponent}
+
+
 def train(settings: TrainSettings) -> TrainReport:
     started = time.perf_counter()
     require_nas_suites(settings.dataset, settings.suites)  # before minutes of fitting, not after
     data: OpData = load_ops(settings.dataset, limit=settings.limit, seed=settings.seed)
+    references = reference_profiles(settings.dataset)
+    operator_metadata = _operator_host_metadata(data, references, settings.host_speed_exponent)
     candidates: dict[str, dict[str, FitResult]] = {}
     chosen: dict[str, FitResult] = {}
     for target, options in CANDIDATES.items():
@@ -92,8 +115,7 @@ def train(settings: TrainSettings) -> TrainReport:
     device_id = data.device.device_id
     runs = load_model_runs(settings.dataset)
     graphs = zoo_graphs(sorted(runs["model"].unique()))
-    predictor = Predictor(in_memory_bundle(device_id, chosen), data.device)
-    references = reference_profiles(settings.dataset)
+    predictor = Predictor(in_memory_bundle(device_id, chosen, operator_metadata), data.device)
     composition = leave_one_model_out(run_arrays(predictor, graphs, runs, references),
                                       nas_train_arrays(predictor, settings.dataset, settings.suites),
                                       nas_dev_arrays(predictor, settings.dataset, settings.suites))
@@ -119,6 +141,7 @@ def train(settings: TrainSettings) -> TrainReport:
                         "estimated_host_extra_log": hosts.estimated_extra_log},
         "host_profile": hosts.default.model_dump(mode="json"),
         "host_profiles": {p.id: p.model_dump(mode="json") for p in hosts.known},
+        **operator_metadata,
     }
     served = Path(settings.bundle_root) / device_id
     installed = settings.force or metrics["lomo_within_10pct"] >= served_score(served)

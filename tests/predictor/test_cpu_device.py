@@ -20,6 +20,7 @@ from predictor.device_catalog import validate
 from predictor.devices import DEVICES, resolve_device
 from predictor.host_profile import HOST_KINDS
 from predictor.memory import WORKSPACE_BYTES, memory_estimate
+from predictor.operator_host import speed_ratio
 from predictor.predict import Predictor
 from predictor.selection import Z99, select
 from predictor.zoo import load_zoo_graph
@@ -85,6 +86,67 @@ def test_a_serial_forward_grows_with_each_host_cost_it_reads(cpu: Predictor) -> 
         slower = np.array(base, dtype=float)
         slower[HOST_KINDS.index(kind)] *= 2
         assert compose(arrays, c, "eager", slower) > compose(arrays, c, "eager", np.array(base, dtype=float))
+
+
+def test_the_epycs_operators_run_at_the_speed_of_the_host_asked_for() -> None:
+    """On a CPU the operators are the host's own work: on a host whose every cost is twice the
+    bundle's, the EPYC's operator times (and their breakdown) take 2**0.6 as long, its bundle's
+    power, and the Python around them twice; a GPU's kernels do not follow the host."""
+    cpu = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "cpu-amd-epyc"), resolve_device("epyc"))
+    assert cpu.host is not None and cpu.operator_host is not None and cpu.operator_speed_exponent == 0.6
+    assert speed_ratio(cpu.operator_host, cpu.operator_host) == 1.0
+    graph = load_zoo_graph("resnet18")
+    slower = cpu.host.model_copy(update={"id": "twice-as-slow",
+                                         "costs_us": {k: 2 * v for k, v in cpu.host.costs_us.items()}})
+    assert speed_ratio(slower, cpu.host) == pytest.approx(2.0)
+    own = cpu.predict(graph, 1, "fp32", "eager", host=cpu.host)
+    slow = cpu.predict(graph, 1, "fp32", "eager", host=slower)
+    kernel, host = (sum(x.kernel_us for x in own.layers), sum(x.host_us for x in own.layers))
+    assert sum(x.kernel_us for x in slow.layers) == pytest.approx(2**0.6 * kernel, rel=1e-9)
+    assert sum(x.host_us for x in slow.layers) == pytest.approx(2 * host, rel=1e-9)
+    assert slow.total_ms == pytest.approx((2**0.6 * kernel + 2 * host + cpu.constants.sync_us) / 1e3, rel=1e-9)
+    # only the Python around the calls is slower: the operators run as on the bundle's host
+    python_only = cpu.host.model_copy(update={"id": "slow-python", "costs_us": {
+        **cpu.host.costs_us, **{k: 2 * cpu.host.costs_us[k] for k in ("view", "module_call")}}})
+    assert speed_ratio(python_only, cpu.host) == 1.0
+    assert sum(x.kernel_us for x in cpu.predict(graph, 1, "fp32", "eager", host=python_only).layers) == \
+        pytest.approx(sum(x.kernel_us for x in own.layers), rel=1e-12)
+    layers = cpu.layers(graph.at_precision("fp32", 1), 1, "fp32", "eager")
+    for other in (load_all()["nvidia-h200"], Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / CPU), resolve_device(CPU))):
+        assert other.operator_host is None and other.on_host(layers, slower) is layers  # (they scale nothing)
+
+
+def test_the_bundle_names_the_host_most_of_its_operator_rows_ran_on() -> None:
+    from training.data import load_ops
+    from training.hosts import operator_host, reference_profiles
+
+    device = "cpu-amd-epyc"
+    rows = load_ops(DATASETS / device).rows
+    references = reference_profiles(DATASETS / device)
+    named = operator_host(rows, references)
+    cpu = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device), resolve_device(device))
+    assert named is not None and cpu.operator_host is not None
+    assert cpu.operator_host.id == named.id and cpu.operator_host.costs_us == pytest.approx(named.costs_us)
+    assert (rows["host_profile"].map(lambda i: references[i].id if i in references else None) == named.id).mean() >= 0.3
+    assert operator_host(rows.assign(host_profile="no-such-probe"), references) is None
+
+
+def test_only_a_cpu_bundle_scales_its_operators_by_the_host() -> None:
+    from training.data import load_ops
+    from training.hosts import operator_host, reference_profiles
+    from training.train import _operator_host_metadata
+
+    data = load_ops(DATASETS / "cpu-amd-epyc")
+    references = reference_profiles(DATASETS / "cpu-amd-epyc")
+    assert _operator_host_metadata(data, references, 0.0) == {}  # as measured: the bundle says nothing
+    named = operator_host(data.rows, references)
+    metadata = _operator_host_metadata(data, references, 0.6)
+    assert named is not None and metadata["operator_speed_exponent"] == 0.6
+    assert metadata["operator_host"]["id"] == named.id
+    with pytest.raises(ValueError, match=r"^host_speed_exponent: nvidia-h200 is a GPU"):
+        _operator_host_metadata(replace(data, device=DEVICES["nvidia-h200"]), references, 0.6)
+    with pytest.raises(ValueError, match=r"^host_speed_exponent: no operator row names a host profile"):
+        _operator_host_metadata(replace(data, rows=data.rows.assign(host_profile="gone")), references, 0.6)
 
 
 @pytest.mark.parametrize("device", MEASURED_CPUS)
