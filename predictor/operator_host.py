@@ -2,19 +2,22 @@
 
 A GPU's kernels take what the GPU takes whichever CPU issues them; only their dispatch follows the
 host (predictor.host_profile). A CPU device's operators *are* host work: the same 2-core EPYC VM
-ran the same operator calls 0.4-0.6x as long on 2026-12-05 as on 2026-12-04, and the same NAS
-forwards 0.68x, with its probes' per-call costs at 0.57-0.69x (another physical host under the
-same VM, or one that was busy the day before). A CPU bundle therefore names the host its operator
-rows were measured on (``operator_host`` in its metadata: the profile most of them were probed
-beside), and a forward's operator times are scaled by how fast the host asked for runs against
-it, to a power its bundle gives (``operator_speed_exponent``, ``latpred train
---host-speed-exponent``). The speed is one number per host, the geometric mean of its costs over
-the kinds that compute (``OPERATOR_KINDS``): a single probe loop is too short to say more per
-kind. The power is below 1 because a probe's tiny calls move more than a forward's: the EPYC's
-NAS forwards ran 0.72x where its probes read 0.63x; 0.6 was chosen on ``nas-dev`` measured on
-both days (52% and 58% within +-10%, against 52% and 11% without scaling and 54% and 15% at 1).
-On the Xeon every power tried lowered its zoo's leave-one-model-out (62% -> 54% at 0.6): its
-probes, on a GPU machine's shared host, do not track its forwards, and its bundle scales nothing.
+ran the same operator calls a median 0.56x as long on 2026-12-05 as on 2026-12-04, and the same
+NAS forwards 0.72x, with its probes' per-call costs at 0.58x and 0.63x (another physical host
+under the same VM, or one that was busy the day before; benchmarks/cpu_host_speed.py).
+
+So a CPU bundle names the host its operator rows were measured on (``operator_host`` in its
+metadata: the profile most of them were probed beside), and a forward's operator times are scaled
+by how fast the host asked for runs against it, to a power its bundle gives
+(``operator_speed_exponent``, ``latpred train --host-speed-exponent``). The speed is one number
+per host, the geometric mean of its costs over the kinds that compute (``OPERATOR_KINDS``): a
+single probe loop is too short to say more per kind.
+
+The power is below 1 because a probe's tiny calls move more than a forward does: the EPYC's NAS
+forwards ran 0.72x where its probes read 0.63x. 0.6 was chosen on ``nas-dev`` measured on both
+days (52% and 58% within +-10%, against 52% and 11% without scaling and 54% and 15% at 1). On the
+Xeon every power tried lowered its zoo's leave-one-model-out (62% -> 54% at 0.6): its probes, on a
+GPU machine's shared host, do not track its forwards, and its bundle scales nothing.
 """
 
 from __future__ import annotations

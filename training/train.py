@@ -153,7 +153,7 @@ def train(settings: TrainSettings) -> TrainReport:
         from training.tracking import track_training
 
         params = {"dataset": str(settings.dataset), "rows": len(data.rows), "limit": settings.limit,
-                  "scale": settings.scale, "seed": settings.seed,
+                  "scale": settings.scale, "seed": settings.seed, "host_speed_exponent": settings.host_speed_exponent,
                   **{f"{t}_model": f.label for t, f in chosen.items()}}
         tags = {"dataset_hash": metadata["dataset_hash"], "fingerprint": fingerprint.get("fingerprint", ""),
                 "device_id": device_id, "bundle_version": version}
