@@ -35,9 +35,10 @@ def _shards(folder: Path) -> pd.DataFrame:
     return pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
 
 
-def _host_speed(ids: pd.Series, references: dict[str, HostProfile], reference: HostProfile) -> np.ndarray:
-    """Each row's host speed against ``reference`` (NaN where its probe is unknown)."""
-    return np.array([speed_ratio(references[i], reference) if i in references else np.nan for i in ids])
+def _host_speeds(first: pd.Series, second: pd.Series, references: dict[str, HostProfile]) -> np.ndarray:
+    """Per row, its second host's speed against its first's (NaN where a probe is unknown)."""
+    return np.array([speed_ratio(references[b], references[a]) if a in references and b in references else np.nan
+                     for a, b in zip(first, second)])
 
 
 def _quantiles(values: pd.Series) -> str:
@@ -50,10 +51,8 @@ def compare(first: pd.DataFrame, second: pd.DataFrame, on: list[str], value: str
     """Per ``by`` group: how many matched, the second's ``value`` over the first's, and the ratio
     of their hosts' speeds (median and 10th-90th percentiles)."""
     matched = first.merge(second, on=on, suffixes=("_first", "_second"))
-    anchor = next(iter(references.values()))
     matched["ratio"] = matched[f"{value}_second"] / matched[f"{value}_first"]
-    matched["host"] = (_host_speed(matched["host_profile_second"], references, anchor)
-                       / _host_speed(matched["host_profile_first"], references, anchor))
+    matched["host"] = _host_speeds(matched["host_profile_first"], matched["host_profile_second"], references)
     groups = [("all", matched), *matched.groupby(f"{by}_first" if f"{by}_first" in matched else by)]
     return pd.DataFrame([{by: name, "matched": len(g), "second / first": _quantiles(g["ratio"]),
                           "host speed, second / first": _quantiles(g["host"].dropna())} for name, g in groups])

@@ -89,9 +89,14 @@ def host_description(host: HostProfile, calibration: Calibration | None) -> str:
     return host.summary() if calibration is None else f"{host.summary()}; {calibration.describe()}"
 
 
-def default_host(bundle: Bundle, key: str = "host_profile") -> HostProfile | None:
-    """The host profile a bundle names as the one that measured its runs (``key``
-    'operator_host': its operator rows, on a CPU), or None."""
+def default_host(bundle: Bundle) -> HostProfile | None:
+    """The host profile a bundle names as the one that measured its runs, or None."""
+    return _bundle_profile(bundle, "host_profile")
+
+
+def _bundle_profile(bundle: Bundle, key: str) -> HostProfile | None:
+    """The host profile the bundle's metadata holds under ``key`` (``host_profile``, or on a CPU
+    ``operator_host``: the one its operator rows were measured on), or None."""
     data = bundle.metadata.get(key)
     if data is None:
         return None
@@ -166,7 +171,7 @@ class Predictor:
         self.host: HostProfile | None = default_host(bundle)
         #: on a CPU, the host its operator rows were measured on: a forward's operators run at the
         #: speed of its own host against this one (predictor.operator_host; None: as measured)
-        self.operator_host: HostProfile | None = default_host(bundle, "operator_host") if device.kind == "cpu" else None
+        self.operator_host = _bundle_profile(bundle, "operator_host") if device.kind == "cpu" else None
         #: the power of the host's speed its operators follow (0: they run as measured, whatever the host)
         self.operator_speed_exponent = float(bundle.metadata.get("operator_speed_exponent", 0.0))
         #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch ratio, cold weight read)
