@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, BundleError
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -197,12 +197,17 @@ def _validate_hosts(device: str, dataset: Path, bundle: Path | None, out: Path, 
 def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, suite: str, suites_dir: Path,
                     models: list[str] | None, references: bool = False) -> None:
     """``latpred validate --suite``: score, print, and write the tables and a scatter plot to ``out``."""
+    from predictor.device_bundles import bundle_folder
+    from predictor.devices import resolve_device
     from training.suite_validation import validate_suite
     from training.suites import load_suite
 
     with _reported():
-        bundle_dir = _bundle_dir(device, bundle)
-        report = validate_suite(load_suite(suite, dataset, suites_dir, models), bundle_dir, dataset, references)
+        # a GPU without a bundle of its own is scored as it is served, by the transfer bundle, which
+        # predicts the device named; a one-device bundle predicts its own
+        loaded = Bundle.load(bundle or bundle_folder(resolve_device(device).device_id))
+        report = validate_suite(load_suite(suite, dataset, suites_dir, models), loaded, dataset, references,
+                                device=resolve_device(device) if loaded.transfer is not None else None)
     _echo_suite_report(report, out, f"suite {suite}", suite)
 
 

@@ -101,8 +101,10 @@ def score_suite(suite: Suite, predictions: pd.DataFrame) -> SuiteReport:
     return SuiteReport(suite.name, predictions, table, overall, {k: v for k, v in suite.missing.items() if v})
 
 
-def validate_suite(suite: Suite, bundle_dir: Path, dataset: Path | None = None,
-                   references: bool = False) -> SuiteReport:
+def validate_suite(suite: Suite, bundle: Path | Bundle, dataset: Path | None = None,
+                   references: bool = False, device: DeviceSpec | None = None) -> SuiteReport:
     """Predict and score ``suite`` through every importer it has graphs for (eager runs from their
-    profiles' costs as probed, or calibrated by their reference forwards where ``references``)."""
-    return score_suite(suite, predict_suite(suite, bundle_dir, dataset, references))
+    profiles' costs as probed, or calibrated by their reference forwards where ``references``);
+    ``device``: the device the runs were measured on, where the bundle predicts more than its own
+    (the transfer bundle on a catalog GPU). ``bundle``: its folder, or the bundle loaded already."""
+    return score_suite(suite, predict_suite(suite, bundle, dataset, references, device))

@@ -7,16 +7,18 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from latpred import main
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.device_bundles import bundle_folder
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
 from training.composition import leave_one_model_out, run_arrays
 from training.hosts import reference_profiles
-from training.suite_validation import score_suite, validate_suite
+from training.suite_validation import predict_suite, score_suite, validate_suite
 from training.suites import (
     DEFAULT_SUITES_DIR,
     load_suite,
@@ -112,6 +114,32 @@ def test_validate_suite_cli_writes_tables_and_a_scatter_plot(tmp_path: Path) -> 
     assert "suite zoo: 2 models" in result.output and "onnx-legacy" in result.output
     assert (tmp_path / "zoo" / "scatter.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert (tmp_path / "zoo" / "by_importer_mode_precision_batch.csv").stat().st_size > 0
+
+
+def test_a_gpu_without_a_bundle_of_its_own_is_scored_by_the_bundle_that_serves_it(tmp_path: Path) -> None:
+    """The H100's NAS runs through ``latpred validate --suite``: the transfer bundle, asked about
+    the H100 (not about the device the bundle is named after), as the service and the CLI predict it."""
+    h100 = ROOT / "datasets" / "nvidia-h100-80gb-hbm3"
+    result = CliRunner().invoke(main, ["validate", "--suite", "nas-test", "--models", "nas-6", "--device",
+                                       "nvidia-h100-80gb-hbm3", "--dataset", str(h100), "--suites", str(SUITES),
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    written = pd.read_csv(tmp_path / "nas-test" / "predictions.csv")
+    device = resolve_device("nvidia-h100-80gb-hbm3")
+    expected = predict_suite(load_suite("nas-test", h100, SUITES, ["nas-6"]), bundle_folder(device.device_id), h100,
+                             device=device)
+    assert len(written) == len(expected) == 3 * 18  # torch and two ONNX exports, 18 runs each
+    np.testing.assert_allclose(written["predicted_ms"], expected["predicted_ms"], rtol=1e-9)
+
+
+def test_a_one_device_bundle_named_by_bundle_predicts_its_own_device(tmp_path: Path) -> None:
+    """``--bundle`` of a CPU with ``--device`` left at its default (the H200): the bundle's device."""
+    epyc = ROOT / "datasets" / "cpu-amd-epyc"
+    result = CliRunner().invoke(main, ["validate", "--suite", "nas-test", "--models", "nas-6", "--bundle",
+                                       str(DEFAULT_BUNDLE_DIR / "cpu-amd-epyc"), "--dataset", str(epyc),
+                                       "--suites", str(SUITES), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert set(pd.read_csv(tmp_path / "nas-test" / "predictions.csv")["mode"]) == {"eager"}
 
 
 def test_training_refuses_a_dataset_with_nas_runs_whose_suites_it_cannot_find(tmp_path: Path) -> None:
