@@ -23,9 +23,10 @@ architecture is the roofline's assumption, not something measured here; a transf
 interval is widened by ``UNMEASURED_ARCHITECTURE_LOG`` for that, a prior rather than a fit.
 
 Composition: each measured device gets CUDA-graph constants fitted on its own zoo runs (and its
-interval from them, leave-one-model-out); a device never measured gets the constants fitted on
-every measured device's runs together, and the interval of leave-one-device-out validation (each
-partition predicted by models fitted without its rows and runs) widened as above. Eager
+interval from them, leave-one-model-out, and from its nas-dev runs where it has them); a device
+never measured gets the constants fitted on every measured device's runs together, and the
+interval of leave-one-device-out validation (each device but the H200 predicted by models fitted
+without its rows and runs) widened as above. Eager
 composition is the host's (issue #12): its shares come from the H200's eager runs, and every
 device is issued by the host profile asked for (the H200 bundle's by default).
 
@@ -68,12 +69,13 @@ from training.fit import FitResult, fit_target, refit_on_all_rows
 from training.hosts import BundleHosts, bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
 from training.ops_check import predicted_kernel_us
-from training.suites import DEFAULT_SUITES_DIR, nas_train_arrays
+from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays
 from training.train import zoo_graphs
 
 #: the measured GPUs' datasets the transfer model is fitted on
 GPU_DATASETS = tuple(Path("datasets") / d for d in
-                     ("nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40"))
+                     ("nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
+                      "nvidia-h100-80gb-hbm3"))
 #: where the bundle goes (one folder beside the one-device bundles)
 BUNDLE_NAME = TRANSFER_BUNDLE
 #: Half the leaves of a one-device bundle's trees, and half its trees: fitted on 155,000 rows it
@@ -169,7 +171,7 @@ def memory_bundle(fits: dict[str, FitResult], measured: Sequence[str]) -> Bundle
 class DeviceArrays:
     """A device's runs predicted layer by layer: its zoo runs, and the NAS training architectures'
     runs where its dataset has them (a one-device bundle's composition fits on both; the transfer
-    bundle shipped was fitted before their eager runs joined, and its intervals on the zoo alone)."""
+    bundle shipped was fitted before their eager runs joined)."""
 
     zoo: list[RunArrays]
     nas_train: list[RunArrays]
@@ -226,11 +228,13 @@ def interval_half_width(table: pd.DataFrame) -> float:
     return float(np.quantile(np.abs(np.log(ratio)), 0.9))
 
 
-def device_composition(arrays: DeviceArrays, general: CompositionConstants,
-                       eager_interval: float) -> tuple[dict[str, Any], pd.DataFrame]:
+def device_composition(arrays: DeviceArrays, general: CompositionConstants, eager_interval: float,
+                       calibration: Sequence[RunArrays] = ()) -> tuple[dict[str, Any], pd.DataFrame]:
     """A measured device's own composition: CUDA-graph constants fitted on its runs (eager ones
-    are the host's, from ``general``), its interval from its zoo runs leave-one-model-out; and
-    that leave-one-model-out table."""
+    are the host's, from ``general``), its interval from its zoo runs leave-one-model-out and
+    ``calibration``'s captured runs (its nas-dev runs, in no fit) predicted by those constants, as
+    a one-device bundle's is (training.composition.leave_one_model_out); and the zoo's table. The
+    H100's interval from its zoo alone (x1.12) covered 61% of its nas-test runs."""
     runs = graph_only(arrays.zoo)
     g = fit_graph_constants(graph_only(arrays.fitted))
     own = replace(general, group_scale=g.group_scale, gap_us=g.gap_us, short_kernel_share=g.short_kernel_share,
@@ -239,8 +243,10 @@ def device_composition(arrays: DeviceArrays, general: CompositionConstants,
     table = pd.DataFrame([{"model": r.model, "batch": r.batch, "precision": r.precision, "mode": r.mode,
                            "measured_ms": r.measured_us / 1e3, "predicted_ms": predict_run(r, held[r.model]) / 1e3}
                           for r in runs])
-    return {"constants": own.as_dict(), "interval_log": {"cudagraph": interval_half_width(table),
-                                                         "eager": eager_interval}}, table
+    calibrated = pd.DataFrame([{"measured_ms": r.measured_us / 1e3, "predicted_ms": predict_run(r, own) / 1e3}
+                               for r in graph_only(list(calibration))], columns=["measured_ms", "predicted_ms"])
+    interval = interval_half_width(pd.concat([table[["measured_ms", "predicted_ms"]], calibrated], ignore_index=True))
+    return {"constants": own.as_dict(), "interval_log": {"cudagraph": interval, "eager": eager_interval}}, table
 
 
 @dataclass
@@ -285,7 +291,8 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
         + UNMEASURED_ARCHITECTURE_LOG
     per_device, own_tables = {}, []
     for d in devices:
-        per_device[d.device_id], table = device_composition(arrays[d.device_id], general, eager_lomo)
+        nas_dev = nas_dev_arrays(Predictor(bundle, d.spec), d.dataset, settings.suites)
+        per_device[d.device_id], table = device_composition(arrays[d.device_id], general, eager_lomo, nas_dev)
         own_tables.append(table.assign(device=d.device_id))
     metrics = _metrics(held_out_ops, held_out_runs)
     metadata = {
@@ -365,12 +372,13 @@ def report_text(held_out_ops: pd.DataFrame, held_out_runs: pd.DataFrame, own_run
         return (table[predicted] / table[measured] - 1).abs()
 
     lines = ["leave one device out: fitted without the device's operator rows and runs, as a device never "
-             "measured is (CUDA graph, fp16, batch 1/8/32)"]
+             "measured is (CUDA graph, batch 1/8/32, the precisions of the device's runs)"]
     rows = []
     for device, table in held_out_runs.groupby("device") if len(held_out_runs) else []:
         e = errors(table, "predicted_ms", "measured_ms")
         by_batch = table.assign(e=e).groupby("batch")["e"].mean()
-        rows.append({"device": device, "runs": len(table), "MAPE": e.mean(), "within 10%": (e <= 0.1).mean(),
+        rows.append({"device": device, "precisions": ",".join(sorted(table["precision"].unique())),
+                     "runs": len(table), "MAPE": e.mean(), "within 10%": (e <= 0.1).mean(),
                      "median pred/meas": (table["predicted_ms"] / table["measured_ms"]).median(),
                      **{f"MAPE b{b}": v for b, v in by_batch.items()}})
     if rows:

@@ -75,7 +75,7 @@ def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() ->
     measured = {d for d, spec in DEVICES.items() if spec.provenance == "measured"}
     assert measured == (set(folders) - {"transfer"}) | set(transfer)
     assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
-                        "cpu-intel-r-xeon-r-processor", "cpu-amd-epyc"}
+                        "nvidia-h100-80gb-hbm3", "cpu-intel-r-xeon-r-processor", "cpu-amd-epyc"}
     assert all((REPO / "datasets" / d / "fingerprint.json").is_file() for d in measured)
     assert {spec.provenance for d, spec in DEVICES.items() if d not in measured} == {"transferred"}
 

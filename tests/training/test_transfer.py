@@ -15,12 +15,14 @@ from predictor.bundle import Bundle
 from predictor.devices import DEVICES
 from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph
+from training.suites import has_nas_runs
 from training.transfer import (
     GPU_DATASETS,
     UNMEASURED_ARCHITECTURE_LOG,
     TransferReport,
     TransferSettings,
     device_weights,
+    interval_half_width,
     train_transfer,
 )
 
@@ -75,6 +77,22 @@ def test_leave_one_device_out_predicts_every_zoo_run_of_the_held_out_device(repo
     assert set(report.held_out_ops["device"]) == {HELD} and len(report.held_out_ops) == 2_500
     assert report.metadata["metrics"][f"lodo_{HELD}_models_mape"] == pytest.approx(
         float(((runs["predicted_ms"] - runs["measured_ms"]).abs() / runs["measured_ms"]).mean()))
+
+
+def test_a_device_with_nas_dev_runs_calibrates_its_interval_on_them_too(report: TransferReport) -> None:
+    """The H100's interval from its zoo alone covered 61% of its nas-test runs: a measured device's
+    interval also takes its nas-dev runs' errors, as a one-device bundle's does; a partition, with
+    no NAS runs, keeps its zoo's."""
+    bundle = Bundle.load(report.bundle_dir)
+    own = report.own_runs
+    for dataset in GPU_DATASETS:
+        device = Path(dataset).name
+        zoo_only = interval_half_width(own[own["device"] == device])
+        width = bundle.composition_for(device)["interval_log"]["cudagraph"]
+        if has_nas_runs(dataset):
+            assert width != pytest.approx(zoo_only), device
+        else:
+            assert width == pytest.approx(zoo_only), device
 
 
 def test_each_device_weighs_by_the_root_of_its_share() -> None:
