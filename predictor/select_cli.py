@@ -53,8 +53,9 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
     first, with the reasons. Each says whether it was measured or transferred (never measured:
     predicted from its datasheet, with a wider interval). The answer says whether the choice is
     settled (which devices meet the constraints does not change at either end of their prediction
-    intervals, so far as the choice depends on it; the order by cost is the medians') or which
-    devices, at which end of their intervals, could change it."""
+    intervals, so far as the choice depends on it; the order by cost is the medians' between
+    measured devices, and in doubt where a device predicted from its datasheet could cost less at
+    the fast end of its interval) or which devices, at which end of their intervals, could change it."""
     from predictor.importers.onnx_dims import parse_dims
 
     try:
@@ -99,8 +100,8 @@ def echo_table(selection: Selection) -> None:
     s = selection
     click.echo(f"{s.model} at batch {s.batch}, {s.precision}, {s.mode}: {s.verdict}")
     if s.settled:
-        click.echo("settled: no device's verdict on the constraints that the choice depends on changes at either "
-                   "end of its prediction interval")
+        click.echo("settled: no device's verdict on the constraints that the choice depends on, nor its order by "
+                   "cost where it was predicted from a datasheet, changes at either end of its prediction interval")
     else:
         click.echo("within the predictions' error: " + "; ".join(s.doubts))
     click.echo(f"{'#':>2} {'device':<26} {'provenance':<11} {'latency ms':>10} {'p99 ms':>9} {'per s':>10} "

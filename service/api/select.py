@@ -71,8 +71,9 @@ def select_post() -> dict[str, Any]:
     says whether it was `measured` or `transferred` (never measured: predicted from its datasheet,
     with a wider interval), and its p99 at either end of its prediction's interval. `settled` says
     whether the devices' verdicts on the constraints that the choice depends on hold at either end
-    of their intervals (the order by cost is the medians'); when not, `doubts` names each device,
-    the end of its interval and what it meets or misses there.
+    of their intervals (the order by cost is the medians' between measured devices; a transferred
+    device that could cost less at the fast end of its interval is a doubt); when not, `doubts`
+    names each device, the end of its interval and what it meets or misses there.
     """
     st = state()
     body = json_body(SelectRequest)

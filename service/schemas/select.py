@@ -134,8 +134,9 @@ class SelectionOut(ResponseModel):
     settled: bool = Field(description=(
         "whether the devices' verdicts on the constraints that the choice depends on hold at either end of their "
         "~90% intervals: the chosen device meets the constraints at the slow end of its interval, and every device "
-        "that would come before it misses them at the fast end of its own (the order by cost is the medians': "
-        "without constraints, settled)"))
+        "that would come before it misses them at the fast end of its own; the order by cost is the medians' "
+        "between measured devices, and in doubt where a transferred one could cost less at the fast end of its "
+        "interval than the choice at the slow end of its own"))
     doubts: list[str] = Field(description="what the intervals leave open when the choice is not settled: each "
                                           "device and the end of its interval at which it would change the choice")
     ranked: list[DeviceChoiceOut]
