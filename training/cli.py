@@ -205,9 +205,10 @@ def _validate_suite(device: str, dataset: Path, bundle: Path | None, out: Path, 
     with _reported():
         # a GPU without a bundle of its own is scored as it is served, by the transfer bundle, which
         # predicts the device named; a one-device bundle predicts its own
-        loaded = Bundle.load(bundle or bundle_folder(resolve_device(device).device_id))
+        spec = resolve_device(device)
+        loaded = Bundle.load(bundle or bundle_folder(spec.device_id))
         report = validate_suite(load_suite(suite, dataset, suites_dir, models), loaded, dataset, references,
-                                device=resolve_device(device) if loaded.transfer is not None else None)
+                                device=spec if loaded.transfer is not None else None)
     _echo_suite_report(report, out, f"suite {suite}", suite)
 
 

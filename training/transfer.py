@@ -175,6 +175,8 @@ class DeviceArrays:
 
     zoo: list[RunArrays]
     nas_train: list[RunArrays]
+    #: nas-dev's runs where asked for and measured: the interval's calibration, never fitted
+    nas_dev: list[RunArrays] = field(default_factory=list)
 
     @property
     def fitted(self) -> list[RunArrays]:
@@ -182,11 +184,13 @@ class DeviceArrays:
         return self.zoo + self.nas_train
 
 
-def device_arrays(bundle: Bundle, device: MeasuredDevice, suites: Path) -> DeviceArrays:
-    """Every run of ``device`` predicted layer by layer with ``bundle``."""
+def device_arrays(bundle: Bundle, device: MeasuredDevice, suites: Path, with_nas_dev: bool = False) -> DeviceArrays:
+    """Every run of ``device`` predicted layer by layer with ``bundle`` (nas-dev's too where
+    ``with_nas_dev``: the shipped composition's interval is calibrated on them, a fold's is not)."""
     predictor = Predictor(bundle, device.spec)
     return DeviceArrays(run_arrays(predictor, device.graphs, device.runs, device.hosts),
-                        nas_train_arrays(predictor, device.dataset, suites))
+                        nas_train_arrays(predictor, device.dataset, suites),
+                        nas_dev_arrays(predictor, device.dataset, suites) if with_nas_dev else [])
 
 
 def kernel_errors(fits: dict[str, FitResult], device: MeasuredDevice) -> pd.DataFrame:
@@ -228,11 +232,11 @@ def interval_half_width(table: pd.DataFrame) -> float:
     return float(np.quantile(np.abs(np.log(ratio)), 0.9))
 
 
-def device_composition(arrays: DeviceArrays, general: CompositionConstants, eager_interval: float,
-                       calibration: Sequence[RunArrays] = ()) -> tuple[dict[str, Any], pd.DataFrame]:
+def device_composition(arrays: DeviceArrays, general: CompositionConstants,
+                       eager_interval: float) -> tuple[dict[str, Any], pd.DataFrame]:
     """A measured device's own composition: CUDA-graph constants fitted on its runs (eager ones
-    are the host's, from ``general``), its interval from its zoo runs leave-one-model-out and
-    ``calibration``'s captured runs (its nas-dev runs, in no fit) predicted by those constants, as
+    are the host's, from ``general``), its interval from its zoo runs leave-one-model-out and its
+    captured nas-dev runs (``arrays.nas_dev``, in no fit) predicted by those constants, as
     a one-device bundle's is (training.composition.leave_one_model_out); and the zoo's table. The
     H100's interval from its zoo alone (x1.12) covered 61% of its nas-test runs."""
     runs = graph_only(arrays.zoo)
@@ -244,7 +248,7 @@ def device_composition(arrays: DeviceArrays, general: CompositionConstants, eage
                            "measured_ms": r.measured_us / 1e3, "predicted_ms": predict_run(r, held[r.model]) / 1e3}
                           for r in runs])
     calibrated = pd.DataFrame([{"measured_ms": r.measured_us / 1e3, "predicted_ms": predict_run(r, own) / 1e3}
-                               for r in graph_only(list(calibration))], columns=["measured_ms", "predicted_ms"])
+                               for r in graph_only(arrays.nas_dev)], columns=["measured_ms", "predicted_ms"])
     interval = interval_half_width(pd.concat([table[["measured_ms", "predicted_ms"]], calibrated], ignore_index=True))
     return {"constants": own.as_dict(), "interval_log": {"cudagraph": interval, "eager": eager_interval}}, table
 
@@ -281,7 +285,7 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
 
     fits = fit_models(pooled([d.ops for d in devices]), settings)
     bundle = memory_bundle(fits, [d.device_id for d in devices])
-    arrays = {d.device_id: device_arrays(bundle, d, settings.suites) for d in devices}
+    arrays = {d.device_id: device_arrays(bundle, d, settings.suites, with_nas_dev=True) for d in devices}
     general = fit_constants([r for a in arrays.values() for r in a.fitted])  # eager: the H200's runs
     h200 = devices[0]
     hosts = bundle_hosts(h200.runs, h200.hosts, h200.dataset)
@@ -291,8 +295,7 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
         + UNMEASURED_ARCHITECTURE_LOG
     per_device, own_tables = {}, []
     for d in devices:
-        nas_dev = nas_dev_arrays(Predictor(bundle, d.spec), d.dataset, settings.suites)
-        per_device[d.device_id], table = device_composition(arrays[d.device_id], general, eager_lomo, nas_dev)
+        per_device[d.device_id], table = device_composition(arrays[d.device_id], general, eager_lomo)
         own_tables.append(table.assign(device=d.device_id))
     metrics = _metrics(held_out_ops, held_out_runs)
     metadata = {
