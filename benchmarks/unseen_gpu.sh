@@ -6,7 +6,9 @@
 #   2. the zoo eagerly, the same grid, probing the host before and after (issue #12's other host);
 #   3. an fp16 operator subset, as the H200's partitions were swept (per-family transfer error);
 #   4. (named in STEPS only) the NAS suites' 144 architectures, both modes: unseen graphs on it;
-#   5. (named in STEPS only) the operator subset in fp32 and bf16.
+#   5. (named in STEPS only) the operator subset in fp32 and bf16;
+#   6. (named in STEPS only) nas-train's 72 architectures (seeds 1000-1071) as CUDA graphs: the NAS
+#      runs a measured device's composition fits on beside its zoo, as the H200's does.
 # STEPS picks which run (default: the first three), so a second call can measure what the first
 # had no time for.
 # Brings back $OUT/unseen_gpu.tgz (<device-id>/{models,ops,hosts,sweep_log.jsonl,fingerprint.json})
@@ -40,6 +42,7 @@ step zoo-eager 150 collect models --modes eager --batches 1,8,32 --precisions fp
 # the operator sweep reads its shapes from <root>/layer_shapes.json: the zoo's catalogue, as the H200's
 mkdir -p $root && cp datasets/layer_shapes.json $root/
 step nas 200 collect nas --seeds 0-143 --modes eager,cudagraph --group 24 --max-seconds 280
+step nas-train 150 collect nas --seeds 1000-1071 --modes cudagraph --group 24 --max-seconds 400
 left=$(( limit - ($(date +%s) - start) - 20 ))
 [ $left -gt 30 ] && step ops-fp16 30 collect ops --precisions fp16 --random-shapes 0 --budget-s $(( left - 25 ))
 left=$(( limit - ($(date +%s) - start) - 20 ))
