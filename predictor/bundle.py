@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from predictor.devices import DeviceSpec
+
 BUNDLE_VERSION = 1
 TARGETS = ("kernel", "dispatch")
 DEFAULT_BUNDLE_DIR = Path(__file__).parent / "bundles"
@@ -207,6 +209,19 @@ class Bundle:
         composition fitted on each measured one's runs; None for a bundle of one device."""
         value = self.metadata.get("transfer")
         return value if isinstance(value, dict) else None
+
+    @property
+    def l2_roofline(self) -> bool:
+        """Whether a transfer bundle's roofline reads what fits in L2 at the L2's bandwidth
+        (``DeviceSpec.memory_seconds``; transfer bundles since 2026-12-05): its features must be
+        computed as they were fitted."""
+        return bool(self.transfer and self.transfer.get("l2_roofline"))
+
+    def feature_spec(self, device: DeviceSpec) -> DeviceSpec:
+        """The spec this bundle's features are computed on for ``device``: a transfer bundle's
+        datasheet basis, the only figures a device never measured has (``DeviceSpec.datasheet_spec``);
+        a one-device bundle's own device as it is."""
+        return device.datasheet_spec(self.l2_roofline) if self.transfer is not None else device
 
     def measured_on(self, device_id: str) -> bool:
         """Whether this bundle was fitted on ``device_id``'s own measurements: its own device, or a

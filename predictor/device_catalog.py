@@ -42,6 +42,7 @@ MAX_BANDWIDTH = 100e12  # B/s
 MAX_FLOPS = 100e15  # FLOP/s
 MAX_MEMORY_BYTES = 4 * 2**40  # 4 TiB
 MAX_TDP_W = 10_000.0
+MAX_CLOCK_HZ = 10e9
 
 #: an id is what a query is compared with after lowercasing, and what a dataset folder is named
 ID_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -103,6 +104,9 @@ class CatalogEntry(BaseModel):
     tensor_flops: dict[str, float] = Field(description="precision -> dense tensor-core FLOP/s")
     vector_flops: float = Field(gt=0, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
     tdp_w: float = Field(gt=0, le=MAX_TDP_W)
+    #: a GPU's boost clock (what its datasheet prints), which sizes its L2's bandwidth on the transfer
+    #: model's basis (``DeviceSpec.l2_bandwidth``); a CPU has none
+    boost_clock_hz: float | None = Field(default=None, gt=0, le=MAX_CLOCK_HZ)
     #: on-demand USD per GPU-hour; left out (None): unknown, which TOML, having no null, can only say so
     price_per_hour: float | None = Field(default=None, ge=0)
     source: str = Field(min_length=1, description="where the specs come from")
@@ -121,6 +125,17 @@ class CatalogEntry(BaseModel):
     @classmethod
     def _tensor_flops(cls, value: dict[str, float], info: ValidationInfo) -> dict[str, float]:
         return _check_tensor_flops(value, () if info.data.get("kind") == "cpu" else REQUIRED_TENSOR_PRECISIONS)
+
+    @model_validator(mode="after")
+    def _clock_for_gpus(self) -> CatalogEntry:
+        """A GPU needs its boost clock (the transfer model's L2 bandwidth is derived from it); a CPU's
+        would mean nothing here."""
+        if self.kind == "gpu" and self.boost_clock_hz is None:
+            raise ValueError("boost_clock_hz: missing: a GPU's boost clock in Hz, as its datasheet prints it "
+                             "(e.g. 1.98e9)")
+        if self.kind == "cpu" and self.boost_clock_hz is not None:
+            raise ValueError("boost_clock_hz: a CPU has none here (the L2 bandwidth it sizes is a GPU's)")
+        return self
 
     @model_validator(mode="after")
     def _l2_below_memory(self) -> CatalogEntry:

@@ -17,6 +17,9 @@ from predictor.device_catalog import CatalogEntry, DeviceKind, Provenance, load_
 
 #: Families whose arithmetic runs on tensor cores (in fp32 only where TF32 is allowed).
 TENSOR_CORE_FAMILIES = frozenset({"conv2d", "linear", "matmul", "sdpa"})
+#: Bytes the L2 delivers per clock per SM: the A100 whitepaper's 5,120 B/clk over its 108 SMs, the one
+#: published figure, assumed for every architecture (no datasheet prints an L2's bandwidth).
+L2_BYTES_PER_CLOCK_PER_SM = 5120 / 108
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,32 @@ class DeviceSpec:
     datasheet: tuple[float, dict[str, float], float] | None = None
     #: 'gpu', or 'cpu' (sm_count its cores, l2_bytes its last-level cache): torch on the CPU
     kind: DeviceKind = "gpu"
+    #: the GPU's boost clock from its datasheet (None for a CPU)
+    boost_clock_hz: float | None = None
+    #: whether the roofline reads a call's bytes that fit in L2 at the L2's bandwidth: the transfer
+    #: model's basis (``datasheet_spec(l2_roofline=True)``); a one-device bundle's features charge
+    #: every byte the memory's bandwidth, as they were fitted
+    l2_roofline: bool = False
+
+    @property
+    def l2_bandwidth(self) -> float | None:
+        """The L2's bandwidth in bytes per second, from the SMs and the boost clock
+        (``L2_BYTES_PER_CLOCK_PER_SM``); None for a CPU."""
+        if self.boost_clock_hz is None:
+            return None
+        return L2_BYTES_PER_CLOCK_PER_SM * self.sm_count * self.boost_clock_hz
+
+    def memory_seconds(self, bytes_moved: float) -> float:
+        """Seconds the roofline charges for moving ``bytes_moved``: on the L2 roofline, a call
+        whose bytes fit in L2 reads them there (a sweep replays each call on the same buffers, and
+        a layer inside a model mostly reads what the one before it wrote); otherwise, and for
+        every call on a one-device bundle's basis, at the memory's bandwidth. Without it, an H100
+        (3.35 TB/s) was predicted 1.14x slower than it runs, though calls that fit in L2 run as
+        fast as on the H200 (4.8 TB/s) with the same SMs and clock."""
+        l2 = self.l2_bandwidth if self.l2_roofline else None
+        if l2 is not None and bytes_moved <= self.l2_bytes:
+            return bytes_moved / max(l2, self.memory_bandwidth)
+        return bytes_moved / self.memory_bandwidth
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -81,18 +110,20 @@ class DeviceSpec:
                    vector_flops=entry.vector_flops, price_per_hour=entry.price_per_hour,
                    memory_bytes=entry.memory_bytes, tdp_w=entry.tdp_w, provenance=entry.provenance,
                    source=entry.source, price_source=entry.price_source, kind=entry.kind,
+                   boost_clock_hz=entry.boost_clock_hz,
                    datasheet=None if entry.datasheet is None else (
                        entry.datasheet.memory_bandwidth, dict(entry.datasheet.tensor_flops),
                        entry.datasheet.vector_flops))
 
-    def datasheet_spec(self) -> DeviceSpec:
+    def datasheet_spec(self, l2_roofline: bool = False) -> DeviceSpec:
         """This device with its datasheet's ceilings in place of measured ones: the one basis on
         which every device can be compared (a device never measured has only its datasheet), as
-        the transfer model compares them. Itself where its ceilings are the datasheet's."""
-        if self.datasheet is None:
-            return self
-        bandwidth, tensor, vector = self.datasheet
-        return replace(self, memory_bandwidth=bandwidth, tensor_flops=dict(tensor), vector_flops=vector, datasheet=None)
+        the transfer model compares them; with ``l2_roofline``, its roofline reads what fits in L2
+        at the L2's bandwidth (transfer bundles since 2026-12-05; ``memory_seconds``)."""
+        spec = self if self.datasheet is None else replace(
+            self, memory_bandwidth=self.datasheet[0], tensor_flops=dict(self.datasheet[1]),
+            vector_flops=self.datasheet[2], datasheet=None)
+        return replace(spec, l2_roofline=l2_roofline) if l2_roofline != spec.l2_roofline else spec
 
     def peak_flops(self, family: str, precision: str, allow_tf32_cudnn: bool = True,
                    allow_tf32_matmul: bool = False) -> float:

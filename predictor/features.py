@@ -85,7 +85,7 @@ def roofline_us(family: str, params: Mapping[str, int], variant: str, batch: int
     peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
     f = flops(family, params, variant, batch)
     b = bytes_moved(family, params, variant, batch, prec.element_bytes)
-    return max(f / peak, b / device.memory_bandwidth) * 1e6
+    return max(f / peak, device.memory_seconds(b)) * 1e6
 
 
 def cold_weight_us(family: str, params: Mapping[str, int], variant: str, batch: int,
@@ -117,7 +117,7 @@ def features_and_cold_weight(family: str, params: Mapping[str, int], variant: st
     b = float(fam.bytes_moved(params, variant, batch, e))
     bandwidth = device.memory_bandwidth
     peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
-    compute, memory = f / peak, b / bandwidth
+    compute, memory = f / peak, device.memory_seconds(b)
     roof = max(compute, memory) * 1e6
     tiles, m, n, k, out = _geometry(family, params, batch, variant)
     waves = tiles / device.sm_count

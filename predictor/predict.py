@@ -158,9 +158,8 @@ class Predictor:
         #: the composition fitted for this device (a transfer bundle holds one per measured device)
         self.composition = bundle.composition_for(device.device_id)
         # A transfer bundle computes every call's features (roofline, waves over the SMs, what
-        # fits in L2) from the device's datasheet: the only figures a device never measured has,
-        # so the basis every device shares (DeviceSpec.datasheet_spec).
-        self._feature_device = device.datasheet_spec() if bundle.transfer is not None else device
+        # fits in L2) from the device's datasheet: the basis every device shares (Bundle.feature_spec).
+        self._feature_device = bundle.feature_spec(device)
         #: how the bundle's trees run ('compiled (lleaves)' or 'booster (why)'): compiled on the
         #: first predictor over a bundle (seconds per model where the cache lacks it)
         self.trees = bundle.compile_trees()

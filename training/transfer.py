@@ -164,7 +164,8 @@ def fit_models(data: OpData, settings: TransferSettings) -> dict[str, FitResult]
 
 def memory_bundle(fits: dict[str, FitResult], measured: Sequence[str]) -> Bundle:
     """The fitted models as a transfer bundle in memory, measured on ``measured``."""
-    return in_memory_bundle(BUNDLE_NAME, fits, {"transfer": {"devices": {d: {} for d in measured}}})
+    return in_memory_bundle(BUNDLE_NAME, fits, {"transfer": {"devices": {d: {} for d in measured},
+                                                             "l2_roofline": True}})
 
 
 @dataclass
@@ -309,7 +310,7 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
                         "estimated_host_extra_log": hosts.estimated_extra_log,
                         "unmeasured_architecture_log": UNMEASURED_ARCHITECTURE_LOG},
         "transfer": {"devices": per_device, "trained_on": [d.device_id for d in devices],
-                     "held_out": list(holdouts)},
+                     "held_out": list(holdouts), "l2_roofline": True},
         **profiles,
     }
     for composition in per_device.values():

@@ -25,6 +25,7 @@ def devices() -> dict[str, Any]:
         "sm_count": d.sm_count,
         "l2_bytes": d.l2_bytes, "memory_bytes": d.memory_bytes, "memory_bandwidth": d.memory_bandwidth,
         "tensor_flops": dict(d.tensor_flops), "vector_flops": d.vector_flops, "tdp_w": d.tdp_w,
+        "boost_clock_hz": d.boost_clock_hz, "l2_bandwidth": d.l2_bandwidth,
         "price_per_hour": d.price_per_hour, "source": d.source, "price_source": d.price_source,
         "bundle_loaded": d.device_id in predictors,
         "model_version": predictors[d.device_id].bundle.version if d.device_id in predictors else None,

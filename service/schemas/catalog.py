@@ -26,6 +26,10 @@ class DeviceOut(ResponseModel):
         "for is absent (a CPU: none)"))
     vector_flops: float = Field(description="fp32 FLOP/s on CUDA cores (a CPU: its fp32 rate)")
     tdp_w: float = Field(description="the board's maximum power, watts")
+    boost_clock_hz: float | None = Field(description="a GPU's boost clock from its datasheet, Hz; null for a CPU")
+    l2_bandwidth: float | None = Field(description=(
+        "bytes per second at which the transfer model's roofline reads a call that fits in L2: SMs x boost clock x "
+        "5,120/108 bytes per clock (the A100 whitepaper's, assumed for every architecture); null for a CPU"))
     price_per_hour: float | None = Field(description="on-demand USD per GPU-hour (editable: "
                                                      "LATPRED_DEVICE_CATALOG); null where unknown")
     source: str = Field(description="where the specs come from")

@@ -35,7 +35,7 @@ ACME: dict[str, Any] = {
     "name": "Acme X1", "provenance": "transferred", "sm_count": 96, "l2_bytes": 64 * 2**20,
     "memory_bytes": 96 * 2**30, "memory_bandwidth": 2.4e12,
     "tensor_flops": {"fp16": 500e12, "bf16": 500e12, "tf32": 250e12}, "vector_flops": 40e12, "tdp_w": 500,
-    "price_per_hour": 2.25, "source": "Acme X1 datasheet rev 3",
+    "boost_clock_hz": 1.8e9, "price_per_hour": 2.25, "source": "Acme X1 datasheet rev 3",
 }
 
 
@@ -180,7 +180,8 @@ def test_a_user_file_that_does_not_validate_stops_the_import_naming_it(tmp_path:
     ("tensor_flops", {"fp16": 101e15}), ("tensor_flops", {"fp16": float("nan")}),
     ("tensor_flops", {"fp16": 1e14, "fp8": 2e14}), ("tensor_flops", {"bf16": 1e14}), ("tensor_flops", {"fp16": 0.0}),
     ("memory_bytes", 5 * 2**40), ("memory_bytes", 0), ("l2_bytes", 0), ("l2_bytes", 200 * 2**30),
-    ("tdp_w", 0), ("tdp_w", float("inf")), ("price_per_hour", -0.5), ("price_per_hour", float("nan")),
+    ("tdp_w", 0), ("tdp_w", float("inf")), ("boost_clock_hz", 0.0), ("boost_clock_hz", 1980e9),
+    ("price_per_hour", -0.5), ("price_per_hour", float("nan")),
     ("provenance", "guessed"), ("name", "  "), ("source", ""),
 ])
 def test_an_absurd_spec_is_refused_naming_device_and_field(tmp_path: Path, field: str, value: Any) -> None:
@@ -198,6 +199,13 @@ def test_a_new_device_missing_a_field_is_refused(tmp_path: Path, field: str) -> 
     fields = {k: v for k, v in ACME.items() if k != field}
     user = write_catalog(tmp_path / "mine.toml", {"acme-x1": fields})
     with pytest.raises(ValueError, match=f"device 'acme-x1': {field}: missing"):
+        load_catalog(user=user)
+
+
+def test_a_cpu_has_no_boost_clock_here(tmp_path: Path) -> None:
+    """The clock sizes a GPU's L2 bandwidth for the transfer model; on a CPU it would be read as that."""
+    user = write_catalog(tmp_path / "mine.toml", {"cpu-amd-epyc": {"boost_clock_hz": 3.0e9}})
+    with pytest.raises(ValueError, match="device 'cpu-amd-epyc': boost_clock_hz: a CPU has none"):
         load_catalog(user=user)
 
 

@@ -61,6 +61,31 @@ def test_roofline_of_an_activation_is_memory_bound() -> None:
         2 * roofline_us("activation", params, "relu", 8, "fp16", H200))
 
 
+def test_the_transfer_basis_reads_what_fits_in_l2_at_the_l2s_bandwidth() -> None:
+    """An H100 SXM and an H200 share SMs and clock, so a call that fits in L2 has one roofline on
+    the transfer basis whatever their memories; a call that does not is charged each HBM. A
+    one-device bundle's basis charges every byte the memory's bandwidth, as it was fitted."""
+    h100, h200 = resolve_device("h100 sxm"), resolve_device("h200")
+    small, large = {"elements": 1_000_000}, {"elements": 200_000_000}  # 4 MB and 800 MB of fp16, in and out
+    on_l2 = [roofline_us("activation", small, "relu", 1, "fp16", d.datasheet_spec(l2_roofline=True))
+             for d in (h100, h200)]
+    assert on_l2[0] == pytest.approx(on_l2[1], rel=1e-12)
+    assert on_l2[0] == pytest.approx(bytes_moved("activation", small, "relu", 1, 2) / h100.l2_bandwidth * 1e6)
+    assert h100.l2_bandwidth == pytest.approx(5120 / 108 * 132 * 1.98e9)
+    off_l2 = [roofline_us("activation", large, "relu", 1, "fp16", d.datasheet_spec(l2_roofline=True))
+              for d in (h100, h200)]
+    assert off_l2[0] / off_l2[1] == pytest.approx(4.8e12 / 3.35e12, rel=1e-12)
+    for basis in (h200, h200.datasheet_spec()):  # the H200 bundle's own, and a transfer bundle's before
+        assert roofline_us("activation", small, "relu", 1, "fp16", basis) == pytest.approx(
+            bytes_moved("activation", small, "relu", 1, 2) / basis.memory_bandwidth * 1e6, rel=1e-12)
+
+
+def test_a_cpu_has_no_l2_bandwidth_and_keeps_its_memory_roofline() -> None:
+    cpu = resolve_device("epyc")
+    assert cpu.boost_clock_hz is None and cpu.l2_bandwidth is None
+    assert cpu.datasheet_spec(l2_roofline=True).memory_seconds(1e6) == pytest.approx(1e6 / cpu.memory_bandwidth)
+
+
 def test_feature_row_has_every_column_and_nan_for_other_families_params() -> None:
     row = feature_row("linear", GEMM_4K, "", "contiguous", 8, "fp16", H200)
     assert set(row) == set(FEATURE_COLUMNS)

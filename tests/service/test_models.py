@@ -55,6 +55,8 @@ def test_devices_say_which_were_measured_and_which_bundle_predicts_each(client: 
     assert (l4["name"], l4["sm_count"], l4["memory_bytes"], l4["tdp_w"]) == ("NVIDIA L4", 58, 24 * 2**30, 72)
     assert l4["provenance"] == "transferred" and l4["price_per_hour"] > 0 and "datasheet" in l4["source"]
     assert set(devices["tesla-t4"]["tensor_flops"]) == {"fp16"}  # no bf16 or tf32 tensor cores on a T4
+    assert l4["boost_clock_hz"] == 2.04e9 and l4["l2_bandwidth"] == pytest.approx(5120 / 108 * 58 * 2.04e9)
+    assert devices[CPU]["boost_clock_hz"] is None and devices[CPU]["l2_bandwidth"] is None
 
 
 @pytest.mark.parametrize("device", ["l4", "nvidia-b200", "NVIDIA A10"])

@@ -4,7 +4,9 @@ a wider interval; leave-one-device-out scores a device no fit saw; the weighting
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +48,25 @@ def test_the_bundle_loads_and_names_the_devices_it_measured(report: TransferRepo
         own = bundle.composition_for(device)
         assert own["constants"]["group_scale"] and 0 < own["interval_log"]["cudagraph"] < 1
     assert not bundle.measured_on("nvidia-l4") and bundle.composition_for("nvidia-l4") == bundle.composition
+
+
+def test_the_bundle_computes_features_on_the_l2_roofline_and_an_older_one_as_it_was_fitted(
+        report: TransferReport, tmp_path: Path) -> None:
+    """Features must be computed as the trees were fitted: the bundle written now on the datasheet
+    with the L2 roofline; a transfer bundle written before it (no ``l2_roofline``) without; a
+    one-device bundle on its own measured ceilings."""
+    bundle = Bundle.load(report.bundle_dir)
+    h100 = DEVICES["nvidia-h100-80gb-hbm3"]
+    assert bundle.l2_roofline and bundle.feature_spec(h100) == h100.datasheet_spec(l2_roofline=True)
+    older = tmp_path / "older"
+    shutil.copytree(report.bundle_dir, older)
+    metadata = json.loads((older / "metadata.json").read_text())
+    del metadata["transfer"]["l2_roofline"]
+    (older / "metadata.json").write_text(json.dumps(metadata))
+    older_bundle = Bundle.load(older)
+    assert not older_bundle.l2_roofline and older_bundle.feature_spec(h100) == h100.datasheet_spec()
+    h200 = Bundle.load(Path("predictor/bundles/nvidia-h200"))
+    assert h200.feature_spec(DEVICES["nvidia-h200"]) is DEVICES["nvidia-h200"]
 
 
 def test_transferred_devices_get_a_wider_interval_and_say_so(report: TransferReport) -> None:
