@@ -261,9 +261,11 @@ def models(out: Path, device: str, models: str, batches: str, precisions: str, m
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=None,
               help="start no group that would end past this (by the longest group so far); resume later")
 @HOST_NOTE
+@SMS
 def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes: str, group: int, rounds: int,
-        reps: int, seed: int, max_seconds: float | None, host_note: str | None) -> None:
+        reps: int, seed: int, max_seconds: float | None, host_note: str | None, sms: int | None) -> None:
     """Time the NAS suite's architectures (nas-<seed>) in groups of interleaved rounds; resumes by run id."""
+    _enter_partition(sms)
     from collectors.campaign import collect_nas
     from collectors.nas_space import parse_seeds
 

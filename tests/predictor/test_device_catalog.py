@@ -202,6 +202,18 @@ def test_a_new_device_missing_a_field_is_refused(tmp_path: Path, field: str) -> 
         load_catalog(user=user)
 
 
+def test_the_h100_partitions_file_lays_two_transferred_devices_over_the_catalog() -> None:
+    """datasets/h100_partitions.catalog.toml, which their blind check is run with, stays loadable:
+    the H100's datasheet scaled as the H200's partitions are, so compute matches the H200's 72-SM
+    partition's datasheet (same SMs, same sheet figures) and bandwidth follows the H100's memory."""
+    entries = load_catalog(user=Path("datasets/h100_partitions.catalog.toml"))
+    h100_72, h200_72 = entries["nvidia-h100-80gb-hbm3-sm72"], entries["nvidia-h200-sm72"]
+    assert h100_72.provenance == "transferred" and h100_72.sm_count == 72
+    assert h200_72.datasheet is not None and h100_72.tensor_flops == h200_72.datasheet.tensor_flops
+    assert h100_72.memory_bandwidth < h200_72.datasheet.memory_bandwidth
+    assert entries["nvidia-h100-80gb-hbm3-sm40"].memory_bandwidth < h100_72.memory_bandwidth
+
+
 def test_a_cpu_has_no_boost_clock_here(tmp_path: Path) -> None:
     """The clock sizes a GPU's L2 bandwidth for the transfer model; on a CPU it would be read as that."""
     user = write_catalog(tmp_path / "mine.toml", {"cpu-amd-epyc": {"boost_clock_hz": 3.0e9}})

@@ -1,0 +1,31 @@
+#!/bin/bash
+# The NAS suites on the H200's green-context partitions, in one device call: each partition's
+# composition then fits NAS training runs beside its zoo (as the H200's and the H100's do), its
+# interval is calibrated on nas-dev, and nas-test scores it on graphs no fit saw. For each of
+# PARTS (SMs asked for; default 33 66 99, which give 40, 72 and 104), in a process of its own (one
+# green context per process): `latpred collect nas --sms N` over nas-train (seeds 1000-1071), then
+# nas-dev and nas-test (0-143), as CUDA graphs at fp16, batch 1/8/32, as the partitions' zoo runs
+# were measured. Resumable: a second call measures what the first had no time for.
+# Brings back $OUT/partition_nas.tgz (<device-id>-sm<N>/{nas,hosts,sweep_log.jsonl,fingerprint.json})
+# and $OUT/partition_nas.txt; untar it into datasets/.
+#   OUT=<folder> NOTE="machine 22, 2026-12-05" [LIMIT=560] [PARTS="33 66 99"] bash benchmarks/partition_nas.sh
+set -u
+source benchmarks/device_env.sh
+start=$(date +%s)
+limit=${LIMIT:-560}
+log=$OUT/partition_nas.txt
+root=$OUT/root
+{ echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo;
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv; } > $log
+for sms in ${PARTS:-33 66 99}; do
+  left=$(( limit - ($(date +%s) - start) - 20 ))
+  if [ $left -lt 60 ]; then echo "sms $sms: not started, ${left} s left" >> $log; continue; fi
+  echo "== sms $sms ($(date -u +%T), ${left} s left)" >> $log
+  timeout $left python3 -m latpred collect nas --sms $sms --seeds 1000-1071,0-143 --modes cudagraph \
+    --precisions fp16 --batches 1,8,32 --group 24 --max-seconds $(( left - 15 )) --out $root \
+    --host-note "${NOTE:-unnamed machine}, partition of $sms SMs asked for" >> $log 2>&1 \
+    || echo "sms $sms: stopped (exit $?)" >> $log
+done
+date -u >> $log
+tar -C $root -czf $OUT/partition_nas.tgz . && rm -rf $root
+tail -30 $log
