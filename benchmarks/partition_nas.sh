@@ -6,11 +6,13 @@
 # green context per process): `latpred collect nas --sms N` over nas-train (seeds 1000-1071), then
 # nas-dev and nas-test (0-143), as CUDA graphs at fp16, batch 1/8/32, as the partitions' zoo runs
 # were measured. STEPS (default nas) may add zoo: first the zoo as CUDA graphs at fp16, batch
-# 1/8/32, 3 rounds (as the H200's partitions' zoo runs), whole models to score a partition by.
+# 1/8/32, 3 rounds (as the H200's partitions' zoo runs), whole models to score a partition by; and
+# ops: 60 s of fp16 operator rows drawn from the zoo's layer shapes (as the H200's partitions' sweeps),
+# kernels to score it by per family.
 # Resumable: a second call measures what the first had no time for.
-# Brings back $OUT/partition_nas.tgz (<device-id>-sm<N>/{nas,models,hosts,sweep_log.jsonl,fingerprint.json})
+# Brings back $OUT/partition_nas.tgz (<device-id>-sm<N>/{nas,models,ops,hosts,sweep_log.jsonl,fingerprint.json})
 # and $OUT/partition_nas.txt; untar it into datasets/.
-#   OUT=<folder> NOTE="machine 22, 2026-12-05" [LIMIT=560] [PARTS="33 66 99"] [STEPS=zoo,nas] bash benchmarks/partition_nas.sh
+#   OUT=<folder> NOTE="machine 22, 2026-12-05" [LIMIT=560] [PARTS="33 66 99"] [STEPS=zoo,ops,nas] bash benchmarks/partition_nas.sh
 set -u
 source benchmarks/device_env.sh
 start=$(date +%s)
@@ -28,6 +30,14 @@ for sms in ${PARTS:-33 66 99}; do
       --precisions fp16 --rounds 3 --reps 3 --out $root \
       --host-note "${NOTE:-unnamed machine}, zoo on a partition of $sms SMs asked for" >> $log 2>&1 \
       || echo "sms $sms zoo: stopped (exit $?)" >> $log
+    left=$(( limit - ($(date +%s) - start) - 20 ))
+  fi
+  if [[ ",${STEPS:-nas}," == *",ops,"* ]] && [ $left -gt 90 ]; then
+    mkdir -p $root && cp datasets/layer_shapes.json $root/  # the sweep reads its shapes from <root>
+    timeout $left python3 -m latpred collect ops --sms $sms --precisions fp16 --random-shapes 0 --budget-s 60 \
+      --out $root --host-note "${NOTE:-unnamed machine}, ops on a partition of $sms SMs asked for" >> $log 2>&1 \
+      || echo "sms $sms ops: stopped (exit $?)" >> $log
+    rm -f $root/layer_shapes.json
     left=$(( limit - ($(date +%s) - start) - 20 ))
   fi
   if [[ ",${STEPS:-nas}," == *",nas,"* ]] && [ $left -gt 60 ]; then
