@@ -33,8 +33,9 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
+from training.host_validation import host_conditions  # noqa: E402
 
-HOST_RUNS = Path("datasets/nvidia-h200/host_runs")
+DATASET = Path("datasets/nvidia-h200")
 #: as-is forward lengths (ms) the ratios are binned by
 BINS = (0.0, 1.5, 3.0, 15.0, 30.0, np.inf)
 #: the time-slice model's grid: slice and wait, ms
@@ -43,25 +44,23 @@ WAITS = np.arange(0.5, 20.0001, 0.1)
 UNITS = ["model", "batch", "precision"]
 
 
-def machine_pairs(root: Path) -> list[tuple[str, Path, Path]]:
-    """(machine, as-is folder, contended folder) for each machine measured both ways: the as-is
-    folder is ``machine-N`` or ``machine-N-<date>``, never a run measured again."""
+def machine_pairs(conditions: dict[str, pd.DataFrame]) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
+    """(machine, as-is runs, contended runs) for each machine measured both ways, from
+    ``training.host_validation.host_conditions``: the as-is condition is ``machine-N`` or
+    ``machine-N-<date>``, never a run measured again."""
     pairs = []
-    for contended in sorted(root.glob("machine-*-contended")):
-        machine = contended.name.removesuffix("-contended")
-        as_is = [p for p in sorted(root.glob(f"{machine}*"))
-                 if re.fullmatch(rf"{machine}(-\d{{4}}-\d\d-\d\d)?", p.name)]
+    for name in sorted(n for n in conditions if n.startswith("machine-") and n.endswith("-contended")):
+        machine = name.removesuffix("-contended")
+        as_is = [n for n in sorted(conditions) if re.fullmatch(rf"{machine}(-\d{{4}}-\d\d-\d\d)?", n)]
         if as_is:
-            pairs.append((machine, as_is[0], contended))
+            pairs.append((machine, conditions[as_is[0]], conditions[name]))
     return pairs
 
 
-def paired_runs(as_is: Path, contended: Path) -> pd.DataFrame:
+def paired_runs(as_is: pd.DataFrame, contended: pd.DataFrame) -> pd.DataFrame:
     """Each unit's eager latency (ms) as is (``t``) and contended (``c``)."""
-    def eager(folder: Path) -> pd.DataFrame:
-        runs = pd.concat([pd.read_parquet(p) for p in sorted(folder.glob("*.parquet"))], ignore_index=True)
-        return runs[(runs["mode"] == "eager") & (runs["status"] == "ok")][[*UNITS, "latency_ms"]]
-    return eager(as_is).merge(eager(contended), on=UNITS, suffixes=("_t", "_c")).rename(
+    columns = [*UNITS, "latency_ms"]
+    return as_is[columns].merge(contended[columns], on=UNITS, suffixes=("_t", "_c")).rename(
         columns={"latency_ms_t": "t", "latency_ms_c": "c"})
 
 
@@ -90,12 +89,12 @@ def best_slices(t: np.ndarray, c: np.ndarray) -> tuple[float, float, float]:
     return best
 
 
-def report(root: Path) -> list[str]:
+def report(dataset: Path) -> list[str]:
     lines = [f"# .venv/bin/python benchmarks/contention_slices.py  ({datetime.now(UTC):%Y-%m-%d}; "
              f"{shlex.join(sys.argv[1:]) or 'defaults'})",
              "# the zoo's eager runs, batch 1/8/32, fp32/fp16/bf16, paired unit by unit (model, batch, precision)",
              "", "## contended / as-is latency, median (and p10-p90), by the as-is forward's length"]
-    pairs = machine_pairs(root)
+    pairs = machine_pairs(host_conditions(dataset))
     labels = [f"{lo:g}-{hi:g} ms" if np.isfinite(hi) else f">{lo:g} ms" for lo, hi in zip(BINS, BINS[1:])]
     ratio_rows, fit_rows = [], []
     for machine, as_is, contended in pairs:
@@ -125,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/contention_slices.txt"))
     args = parser.parse_args()
-    publish(report(HOST_RUNS), args.out)
+    publish(report(DATASET), args.out)
 
 
 if __name__ == "__main__":
