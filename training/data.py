@@ -90,10 +90,10 @@ class OpData:
 
 
 def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | None = None,
-             seed: int = 0, transfer: bool = False, l2_roofline: bool = True) -> OpData:
-    """The ok operator rows of a dataset (optionally a family subset or a random sample). With
-    ``transfer`` their features are the transfer model's: computed on the device's datasheet, with
-    the L2 roofline unless ``l2_roofline`` is off (a transfer bundle fitted before it).
+             seed: int = 0, basis: Callable[[DeviceSpec], DeviceSpec] | None = None) -> OpData:
+    """The ok operator rows of a dataset (optionally a family subset or a random sample), their
+    features computed on ``basis(device)``: a bundle's ``Bundle.feature_spec`` (a transfer bundle's
+    datasheet basis), the transfer model's ``training.transfer.transfer_basis``; the device as it is by default.
 
     Host costs are worked out on every ok row before any subset is taken: whether a sweep's
     calls ran far from its probes, and the host of the rows measured before the probe existed,
@@ -110,8 +110,7 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
         rows = rows.sample(n=limit, random_state=seed)
     costs = costs[rows.index.to_numpy()]
     rows = rows.reset_index(drop=True)
-    basis = device.datasheet_spec(l2_roofline) if transfer else device
-    return OpData(rows, feature_frame(rows, basis), shape_group(rows), device, costs)
+    return OpData(rows, feature_frame(rows, basis(device) if basis else device), shape_group(rows), device, costs)
 
 
 def host_costs(rows: pd.DataFrame, dataset_dir: Path) -> np.ndarray:

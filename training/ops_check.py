@@ -36,7 +36,7 @@ def predicted_kernel_us(kernel: TargetModel, ops: OpData) -> np.ndarray:
 def kernel_predictions(dataset: Path, bundle: Bundle) -> pd.DataFrame:
     """Per measured operator row of ``dataset``: family, precision, measured and predicted kernel
     time (us) and the prediction's 90% interval."""
-    ops = load_ops(dataset, transfer=bundle.transfer is not None, l2_roofline=bundle.l2_roofline)
+    ops = load_ops(dataset, basis=bundle.feature_spec)
     kernel = bundle.targets["kernel"]
     predicted = predicted_kernel_us(kernel, ops)
     families = ops.rows["family"].to_numpy()

@@ -83,6 +83,12 @@ GPU_DATASETS = tuple(Path("datasets") / d for d in
                       "nvidia-h100-80gb-hbm3"))
 #: where the bundle goes (one folder beside the one-device bundles)
 BUNDLE_NAME = TRANSFER_BUNDLE
+
+
+def transfer_basis(device: DeviceSpec) -> DeviceSpec:
+    """The spec a device's operator rows are featurized on for this model: its datasheet, with the
+    L2 roofline (what ``Bundle.feature_spec`` gives for the bundle this writes, ``l2_roofline``)."""
+    return device.datasheet_spec(l2_roofline=True)
 #: Half the leaves of a one-device bundle's trees, and half its trees: fitted on 155,000 rows it
 #: scored as well on held-out devices (below) in a quarter of the size, and every byte is committed.
 KERNEL_PARAMS: dict[str, Any] = {"num_leaves": 63}
@@ -120,7 +126,7 @@ class MeasuredDevice:
 def load_device(dataset: Path, limit: int | None = None, seed: int = 0) -> MeasuredDevice:
     """A measured GPU's dataset, read for the transfer model (``limit``: a random sample of its
     operator rows, for tests)."""
-    ops = load_ops(dataset, limit=limit, seed=seed, transfer=True)
+    ops = load_ops(dataset, limit=limit, seed=seed, basis=transfer_basis)
     runs = load_model_runs(dataset)
     return MeasuredDevice(Path(dataset), ops.device, ops, runs, zoo_graphs(sorted(runs["model"].unique())),
                           reference_profiles(dataset))
