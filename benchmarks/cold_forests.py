@@ -58,9 +58,9 @@ def cold_without_forests(predictor: Predictor, graph: Graph, other: Graph, round
         for i in range(rounds + 5):
             for forest, call in zip(forests, real):
                 forest.predict = call
-            predictor._cache.clear()
+            predictor.forget_evaluated()
             predictor.predict(other, 8, "fp16", "cudagraph")
-            predictor._cache.clear()
+            predictor.forget_evaluated()
             for forest in forests:
                 forest.predict = lambda x, dtype=forest.dtype: np.zeros(len(x), dtype=dtype)
             t0 = time.perf_counter()
@@ -89,9 +89,9 @@ def main() -> None:
     calls: dict[str, list[tuple[float, int]]] = defaultdict(list)
     cold_ms = []
     for i in range(args.rounds + 5):  # the first five warm the interpreter up
-        predictor._cache.clear()
+        predictor.forget_evaluated()
         predictor.predict(other, 8, "fp16", "cudagraph")
-        predictor._cache.clear()
+        predictor.forget_evaluated()
         log[0] = calls if i >= 5 else None
         t0 = time.perf_counter()
         predictor.predict(graph, 8, "fp16", "cudagraph")

@@ -450,7 +450,7 @@ def cold_child(trees: str, rounds: int, first: int) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {"densenet": [], "nas": []}
     for i in range(rounds + 5):
         for what, graph in (("densenet", dense), ("nas", fresh[i])):
-            predictor._cache.clear()  # every kernel configuration evaluated anew
+            predictor.forget_evaluated()  # every kernel configuration evaluated anew
             t0 = time.perf_counter()
             predictor.predict(graph, 8, "fp16", "cudagraph")
             if i >= 5:  # the first rounds warm the interpreter up

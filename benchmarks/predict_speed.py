@@ -49,7 +49,7 @@ def main() -> None:
                    for n in graph.nodes if n.kind == "kernel" and n.family)
 
     def cold(mode: str) -> None:
-        predictor._cache.clear()  # every kernel configuration evaluated by the boosters
+        predictor.forget_evaluated()  # every kernel configuration evaluated by the boosters
         predictor.predict(graph, 8, "fp16", mode)
 
     timings = (("predict cudagraph, 200 nodes, cold cache", lambda: cold("cudagraph")),
@@ -69,7 +69,7 @@ def main() -> None:
     for label, _ in timings:
         value = statistics.median(samples[label])
         rows.append((label, value, value / base))
-    predictor._cache.clear()
+    predictor.forget_evaluated()
 
     graphs = [load_zoo_graph(name) for name in zoo_names()]
     variants = [(g, b, p) for g in graphs for b in (1, 8, 32, 128) for p in ("fp16", "bf16", "fp32")]
@@ -82,7 +82,7 @@ def main() -> None:
     rows.append((f"graphs per minute, {len(variants)} zoo variants (mean {mean_nodes:.0f} nodes)", per_minute, None))
     # The batch path (what POST /v1/predict/batch does): every new kernel configuration of the
     # whole batch evaluated in one booster pass per family, then each graph composed.
-    predictor._cache.clear()
+    predictor.forget_evaluated()
     t0 = time.perf_counter()
     predictor.prefetch([(g, b, p, "cudagraph") for g, b, p in variants])
     for g, b, p in variants:

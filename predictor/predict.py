@@ -40,6 +40,8 @@ from predictor.variant import Variant, check_variant
 
 #: a kernel cache key: the node's configuration in the mode asked, the batch, the node's precision
 KernelKey = tuple[KernelConfig, int, str]
+#: what a kernel configuration costs alone: kernel time, its interval's low and high, cold weight read (us)
+KernelEntry = tuple[float, float, float, float]
 CACHE_LIMIT = 200_000  # remembered kernel configurations (about 100 bytes each)
 PREFETCH_LIMIT = CACHE_LIMIT // 4  # configurations one prefetch evaluates at most
 
@@ -64,6 +66,13 @@ def _node_kinds(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
             np.array([bool(n.launched_by) for n in nodes], dtype=bool),
             np.array([n.elements_per_sample for n in nodes], dtype=float),
             np.array([host_index[family] for family, _ in kinds], dtype=np.intp))
+
+
+def _union(sets: dict[int, frozenset[KernelConfig]]) -> frozenset[KernelConfig]:
+    """The union of ``sets``' values (most often one set, returned as it is)."""
+    if len(sets) == 1:
+        return next(iter(sets.values()))
+    return frozenset().union(*sets.values())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -173,8 +182,10 @@ class Predictor:
         self.operator_host = _bundle_profile(bundle, "operator_host") if device.kind == "cpu" else None
         #: the power of the host's speed its operators follow (0: they run as measured, whatever the host)
         self.operator_speed_exponent = float(bundle.metadata.get("operator_speed_exponent", 0.0))
-        #: (KernelConfig, batch, precision) -> (kernel, low, high, dispatch ratio, cold weight read)
-        self._cache: dict[KernelKey, tuple[float, float, float, float, float]] = {}
+        #: (KernelConfig, batch, precision) -> (kernel, low, high, cold weight read)
+        self._cache: dict[KernelKey, KernelEntry] = {}
+        #: the same keys -> the dispatch ratio, for the calls an eager forward issues
+        self._dispatch: dict[KernelKey, float] = {}
         #: family ('*' for any other) -> the factors of a kernel time's interval, exp(-q) and exp(q)
         self._interval_factors = {family: (math.exp(-q), math.exp(q))
                                   for family, q in kernel_interval_logs(bundle.targets["kernel"]).items()}
@@ -212,42 +223,63 @@ class Predictor:
         return graph.derived(("kernel configs", mode), lambda: [
             kernel_config(n, n.variant_in(mode)) if n.kind == "kernel" else None for n in graph.nodes])
 
-    def _evaluate(self, needed: Iterable[KernelKey]) -> dict[KernelKey, tuple[float, float, float, float, float]]:
-        """(kernel, low, high, dispatch, cold weight read) per configuration, from the cache or
-        the bundle's trees (compiled where they could be, ``Bundle.compile_trees``).
+    def _evaluate(self, needed: Iterable[KernelKey], dispatch_needed: Iterable[KernelKey] = ()
+                  ) -> tuple[dict[KernelKey, KernelEntry], dict[KernelKey, float]]:
+        """(kernel, low, high, cold weight read) per configuration of ``needed``, and the dispatch
+        ratio per configuration of ``dispatch_needed`` (eager calls), from the caches or the
+        bundle's trees (compiled where they could be, ``Bundle.compile_trees``).
 
         Models repeat layers (a transformer's blocks, a ResNet's stages) and NAS loops and
         spreadsheets ask for the same layers again and again, so each configuration is
-        evaluated once and remembered: the boosters dominate prediction time otherwise.
+        evaluated once and remembered: the boosters dominate prediction time otherwise. The
+        dispatch model runs only for calls an eager forward issues: a captured graph's replay
+        issues none, and a NAS loop's cold CUDA-graph candidate then walks one forest less.
         """
-        cache = self._cache  # one reference: a concurrent clear swaps in a new dict, never empties ours
-        needed = set(needed)
+        cache, dispatches = self._cache, self._dispatch  # one reference each: a clear swaps in a new dict
+        needed, dispatch_needed = set(needed), set(dispatch_needed)
         found = {key: cache[key] for key in needed if key in cache}
+        found_dispatch = {key: dispatches[key] for key in dispatch_needed if key in dispatches}
         wanted = [key for key in needed if key not in found]
+        wanted_dispatch = [key for key in dispatch_needed if key not in found_dispatch]
+        # Past the limit start again, keeping what this call uses: a request whose kernels were
+        # all evaluated must not evaluate them anew (the service's work budget counts them as done).
         if wanted and len(cache) + len(wanted) > CACHE_LIMIT:
-            # start again, keeping what this call uses: a request whose kernels were all evaluated
-            # must not evaluate them anew (the service's work budget counts them as done)
             cache = self._cache = dict(found)
+        if wanted_dispatch and len(dispatches) + len(wanted_dispatch) > CACHE_LIMIT:
+            dispatches = self._dispatch = dict(found_dispatch)
+        if not (wanted or wanted_dispatch):
+            return found, found_dispatch
+        rows_of = {key: i for i, key in enumerate(wanted)}
+        for key in wanted_dispatch:
+            rows_of.setdefault(key, len(rows_of))
+        rows, cold = [], []
+        device = self._feature_device
+        for c, batch, precision in rows_of:
+            row, read = features_and_cold_weight(c.family, c.params, c.variant, c.layout, batch, precision, device)
+            rows.append(row)
+            cold.append(read)
+        features = np.array(rows, dtype=np.float64)
         if wanted:
-            rows, cold = [], []
-            device = self._feature_device
-            for c, batch, precision in wanted:
-                row, read = features_and_cold_weight(c.family, c.params, c.variant, c.layout, batch, precision,
-                                                     device)
-                rows.append(row)
-                cold.append(read)
-            features = np.array(rows, dtype=np.float64)
-            roof = np.power(10.0, features[:, ROOFLINE_COLUMN]).tolist()
-            kernel, dispatch = self.bundle.targets["kernel"], self.bundle.targets["dispatch"]
-            k_log = kernel.predict_log_array(_columns(features, kernel.feature_columns)).tolist()
-            d_log = dispatch.predict_log_array(_columns(features, dispatch.feature_columns)).tolist()
+            kernel = self.bundle.targets["kernel"]
+            own = features[:len(wanted)]
+            roof = np.power(10.0, own[:, ROOFLINE_COLUMN]).tolist()
+            k_log = kernel.predict_log_array(_columns(own, kernel.feature_columns)).tolist()
             bounds = self._interval_factors
-            exp = math.exp
-            for key, r, k, d, read in zip(wanted, roof, k_log, d_log, cold):
+            for key, r, k, read in zip(wanted, roof, k_log, cold):
                 down, up = bounds.get(key[0].family) or bounds["*"]
-                t = r * exp(k)
-                found[key] = cache[key] = (t, t * down, t * up, exp(d), read)
-        return found
+                t = r * math.exp(k)
+                found[key] = cache[key] = (t, t * down, t * up, read)
+        if wanted_dispatch:
+            dispatch = self.bundle.targets["dispatch"]
+            own = features[[rows_of[key] for key in wanted_dispatch]]
+            d_log = dispatch.predict_log_array(_columns(own, dispatch.feature_columns)).tolist()
+            for key, d in zip(wanted_dispatch, d_log):
+                found_dispatch[key] = dispatches[key] = math.exp(d)
+        return found, found_dispatch
+
+    def forget_evaluated(self) -> None:
+        """Forget every kernel configuration evaluated so far: a benchmark's cold prediction."""
+        self._cache, self._dispatch = {}, {}
 
     def prefetch(self, requests: list[tuple[Graph, int | None, str, str]]) -> None:
         """Evaluate the kernels of many (graph, batch, precision, mode) requests in one pass.
@@ -257,6 +289,7 @@ class Predictor:
         dominates. Invalid requests are skipped here: ``predict`` refuses them by name.
         """
         needed: set[KernelKey] = set()
+        dispatch_needed: set[KernelKey] = set()  # the eager requests' keys
         for graph, batch, precision, mode in requests:
             batch = graph.batch if batch is None else batch
             try:
@@ -267,11 +300,14 @@ class Predictor:
             if self.device.refusal(name, mode) is not None:  # (a CPU asked for a CUDA graph)
                 continue
             graph = graph.at_precision(name, batch)
-            needed.update(key for key in self._node_keys(graph, batch, name, mode) if key is not None)
+            keys = [key for key in self._node_keys(graph, batch, name, mode) if key is not None]
+            needed.update(keys)
+            if mode == "eager":
+                dispatch_needed.update(keys)
             if len(needed) >= PREFETCH_LIMIT:  # more would evict what was just evaluated
                 break
         if needed:
-            self._evaluate(needed)
+            self._evaluate(needed, dispatch_needed)
 
     def new_kernels(self, requests: Iterable[tuple[Graph, int | None, str, str]]) -> tuple[int, int]:
         """(distinct kernel configurations, those not evaluated yet) that predicting every
@@ -281,8 +317,10 @@ class Predictor:
         Cheaper than the node keys ``prefetch`` builds: a cache key is (configuration, batch,
         precision), so each graph's distinct configurations are collected once per precision and
         mode, whatever the batches, and only each (batch, precision)'s union of them is looked up.
-        Invalid requests count nothing: ``predict`` refuses them by name."""
+        A configuration counts as new where its kernel time is not evaluated yet or, asked
+        eagerly, its dispatch ratio. Invalid requests count nothing: ``predict`` refuses them by name."""
         by_key: dict[tuple[int, str], dict[int, frozenset[KernelConfig]]] = {}
+        eager_by_key: dict[tuple[int, str], dict[int, frozenset[KernelConfig]]] = {}
         for graph, batch, precision, mode in requests:
             batch = graph.batch if batch is None else batch
             try:
@@ -298,12 +336,19 @@ class Predictor:
                 continue
             for node_precision, configs in self._kernel_sets(graph, name, mode).items():
                 by_key.setdefault((batch, node_precision), {})[id(configs)] = configs
+                if mode == "eager":
+                    eager_by_key.setdefault((batch, node_precision), {})[id(configs)] = configs
         distinct = new = 0
-        cache = self._cache
+        cache, dispatches = self._cache, self._dispatch
         for (batch, precision), sets in by_key.items():
-            union = next(iter(sets.values())) if len(sets) == 1 else frozenset().union(*sets.values())
+            union = _union(sets)
             distinct += len(union)
-            new += len(union) if not cache else sum((c, batch, precision) not in cache for c in union)
+            eager = _union(eager_by_key.get((batch, precision), {}))
+            if not (cache or dispatches):
+                new += len(union)
+            else:
+                new += sum((key := (c, batch, precision)) not in cache or (c in eager and key not in dispatches)
+                           for c in union)
         return distinct, new
 
     @staticmethod
@@ -380,27 +425,36 @@ class Predictor:
                                               / 1e3, read)
         return self._calibrated[key]
 
-    def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager") -> LayerArrays:
+    def layers(self, graph: Graph, batch: int, precision: str, mode: str = "eager",
+               with_dispatch: bool | None = None) -> LayerArrays:
         """What each node of ``graph`` costs alone at ``batch`` and ``precision`` in ``mode`` (a
         node may run another kernel variant when the model is captured as a CUDA graph), in graph
         order, as arrays for predictor.compose. ``graph`` must already be at ``precision``
-        (``Graph.at_precision``), as ``predict`` and training's runs make it."""
+        (``Graph.at_precision``), as ``predict`` and training's runs make it. Each kernel's
+        dispatch ratio is evaluated ``with_dispatch`` (default: in eager mode only; a captured
+        graph's replay issues no call, and its arrays carry zeros)."""
         prec = get_precision(precision)
         keys = self._node_keys(graph, batch, prec.name, mode)
-        none = (0.0, 0.0, 0.0, 0.0, 0.0)  # kernel, low, high, dispatch, cold weight read
-        cache = self._cache
+        if with_dispatch is None:
+            with_dispatch = mode == "eager"
+        none = (0.0, 0.0, 0.0, 0.0)  # kernel, low, high, cold weight read
+        cache, dispatches = self._cache, self._dispatch
         try:  # after a prefetch every kernel is in the cache: no need to collect the graph's needs
             rows = [none if key is None else cache[key] for key in keys]
+            dispatch = [0.0 if key is None else dispatches[key] for key in keys] if with_dispatch else None
         except KeyError:
-            evaluated = self._evaluate(key for key in keys if key is not None)
+            kernel_keys = [key for key in keys if key is not None]
+            evaluated, ratios = self._evaluate(kernel_keys, kernel_keys if with_dispatch else ())
             rows = [none if key is None else evaluated[key] for key in keys]
+            dispatch = [0.0 if key is None else ratios[key] for key in keys] if with_dispatch else None
         group, is_fallback, is_launched, fallback_elements, kinds = graph.derived(("node kinds",),
                                                                                  lambda: _node_kinds(graph))
-        values = np.array(rows).reshape(len(keys), 5).T
+        values = np.array(rows).reshape(len(keys), 4).T
         is_kernel = np.array([key is not None for key in keys], dtype=bool)
         bytes_per_us = FALLBACK_BANDWIDTH_SHARE * self._feature_device.memory_bandwidth / 1e6 / prec.element_bytes
         kernel = np.where(is_fallback, fallback_elements * batch / bytes_per_us, values[0])
-        return LayerArrays(kernel, values[1], values[2], values[3], values[4], group, is_kernel,
+        ratio = np.zeros(len(keys)) if dispatch is None else np.array(dispatch, dtype=float)
+        return LayerArrays(kernel, values[1], values[2], ratio, values[3], group, is_kernel,
                            is_fallback, is_launched & is_kernel, kinds)
 
     def on_host(self, arrays: LayerArrays, host: HostProfile | None) -> LayerArrays:
@@ -474,8 +528,8 @@ class Predictor:
         arrays = self.on_host(arrays, host)
         total = compose(arrays, c, mode, host)
         fallbacks = bool(arrays.is_fallback.any())
-        # (a captured graph's layers need a host only for their host column: none without a profile)
-        times = (layer_times(arrays, c, host if host is not None else np.zeros(len(HOST_KINDS)))
+        # (a captured graph's replay issues no call: its layers' host column is zero)
+        times = (layer_times(arrays, c, host if eager and host is not None else np.zeros(len(HOST_KINDS)))
                  if with_layers or fallbacks else None)
         layers = [LayerPrediction(n.name, n.op, n.kind, n.family, k, lo, hi, host, list(n.merged))
                   for n, k, lo, hi, host in zip(graph.nodes, times.kernel_us.tolist(), times.low_us.tolist(),

@@ -13,7 +13,8 @@ from typing_extensions import TypedDict
 @dataclass
 class LayerPrediction:
     """One node's share of the latency, in microseconds: its kernel time inside the model with
-    an interval, and the host's time to issue it (eager)."""
+    an interval, and the host's time to issue it (eager; zero in a CUDA graph, whose replay
+    issues no call)."""
 
     name: str
     op: str

@@ -96,7 +96,8 @@ def run_arrays(predictor: Predictor, graphs: dict[str, Graph], runs: pd.DataFram
         if key not in cache:
             prec = get_precision(r.precision)
             graph = graphs[r.model].at_precision(prec.name, int(r.batch))
-            layers = predictor.layers(graph, int(r.batch), r.precision, r.mode)
+            # (dispatch ratios in both modes: elementwise_dispatch_ratio takes its median over every run)
+            layers = predictor.layers(graph, int(r.batch), r.precision, r.mode, with_dispatch=True)
             # The baselines see the graph as latpred does: captured variants, fp32 islands, no-op casts.
             # A kernel node has a family (Node's validator refuses one without).
             kernel_nodes = [n for n in graph.nodes if n.kind == "kernel" and graph.runs_kernel(n, prec.name)]

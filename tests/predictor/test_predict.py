@@ -255,12 +255,33 @@ def test_prefetch_evaluates_a_whole_batch_once_with_identical_results() -> None:
     requests = [(g, b, p, m) for g in graphs for b, p, m in [(1, "fp16", "cudagraph"), (32, "bf16", "eager")]]
     requests.append((graphs[0], 0, "fp16", "eager"))  # invalid: skipped here, refused by predict
     cold.prefetch(requests)
-    cached = len(cold._cache)
-    assert cached > 0
+    cached, dispatched = len(cold._cache), len(cold._dispatch)
+    assert cached > 0 and dispatched > 0
     fresh = Predictor(cold.bundle, cold.device)
     for g, b, p, m in requests[:-1]:
         assert cold.predict(g, b, p, m).total_ms == fresh.predict(g, b, p, m).total_ms
-    assert len(cold._cache) == cached  # everything the batch needed was already evaluated
+    # everything the batch needed was already evaluated
+    assert (len(cold._cache), len(cold._dispatch)) == (cached, dispatched)
+
+
+def test_a_captured_graph_runs_no_dispatch_model_and_an_eager_prediction_after_it_is_unchanged() -> None:
+    """A CUDA graph's replay issues no call: its prediction evaluates kernel times only and its
+    layers show no host time. The same layers asked eagerly afterwards count as new work until
+    their dispatch is evaluated, and answer what a predictor that never saw the captured graph does."""
+    bundle, device = Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200")
+    first = Predictor(bundle, device)
+    graph = load_zoo_graph("resnet50")
+    captured = first.predict(graph, 8, "fp16", "cudagraph")
+    assert first._cache and not first._dispatch
+    assert [layer.host_us for layer in captured.layers] == [0.0] * len(graph.nodes)
+    distinct, new = first.new_kernels([(graph, 8, "fp16", "eager")])
+    assert distinct == new > 0  # the kernel times are known, the dispatch ratios are not
+    eager = first.predict(graph, 8, "fp16", "eager")
+    assert first.new_kernels([(graph, 8, "fp16", "eager")]) == (distinct, 0)
+    alone = Predictor(bundle, device).predict(graph, 8, "fp16", "eager")
+    assert eager.total_ms == alone.total_ms
+    assert [layer.host_us for layer in eager.layers] == [layer.host_us for layer in alone.layers]
+    assert sum(layer.host_us for layer in eager.layers) > 0
 
 
 def test_an_importers_assumptions_are_warnings_and_change_nothing_else(predictor: Predictor, resnet50: Graph) -> None:
