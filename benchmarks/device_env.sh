@@ -7,3 +7,8 @@ if [ -d .whl ]; then
 else
   export PYTHONPATH=$PWD
 fi
+# gpu_machine_header FILE: which machine and GPU a device script ran on (its boot id tells leases apart)
+gpu_machine_header() {
+  { echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo;
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv; } > "$1"
+}

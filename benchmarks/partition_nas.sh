@@ -19,8 +19,7 @@ start=$(date +%s)
 limit=${LIMIT:-560}
 log=$OUT/partition_nas.txt
 root=$OUT/root
-{ echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo;
-  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv; } > $log
+gpu_machine_header $log
 for sms in ${PARTS:-33 66 99}; do
   left=$(( limit - ($(date +%s) - start) - 20 ))
   if [ $left -lt 60 ]; then echo "sms $sms: not started, ${left} s left" >> $log; continue; fi

@@ -22,8 +22,7 @@ limit=${LIMIT:-560}
 steps=${STEPS:-zoo-cudagraph,zoo-eager,ops-fp16}
 log=$OUT/unseen_gpu.txt
 root=$OUT/root
-{ echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo;
-  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv; } > $log
+gpu_machine_header $log
 
 # step name seconds-it-needs latpred-arguments...
 step() {
