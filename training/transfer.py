@@ -83,12 +83,17 @@ GPU_DATASETS = tuple(Path("datasets") / d for d in
                       "nvidia-h100-80gb-hbm3"))
 #: where the bundle goes (one folder beside the one-device bundles)
 BUNDLE_NAME = TRANSFER_BUNDLE
+#: whether this model's roofline reads what fits in L2 at the L2's bandwidth: the bundle records it
+#: (``Bundle.l2_roofline``), so its features are computed at prediction as they were fitted
+L2_ROOFLINE = True
 
 
 def transfer_basis(device: DeviceSpec) -> DeviceSpec:
     """The spec a device's operator rows are featurized on for this model: its datasheet, with the
-    L2 roofline (what ``Bundle.feature_spec`` gives for the bundle this writes, ``l2_roofline``)."""
-    return device.datasheet_spec(l2_roofline=True)
+    L2 roofline (what ``Bundle.feature_spec`` gives for the bundle this writes)."""
+    return device.datasheet_spec(l2_roofline=L2_ROOFLINE)
+
+
 #: Half the leaves of a one-device bundle's trees, and half its trees: fitted on 155,000 rows it
 #: scored as well on held-out devices (below) in a quarter of the size, and every byte is committed.
 KERNEL_PARAMS: dict[str, Any] = {"num_leaves": 63}
@@ -176,7 +181,7 @@ def fit_models(data: OpData, settings: TransferSettings) -> dict[str, FitResult]
 def memory_bundle(fits: dict[str, FitResult], measured: Sequence[str]) -> Bundle:
     """The fitted models as a transfer bundle in memory, measured on ``measured``."""
     return in_memory_bundle(BUNDLE_NAME, fits, {"transfer": {"devices": {d: {} for d in measured},
-                                                             "l2_roofline": True}})
+                                                             "l2_roofline": L2_ROOFLINE}})
 
 
 @dataclass
@@ -321,7 +326,7 @@ def train_transfer(settings: TransferSettings) -> TransferReport:
                         "estimated_host_extra_log": hosts.estimated_extra_log,
                         "unmeasured_architecture_log": UNMEASURED_ARCHITECTURE_LOG},
         "transfer": {"devices": per_device, "trained_on": [d.device_id for d in devices],
-                     "held_out": list(holdouts), "l2_roofline": True},
+                     "held_out": list(holdouts), "l2_roofline": L2_ROOFLINE},
         **profiles,
     }
     for composition in per_device.values():
