@@ -4,11 +4,14 @@ on disk.
 Why: a new graph brings a few dozen kernel configurations per family, and LightGBM's booster
 spends about 30 us per call and 8-10 us per row on 300 trees of 127 leaves, XGBoost's about
 130 us per call: most of a cold prediction. lleaves compiles the same trees with LLVM into a
-function that costs 1-2 us per call and about 2 us per row when its code is in the CPU's caches
-(a batch of graphs), and 100-300 us for a family's first rows when it is not (a single cold
-graph: 2 MB of code per family, fetched from memory), against LightGBM's 300-600 us there.
+function that costs 1-2 us per call. A row costs what its walk down 300 trees costs, mostly
+mispredicted branches: about 2 us for rows alike (a batch of graphs, whose rows repeat
+configurations), 4-9 us for the distinct rows a single cold graph brings (on this workplace's
+2-core Intel Xeon, 2026-12-05). Compiled for LLVM's small code model in blocks of 8 trees
+(``CODE_MODEL``, ``BLOCK_TREES``), those rows run 1.3-2x faster than under lleaves' defaults
+(the large code model, blocks of 34): a 200-node NAS graph's trees took 1.6 ms instead of 2.3.
 LightGBM models compile as they are
-(the same sums in blocks of 34 trees: equal to the booster to about 1e-14). An XGBoost model is
+(the same sums in blocks of trees: equal to the booster to about 1e-14). An XGBoost model is
 first written as the equivalent LightGBM text (``xgboost_as_lightgbm``: XGBoost's ``x < t`` on
 float32 is ``x <= the float32 below t``, a missing value goes where XGBoost sends it, its base
 score is a first one-leaf tree) and compiled in float32 with the trees summed in XGBoost's order,
@@ -21,7 +24,7 @@ code is made from those files on the machine that loads them, and kept in ``cach
 text, the library, the lleaves and llvmlite versions and the host CPU (LLVM compiles for the CPU
 it runs on: an object made on another machine could hold instructions this one lacks).
 Compiling one 300-tree model of 127 leaves takes about 7 s on this workplace's CPU, without
-inlining (with it, 80 s, for predictions 2x faster when warm and no faster cold); the shipped
+inlining (with it, 56-80 s, for a cold graph's rows about 1.2x faster); the shipped
 bundle's 16 models, about 45-70 s on 2 cores. Models missing from the cache
 are compiled in parallel, one subprocess per core (lleaves builds its IR in Python, so threads
 would not help), each under a file lock, written under a temporary name and renamed: two
@@ -60,7 +63,15 @@ CACHE_ENV = "LATPRED_CACHE_DIR"
 TREE_MODES = ("auto", "compiled", "booster")
 LIBRARIES = ("lightgbm", "xgboost")
 #: bumped when the translation of a model changes, so that old cache entries are not used
-FORMAT = 1
+#: (2: the small code model in blocks of BLOCK_TREES trees)
+FORMAT = 2
+#: LLVM's code model: 'small' reaches constants with 32-bit offsets, so a 300-tree model's code
+#: is smaller and a cold graph's rows run 1.3-2x faster than under lleaves' default 'large'
+#: (``_load`` keeps the sections near each other, as that needs)
+CODE_MODEL = "small"
+#: trees a row runs through before the next row does (lleaves' cache blocking; its default is 34):
+#: a block of 8 trees' code stays in the core's caches while a few dozen rows run through it
+BLOCK_TREES = 8
 #: the entry point lleaves gives the compiled forest
 ROOT_FUNCTION = "forest_root"
 #: one compile of a 300-tree model takes seconds; a stuck compiler is stopped after this
@@ -108,9 +119,7 @@ def _host_tag() -> str:
 
     import llvmlite.binding as llvm
 
-    llvm.initialize()
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+    _initialize_llvm()
     try:
         features = llvm.get_host_cpu_features().flatten()
     except RuntimeError:
@@ -223,16 +232,38 @@ class CompiledForest:
 
 
 def _load(path: Path, n_features: int, dtype: type[np.floating[Any]]) -> CompiledForest:
-    """Map a cached object file in and find its entry point (about 30 ms for 300 trees)."""
-    import llvmlite.binding as llvm
-    from lleaves.llvm_binding import compile_module_to_asm
+    """Map a cached object file in and find its entry point (50-90 ms for 300 trees).
 
-    # lleaves' own loader: an empty module whose object code comes from the cache file
-    engine = compile_module_to_asm(llvm.parse_assembly(""), str(path))
+    The code is compiled for LLVM's small code model, whose instructions reach the model's
+    constants (its thresholds) 32-bit relative: the code and its constant pool must lie within
+    2 GiB of each other. LLVM's default memory manager maps each section on its own, anywhere;
+    llvmlite's (``use_lmm``) reserves one block for all of an object's sections first, so they
+    are always near. Loading asserts (aborting the process) if an object needs more than it
+    reserved: ``compile_model`` loads each object it writes in its own subprocess first, so an
+    object that reaches here has loaded before.
+    """
+    import llvmlite.binding as llvm
+
+    _initialize_llvm()
+    target = llvm.Target.from_triple(llvm.get_process_triple())
+    machine = target.create_target_machine(reloc="pic", codemodel=CODE_MODEL)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine, use_lmm=True)
+    code = path.read_bytes()
+    engine.set_object_cache(getbuffer_func=lambda _module: code)  # the object instead of the empty module
+    engine.finalize_object()
     address = engine.get_function_address(ROOT_FUNCTION)
     if not address:
         raise CompileError(f"{path}: no {ROOT_FUNCTION} in the compiled model")
     return CompiledForest(path, n_features, dtype, engine, _ENTRY(address))
+
+
+def _initialize_llvm() -> None:
+    """LLVM's per-process state for the host's target (safe to repeat)."""
+    import llvmlite.binding as llvm
+
+    llvm.initialize()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
 
 
 @contextlib.contextmanager
@@ -285,15 +316,20 @@ def compile_model(library: str, source: Path, target: Path) -> None:
                 options: dict[str, Any] = {"use_fp64": False, "fblocksize": trees}
             else:
                 text.write_bytes(model_text(source))
-                options = {}
+                options = {"fblocksize": BLOCK_TREES}
             model = lleaves.Model(model_file=str(text))
             if model.num_model_per_iteration() != 1:
                 raise CompileError(f"{source}: {model.num_model_per_iteration()} outputs per row; latpred's "
                                    "models have one")
             started = time.perf_counter()
-            # No inlining: 7 s instead of 80 s for a 300-tree model, predictions 1.3x slower.
-            model.compile(cache=str(Path(tmp) / "model.o"), finline=False, **options)
+            # No inlining: 7 s instead of 56-80 s for a 300-tree model, predictions 1.2-1.3x slower.
+            model.compile(cache=str(Path(tmp) / "model.o"), finline=False, fcodemodel=CODE_MODEL, **options)
             seconds = time.perf_counter() - started
+            # Loaded once here, in the compiling subprocess: a load that fails aborts this process,
+            # never the one that maps the object in later (``_load``).
+            forest = _load(Path(tmp) / "model.o", model.num_feature(),
+                           np.float32 if library == "xgboost" else np.float64)
+            forest.predict(np.zeros((1, model.num_feature())))
             (Path(tmp) / "model.json").write_text(json.dumps({
                 "n_features": model.num_feature(), "trees": model.num_trees(),
                 "dtype": "float32" if library == "xgboost" else "float64", "compile_s": round(seconds, 2),
