@@ -43,16 +43,24 @@ def conv_padding(kernel: int, variant: str) -> int:
 
 
 def conv_window(p: Params, variant: str) -> tuple[int, int]:
-    """(height, width) of a conv2d variant's kernel window."""
+    """(height, width) of a conv2d variant's kernel window (branches, not a table: a cold
+    graph's every new convolution asks five times)."""
     k = p["kernel"]
-    return {CONV_ROW: (1, k), CONV_COL: (k, 1)}.get(variant, (k, k))
+    if variant == CONV_ROW:
+        return 1, k
+    if variant == CONV_COL:
+        return k, 1
+    return k, k
 
 
 def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
-    """(height, width) a conv2d configuration writes."""
+    """(height, width) a conv2d configuration writes: ``conv_out`` along each side, with each
+    side's padding (``conv_padding``), in one expression."""
     kh, kw = conv_window(p, variant)
-    return (conv_out(p["h"], kh, p["stride"], conv_padding(kh, variant)),
-            conv_out(p["w"], kw, p["stride"], conv_padding(kw, variant)))
+    stride = p["stride"]
+    if variant in CONV_VALID:
+        return (p["h"] - kh) // stride + 1, (p["w"] - kw) // stride + 1
+    return (p["h"] + 2 * (kh // 2) - kh) // stride + 1, (p["w"] + 2 * (kw // 2) - kw) // stride + 1
 
 
 def _conv_flops(p: Params, v: str, b: int) -> float:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from predictor.catalogue import FAMILIES, bytes_moved, flops, get_family
@@ -80,6 +82,20 @@ def test_factorised_conv_windows_are_one_row_or_one_column() -> None:
     get_family("conv2d").check({**params, "h": 1, "kernel": 7}, "row_nobias")  # a 1x7 runs over one row
     with pytest.raises(ValueError, match="kernel larger"):  # a square 7x7 does not fit it unpadded
         get_family("conv2d").check({**params, "h": 1, "kernel": 7}, "valid_nobias")
+
+
+def test_a_conv_output_is_conv_out_along_each_side_with_that_sides_padding() -> None:
+    """``conv_out_hw`` computes both sides in one expression (a cold graph asks it for every new
+    convolution); it must stay ``conv_out`` of each side with ``conv_padding`` of its window."""
+    from predictor.catalogue.families import CONV_COL, CONV_ROW, conv_out, conv_out_hw, conv_padding, conv_window
+
+    for variant in ("", "nobias", "valid", "valid_nobias", CONV_ROW, CONV_COL):
+        for h, w, kernel, stride in itertools.product((1, 7, 8, 17, 224), (1, 5, 16), (1, 2, 3, 7), (1, 2, 3)):
+            params = dict(h=h, w=w, kernel=kernel, stride=stride)
+            kh, kw = conv_window(params, variant)
+            expected = (conv_out(h, kh, stride, conv_padding(kh, variant)),
+                        conv_out(w, kw, stride, conv_padding(kw, variant)))
+            assert conv_out_hw(params, variant) == expected, (params, variant)
 
 
 def test_elementwise_families_take_the_strided_layout() -> None:
