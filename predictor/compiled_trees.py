@@ -10,6 +10,9 @@ configurations), 4-9 us for the distinct rows a single cold graph brings (on thi
 2-core Intel Xeon, 2026-12-05). Compiled for LLVM's small code model in blocks of 8 trees
 (``CODE_MODEL``, ``BLOCK_TREES``), those rows run 1.3-2x faster than under lleaves' defaults
 (the large code model, blocks of 34): a 200-node NAS graph's trees took 1.6 ms instead of 2.3.
+Each branch also carries the training rows that took either way as its weights
+(predictor.branch_weights), so that the commoner child falls through: a cold graph's forest
+calls 0.63-0.80x as long again.
 LightGBM models compile as they are
 (the same sums in blocks of trees: equal to the booster to about 1e-14). An XGBoost model is
 first written as the equivalent LightGBM text (``xgboost_as_lightgbm``: XGBoost's ``x < t`` on
@@ -56,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+from predictor.branch_weights import weighted_compiles
+
 log = logging.getLogger("latpred.predictor")
 
 TREES_ENV = "LATPRED_TREES"
@@ -63,8 +68,8 @@ CACHE_ENV = "LATPRED_CACHE_DIR"
 TREE_MODES = ("auto", "compiled", "booster")
 LIBRARIES = ("lightgbm", "xgboost")
 #: bumped when the translation of a model changes, so that old cache entries are not used
-#: (2: the small code model in blocks of BLOCK_TREES trees)
-FORMAT = 2
+#: (2: the small code model in blocks of BLOCK_TREES trees; 3: branches weighted by their counts)
+FORMAT = 3
 #: LLVM's code model: 'small' reaches constants with 32-bit offsets, so a 300-tree model's code
 #: is smaller and a cold graph's rows run 1.3-2x faster than under lleaves' default 'large'
 #: (``_load`` keeps the sections near each other, as that needs)
@@ -162,7 +167,7 @@ def _lightgbm_tree(number: int, tree: dict[str, Any]) -> list[str]:
             internal.append(node)
             order += [left[node], right[node]]
     below = [repr(float(np.nextafter(_f32(condition[n]), np.float32(-np.inf)))) for n in internal]
-    return [
+    lines = [
         f"Tree={number}", f"num_leaves={len(leaves)}", "num_cat=0",
         "split_feature=" + " ".join(str(split[n]) for n in internal),
         "threshold=" + " ".join(below),
@@ -171,6 +176,11 @@ def _lightgbm_tree(number: int, tree: dict[str, Any]) -> list[str]:
         "left_child=" + " ".join(ref[left[n]] for n in internal),
         "right_child=" + " ".join(ref[right[n]] for n in internal),
         "leaf_value=" + " ".join(_f32_text(condition[n]) for n in leaves)]
+    hessian = tree.get("sum_hessian")
+    if hessian:  # a squared error's hessian is 1 a row: the rows that reached each node, as LightGBM counts them
+        lines += ["internal_count=" + " ".join(str(round(float(hessian[n]))) for n in internal),
+                  "leaf_count=" + " ".join(str(round(float(hessian[n]))) for n in leaves)]
+    return lines
 
 
 def xgboost_as_lightgbm(model: dict[str, Any]) -> tuple[str, int]:
@@ -182,8 +192,10 @@ def xgboost_as_lightgbm(model: dict[str, Any]) -> tuple[str, int]:
     missing value (NaN) to the side its node names, and sums the leaves in float32, starting from
     the base score, tree by tree. In LightGBM's terms: the threshold is the float32 just below t
     (``x <= that`` is ``x < t`` for a float32 x), missing type NaN with the default side as
-    XGBoost's, and a first one-leaf tree that holds the base score. Refuses (CompileError) what
-    this does not cover: other boosters, categorical splits, several outputs, a link function.
+    XGBoost's, and a first one-leaf tree that holds the base score. Each node's hessian sum goes
+    in as its count (rows, under squared error), for the branch weights of predictor.branch_weights.
+    Refuses (CompileError) what this does not cover: other boosters, categorical splits, several
+    outputs, a link function.
     """
     learner = model["learner"]
     booster = learner["gradient_booster"]
@@ -323,7 +335,9 @@ def compile_model(library: str, source: Path, target: Path) -> None:
                                    "models have one")
             started = time.perf_counter()
             # No inlining: 7 s instead of 56-80 s for a 300-tree model, predictions 1.2-1.3x slower.
-            model.compile(cache=str(Path(tmp) / "model.o"), finline=False, fcodemodel=CODE_MODEL, **options)
+            # Each branch weighted by the training rows that took it (predictor.branch_weights).
+            with weighted_compiles() as weighted:
+                model.compile(cache=str(Path(tmp) / "model.o"), finline=False, fcodemodel=CODE_MODEL, **options)
             seconds = time.perf_counter() - started
             # Loaded once here, in the compiling subprocess: a load that fails aborts this process,
             # never the one that maps the object in later (``_load``).
@@ -333,6 +347,7 @@ def compile_model(library: str, source: Path, target: Path) -> None:
             (Path(tmp) / "model.json").write_text(json.dumps({
                 "n_features": model.num_feature(), "trees": model.num_trees(),
                 "dtype": "float32" if library == "xgboost" else "float64", "compile_s": round(seconds, 2),
+                "branch_weights": weighted,
                 "library": library, "source": str(source),
                 "sha256": hashlib.sha256((Path(tmp) / "model.o").read_bytes()).hexdigest()}))
             os.replace(Path(tmp) / "model.o", target)  # the object first: the sidecar says it is whole
