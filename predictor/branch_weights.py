@@ -7,13 +7,13 @@ fall through. lleaves gives LLVM no probabilities, so which child falls through 
 its block order. LightGBM's model text records how many training rows reached each node
 (``internal_count``, ``leaf_count``); given to LLVM as each branch's weights, they make the child
 more rows took the fall-through and lay the hot paths out together. The code computes the same
-sums: only its layout changes. On a cold graph's distinct rows a forest call took 0.63-0.80x as
-long (activation, conv2d and binary forests, 30-60 rows a call, this workplace's Intel Xeon,
-2026-12-05).
+sums: only its layout changes. On a cold graph's distinct rows a forest call took 0.60-0.87x as
+long (activation, conv2d and binary forests, 10-60 rows a call, this workplace's Intel Xeon,
+2026-12-05; ``benchmarks/results/cold_forests.txt``).
 
 lleaves has no option for it, so ``weighted_compiles`` replaces two of its internals for as long
 as it is in force: its tree scanner also reads the counts, and its decision-node generator sets
-the weights. Both are lleaves 1.3's own code with that one addition. It is only used in the
+the weights. Both are lleaves 1.3.0's own code with that one addition. It is only used in the
 subprocess that compiles one model (predictor.compiled_trees), and only for the lleaves versions
 checked here; for any other it changes nothing, and the trees compile as lleaves lays them out.
 """
@@ -22,21 +22,33 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 #: the lleaves versions whose internals ``weighted_compiles`` replaces (their code was read for it)
-CHECKED_LLEAVES = ("1.3.",)
+CHECKED_LLEAVES = ("1.3.0",)
 #: the tree fields LightGBM writes with each node's training rows
 COUNT_FIELDS = ("internal_count", "leaf_count")
+#: the weight the commoner child of a branch gets; the other's is in proportion (LLVM's weights
+#: are 32-bit, and a sum of XGBoost hessians can be fractional or very large)
+WEIGHT_SCALE = 1_000_000
 
 
 def supported() -> bool:
     """Whether this lleaves is one whose internals ``weighted_compiles`` knows."""
     try:
-        return version("lleaves").startswith(CHECKED_LLEAVES)
-    except Exception:  # not installed: nothing to weight
+        return version("lleaves") in CHECKED_LLEAVES
+    except PackageNotFoundError:  # not installed: nothing to weight
         return False
+
+
+def branch_weights(left: float, right: float) -> list[int]:
+    """LLVM branch weights for children that ``left`` and ``right`` training rows reached: the
+    commoner one ``WEIGHT_SCALE``, the other in proportion, neither below 1."""
+    top = max(left, right)
+    if not top > 0:
+        return [1, 1]
+    return [max(1, round(WEIGHT_SCALE * left / top)), max(1, round(WEIGHT_SCALE * right / top))]
 
 
 def _with_counts(parse: Any) -> Any:
@@ -61,7 +73,7 @@ def _with_counts(parse: Any) -> Any:
 
 
 def _weighted(codegen: Any, generate: Any) -> Any:
-    """lleaves 1.3's numerical decision node, its branch weighted by its children's counts;
+    """lleaves 1.3.0's numerical decision node, its branch weighted by its children's counts;
     categorical nodes (none in latpred's models) go to lleaves' own generator."""
     from llvmlite import ir
 
@@ -79,7 +91,7 @@ def _weighted(codegen: Any, generate: Any) -> Any:
         left_block = func.append_basic_block(name=str(node.left))
         right_block = func.append_basic_block(name=str(node.right))
         branch = builder.cbranch(comp, left_block, right_block)
-        branch.set_weights([max(int(left_count), 1), max(int(right_count), 1)])
+        branch.set_weights(branch_weights(left_count, right_count))
         codegen.gen_node(func, left_block, node.left, use_fp64)
         codegen.gen_node(func, right_block, node.right, use_fp64)
 
@@ -100,7 +112,7 @@ def weighted_compiles() -> Iterator[bool]:
     saved_keys = dict(scanner.TREE_SCAN_KEYS)
     saved_parse, saved_generate = parser._parse_tree_to_ast, codegen._gen_decision_node
     for name in COUNT_FIELDS:
-        scanner.TREE_SCAN_KEYS[name] = scanner.ScannedValue(int, is_list=True, null_ok=True)
+        scanner.TREE_SCAN_KEYS[name] = scanner.ScannedValue(float, is_list=True, null_ok=True)
     parser._parse_tree_to_ast = _with_counts(saved_parse)
     codegen._gen_decision_node = _weighted(codegen, saved_generate)
     try:

@@ -8,11 +8,11 @@ function that costs 1-2 us per call. A row costs what its walk down 300 trees co
 mispredicted branches: about 2 us for rows alike (a batch of graphs, whose rows repeat
 configurations), 4-9 us for the distinct rows a single cold graph brings (on this workplace's
 2-core Intel Xeon, 2026-12-05). Compiled for LLVM's small code model in blocks of 8 trees
-(``CODE_MODEL``, ``BLOCK_TREES``), those rows run 1.3-2x faster than under lleaves' defaults
-(the large code model, blocks of 34): a 200-node NAS graph's trees took 1.6 ms instead of 2.3.
-Each branch also carries the training rows that took either way as its weights
-(predictor.branch_weights), so that the commoner child falls through: a cold graph's forest
-calls 0.63-0.80x as long again.
+(``CODE_MODEL``, ``BLOCK_TREES``), a cold graph's forest calls take 0.51-0.76x as long as under
+lleaves' defaults (the large code model, blocks of 34). Each branch also carries the training
+rows that took either way as its weights (predictor.branch_weights), so that the commoner child
+falls through: 0.60-0.87x as long again (ad hoc timings per family, and ``cold_forests.py``
+against the code before, in ``benchmarks/results/cold_forests.txt``).
 LightGBM models compile as they are
 (the same sums in blocks of trees: equal to the booster to about 1e-14). An XGBoost model is
 first written as the equivalent LightGBM text (``xgboost_as_lightgbm``: XGBoost's ``x < t`` on
@@ -26,9 +26,9 @@ code is made from those files on the machine that loads them, and kept in ``cach
 ``~/.cache/latpred/compiled``), one object file per model, named by the sha256 of the model
 text, the library, the lleaves and llvmlite versions and the host CPU (LLVM compiles for the CPU
 it runs on: an object made on another machine could hold instructions this one lacks).
-Compiling one 300-tree model of 127 leaves takes about 7 s on this workplace's CPU, without
-inlining (with it, 56-80 s, for a cold graph's rows about 1.2x faster); the shipped
-bundle's 16 models, about 45-70 s on 2 cores. Models missing from the cache
+Compiling one 300-tree model of 127 leaves takes 8-12 s on this workplace's CPU, without
+inlining (with it, 40-80 s, for a cold graph's rows about 1.2x faster before the branch weights,
+and no clear gain with them); the shipped bundle's 16 models, about 66 s on 2 cores. Models missing from the cache
 are compiled in parallel, one subprocess per core (lleaves builds its IR in Python, so threads
 would not help), each under a file lock, written under a temporary name and renamed: two
 gunicorn workers that start together compile each model once, and a reader never sees half a
@@ -68,12 +68,19 @@ CACHE_ENV = "LATPRED_CACHE_DIR"
 TREE_MODES = ("auto", "compiled", "booster")
 LIBRARIES = ("lightgbm", "xgboost")
 #: bumped when the translation of a model changes, so that old cache entries are not used
-#: (2: the small code model in blocks of BLOCK_TREES trees; 3: branches weighted by their counts)
-FORMAT = 3
+#: (2: the small code model in blocks of BLOCK_TREES trees; 3: branches weighted by their counts;
+#: 4: weights in proportion to the commoner child, objectives that call exp in the large code model)
+FORMAT = 4
 #: LLVM's code model: 'small' reaches constants with 32-bit offsets, so a 300-tree model's code
-#: is smaller and a cold graph's rows run 1.3-2x faster than under lleaves' default 'large'
-#: (``_load`` keeps the sections near each other, as that needs)
+#: is smaller and a cold graph's forest calls take 0.52-0.76x as long as under lleaves' default
+#: 'large' (``_load`` keeps the sections near each other, as that needs)
 CODE_MODEL = "small"
+#: LightGBM objectives whose output lleaves computes inline. The others (poisson, gamma, tweedie,
+#: binary, cross entropy, multiclass) call the C library's exp or log, which llvmlite's memory
+#: manager cannot place after it reserved an object's sections (it aborts): they compile in the
+#: large code model and load with LLVM's own memory manager, as lleaves would.
+INLINE_OBJECTIVES = ("regression", "regression_l1", "huber", "fair", "quantile", "mape", "lambdarank",
+                     "rank_xendcg", "custom")
 #: trees a row runs through before the next row does (lleaves' cache blocking; its default is 34):
 #: a block of 8 trees' code stays in the core's caches while a few dozen rows run through it
 BLOCK_TREES = 8
@@ -133,6 +140,17 @@ def _host_tag() -> str:
     return f"lleaves{version('lleaves')}-llvmlite{version('llvmlite')}-cpu{cpu}"
 
 
+def objective(text: str) -> str:
+    """The objective a LightGBM model's text names in its header ('regression' for
+    ``objective=regression``, 'binary' for ``objective=binary sigmoid:1``); '' if none."""
+    for line in text.splitlines():
+        if line.startswith("objective="):
+            return line.partition("=")[2].split(" ")[0]
+        if line.startswith("Tree="):  # past the header
+            break
+    return ""
+
+
 def model_text(path: Path) -> bytes:
     """A model file's text, gunzipped where its name ends in .gz."""
     raw = Path(path).read_bytes()
@@ -178,8 +196,8 @@ def _lightgbm_tree(number: int, tree: dict[str, Any]) -> list[str]:
         "leaf_value=" + " ".join(_f32_text(condition[n]) for n in leaves)]
     hessian = tree.get("sum_hessian")
     if hessian:  # a squared error's hessian is 1 a row: the rows that reached each node, as LightGBM counts them
-        lines += ["internal_count=" + " ".join(str(round(float(hessian[n]))) for n in internal),
-                  "leaf_count=" + " ".join(str(round(float(hessian[n]))) for n in leaves)]
+        lines += ["internal_count=" + " ".join(repr(float(hessian[n])) for n in internal),
+                  "leaf_count=" + " ".join(repr(float(hessian[n])) for n in leaves)]
     return lines
 
 
@@ -243,23 +261,24 @@ class CompiledForest:
         return out
 
 
-def _load(path: Path, n_features: int, dtype: type[np.floating[Any]]) -> CompiledForest:
-    """Map a cached object file in and find its entry point (50-90 ms for 300 trees).
+def _load(path: Path, n_features: int, dtype: type[np.floating[Any]], code_model: str) -> CompiledForest:
+    """Map a cached object file in and find its entry point (50-100 ms for 300 trees).
 
-    The code is compiled for LLVM's small code model, whose instructions reach the model's
-    constants (its thresholds) 32-bit relative: the code and its constant pool must lie within
-    2 GiB of each other. LLVM's default memory manager maps each section on its own, anywhere;
-    llvmlite's (``use_lmm``) reserves one block for all of an object's sections first, so they
-    are always near. Loading asserts (aborting the process) if an object needs more than it
-    reserved: ``compile_model`` loads each object it writes in its own subprocess first, so an
+    Code compiled for LLVM's small code model reaches the model's constants (its thresholds)
+    32-bit relative: the code and its constant pool must lie within 2 GiB of each other. LLVM's
+    default memory manager maps each section on its own, anywhere; llvmlite's (``use_lmm``)
+    reserves one block for all of an object's sections first, so they are always near. It
+    asserts (aborting the process) if an object asks for more than it reserved, as one whose
+    code calls a library function does (``INLINE_OBJECTIVES``): ``compile_model`` compiles those
+    in the large code model, and loads each object it writes in its own subprocess first, so an
     object that reaches here has loaded before.
     """
     import llvmlite.binding as llvm
 
     _initialize_llvm()
     target = llvm.Target.from_triple(llvm.get_process_triple())
-    machine = target.create_target_machine(reloc="pic", codemodel=CODE_MODEL)
-    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine, use_lmm=True)
+    machine = target.create_target_machine(reloc="pic", codemodel=code_model)
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine, use_lmm=code_model == "small")
     code = path.read_bytes()
     engine.set_object_cache(getbuffer_func=lambda _module: code)  # the object instead of the empty module
     engine.finalize_object()
@@ -336,18 +355,19 @@ def compile_model(library: str, source: Path, target: Path) -> None:
             started = time.perf_counter()
             # No inlining: 7 s instead of 56-80 s for a 300-tree model, predictions 1.2-1.3x slower.
             # Each branch weighted by the training rows that took it (predictor.branch_weights).
+            code_model = CODE_MODEL if objective(text.read_text()) in INLINE_OBJECTIVES else "large"
             with weighted_compiles() as weighted:
-                model.compile(cache=str(Path(tmp) / "model.o"), finline=False, fcodemodel=CODE_MODEL, **options)
+                model.compile(cache=str(Path(tmp) / "model.o"), finline=False, fcodemodel=code_model, **options)
             seconds = time.perf_counter() - started
             # Loaded once here, in the compiling subprocess: a load that fails aborts this process,
             # never the one that maps the object in later (``_load``).
             forest = _load(Path(tmp) / "model.o", model.num_feature(),
-                           np.float32 if library == "xgboost" else np.float64)
+                           np.float32 if library == "xgboost" else np.float64, code_model)
             forest.predict(np.zeros((1, model.num_feature())))
             (Path(tmp) / "model.json").write_text(json.dumps({
                 "n_features": model.num_feature(), "trees": model.num_trees(),
                 "dtype": "float32" if library == "xgboost" else "float64", "compile_s": round(seconds, 2),
-                "branch_weights": weighted,
+                "branch_weights": weighted, "code_model": code_model,
                 "library": library, "source": str(source),
                 "sha256": hashlib.sha256((Path(tmp) / "model.o").read_bytes()).hexdigest()}))
             os.replace(Path(tmp) / "model.o", target)  # the object first: the sidecar says it is whole
@@ -427,7 +447,7 @@ def compiled_forests(models: dict[Any, tuple[str, Path]], n_features: int) -> di
             raise CompileError(f"{models[key][1]}: the model reads {info.get('n_features')} features, "
                                f"the bundle lists {n_features}")
         dtype = np.float32 if info.get("dtype") == "float32" else np.float64
-        forests[key] = _load(target, n_features, dtype)
+        forests[key] = _load(target, n_features, dtype, str(info.get("code_model", CODE_MODEL)))
     return forests
 
 

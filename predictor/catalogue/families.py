@@ -54,8 +54,8 @@ def conv_window(p: Params, variant: str) -> tuple[int, int]:
 
 
 def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
-    """(height, width) a conv2d configuration writes: ``conv_out`` along each side, with each
-    side's padding (``conv_padding``), in one expression."""
+    """(height, width) a conv2d configuration writes: ``conv_out`` along each side with that
+    side's padding (``conv_padding``), written out here rather than called per side."""
     kh, kw = conv_window(p, variant)
     stride = p["stride"]
     if variant in CONV_VALID:
