@@ -2,23 +2,21 @@
 H100 and its 72-SM partition, against the same folders' earlier (zoo-shape) rows.
 
 Why: ``partition_nas_gap.py`` found the partitions' NAS miss in the kernels; these rows, which no
-fit has of any partition, show it directly. Rows are told apart by shard: the sweep of 2026-12-05
-wrote the shards from FIRST_NEW_SHARD on. Writes nothing; prints a table:
+fit had of any partition until they entered the transfer model's on 2026-12-06, showed it directly
+(since then, a fit; results/nas_shape_rows.txt keeps the check taken before). Rows are told apart
+by shard: the sweep of 2026-12-05 wrote the shards from FIRST_NEW_SHARD on. Writes nothing; prints a table:
     .venv/bin/python benchmarks/nas_shape_rows.py   (results/nas_shape_rows.txt)
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-os.environ.setdefault("LATPRED_DEVICE_CATALOG", "datasets/h100_partitions.catalog.toml")  # the partition's entry
+import numpy as np
+import pandas as pd
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
-from training.ops_check import kernel_predictions  # noqa: E402
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from training.ops_check import kernel_predictions
 
 #: device folder -> the first shard nas_shapes_ops.sh wrote there (2026-12-05 23:04 UTC)
 FIRST_NEW_SHARD = {"nvidia-h100-80gb-hbm3": 47, "nvidia-h100-80gb-hbm3-sm72": 5}

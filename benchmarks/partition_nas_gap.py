@@ -1,7 +1,9 @@
 """Where the transfer model's miss on the H100 partitions' NAS graphs is: kernels or composition.
 
-On the H100's 40- and 72-SM partitions (never fitted) the transfer bundle predicts the NAS suites
-about 1.1x too slow, while their zoo comes out within 10%. This splits the miss on ``nas-dev``
+On the H100's 40- and 72-SM partitions, while neither was fitted (transfer bundle 20261205-172853),
+the transfer bundle predicted the NAS suites about 1.1x too slow, while their zoo came out within
+10%. Since 2026-12-06 the 72-SM one is in the fit, with its rows of the NAS shapes
+(benchmarks/nas_shapes_ops.sh), and the 40-SM one is the blind check. This splits the miss on ``nas-dev``
 (which may be tuned on; ``nas-test`` is never read here), CUDA graph, fp16, torch trace:
 
 1. the kernels alone: each run's kernel predictions summed before composition adds anything, over
@@ -9,8 +11,8 @@ about 1.1x too slow, while their zoo comes out within 10%. This splits the miss 
    adds launches, short kernels' and cold weights' shares on top);
 2. composition: the partitions' runs composed with each measured device's constants in turn, and
    with the constants the bundle gives a device never measured;
-3. the partitions' own operator rows (the zoo's shapes, fp16): predicted over measured, median by
-   measured kernel time.
+3. the partitions' own operator rows (fp16: the zoo's shapes; the 72-SM one's also the NAS shapes,
+   and fitted on): predicted over measured, median by measured kernel time.
 
 Run: .venv/bin/python benchmarks/partition_nas_gap.py   (about 10 s; results/partition_nas_gap.txt)
 """
@@ -78,7 +80,8 @@ def main() -> None:
                            "MAPE": f"{np.mean(np.abs(ratio - 1)):.1%}", "median": f"{np.median(ratio):.3f}"})
     print("\n== 2. the partitions' runs composed with each measured device's constants")
     print(pd.DataFrame(tables).to_string(index=False))
-    print("\n== 3. the partitions' operator rows (the zoo's shapes, fp16): predicted / measured, median by measured us")
+    print("\n== 3. the partitions' operator rows (fp16; the 72-SM one's in the fit, with NAS shapes):"
+          " predicted / measured, median by measured us")
     for device in PARTITIONS:
         table = kernel_predictions(Path("datasets") / device, transfer)
         size = pd.cut(table["measured_us"], SIZE_BINS)

@@ -80,7 +80,7 @@ from training.train import zoo_graphs
 #: the measured GPUs' datasets the transfer model is fitted on
 GPU_DATASETS = tuple(Path("datasets") / d for d in
                      ("nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
-                      "nvidia-h100-80gb-hbm3"))
+                      "nvidia-h100-80gb-hbm3", "nvidia-h100-80gb-hbm3-sm72"))
 #: where the bundle goes (one folder beside the one-device bundles)
 BUNDLE_NAME = TRANSFER_BUNDLE
 #: whether this model's roofline reads what fits in L2 at the L2's bandwidth: the bundle records it

@@ -23,6 +23,7 @@ NAMED = {
     "nvidia-h200-sm72": "NVIDIA H200 (72 SMs)", "nvidia-h200-sm40": "NVIDIA H200 (40 SMs)",
     "nvidia-a100-sxm4-40gb": "NVIDIA A100 40GB SXM",
     "nvidia-a100-sxm4-80gb": "NVIDIA A100 80GB SXM", "nvidia-h100-80gb-hbm3": "NVIDIA H100 SXM",
+    "nvidia-h100-80gb-hbm3-sm72": "NVIDIA H100 SXM (72 SMs)",
     "nvidia-h100-pcie": "NVIDIA H100 PCIe", "nvidia-l4": "NVIDIA L4", "nvidia-l40s": "NVIDIA L40S",
     "tesla-t4": "NVIDIA T4", "nvidia-a10": "NVIDIA A10", "nvidia-geforce-rtx-4090": "NVIDIA GeForce RTX 4090",
     "nvidia-b200": "NVIDIA B200",
@@ -75,7 +76,8 @@ def test_measured_means_a_dataset_and_models_fitted_on_it_in_the_repository() ->
     measured = {d for d, spec in DEVICES.items() if spec.provenance == "measured"}
     assert measured == (set(folders) - {"transfer"}) | set(transfer)
     assert measured == {"nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
-                        "nvidia-h100-80gb-hbm3", "cpu-intel-r-xeon-r-processor", "cpu-amd-epyc"}
+                        "nvidia-h100-80gb-hbm3", "nvidia-h100-80gb-hbm3-sm72", "cpu-intel-r-xeon-r-processor",
+                        "cpu-amd-epyc"}
     assert all((REPO / "datasets" / d / "fingerprint.json").is_file() for d in measured)
     assert {spec.provenance for d, spec in DEVICES.items() if d not in measured} == {"transferred"}
 
@@ -202,16 +204,21 @@ def test_a_new_device_missing_a_field_is_refused(tmp_path: Path, field: str) -> 
         load_catalog(user=user)
 
 
-def test_the_h100_partitions_file_lays_two_transferred_devices_over_the_catalog() -> None:
-    """datasets/h100_partitions.catalog.toml, which their blind check is run with, stays loadable:
-    the H100's datasheet scaled as the H200's partitions are, so compute matches the H200's 72-SM
-    partition's datasheet (same SMs, same sheet figures) and bandwidth follows the H100's memory."""
+def test_the_h100s_blind_partition_is_laid_over_the_catalog_as_transferred() -> None:
+    """datasets/h100_partitions.catalog.toml, which the blind check of the 40-SM partition is run
+    with, stays loadable and keeps that partition out of what is measured (so out of every fit). Its
+    figures are the H100's datasheet scaled as its fitted 72-SM sibling's are: compute matches the
+    H200's 72-SM partition's datasheet (same SMs, same sheet figures) and bandwidth follows the H100's
+    memory, less on fewer SMs."""
     entries = load_catalog(user=Path("datasets/h100_partitions.catalog.toml"))
-    h100_72, h200_72 = entries["nvidia-h100-80gb-hbm3-sm72"], entries["nvidia-h200-sm72"]
-    assert h100_72.provenance == "transferred" and h100_72.sm_count == 72
+    h100_40, h100_72, h200_72 = (entries[d] for d in ("nvidia-h100-80gb-hbm3-sm40", "nvidia-h100-80gb-hbm3-sm72",
+                                                      "nvidia-h200-sm72"))
+    assert h100_40.provenance == "transferred" and h100_40.sm_count == 40
+    assert "nvidia-h100-80gb-hbm3-sm40" not in DEVICES
+    assert h100_72.provenance == "measured" and h100_72.sm_count == 72
     assert h200_72.datasheet is not None and h100_72.tensor_flops == h200_72.datasheet.tensor_flops
     assert h100_72.memory_bandwidth < h200_72.datasheet.memory_bandwidth
-    assert entries["nvidia-h100-80gb-hbm3-sm40"].memory_bandwidth < h100_72.memory_bandwidth
+    assert h100_40.memory_bandwidth < h100_72.memory_bandwidth
 
 
 def test_a_cpu_has_no_boost_clock_here(tmp_path: Path) -> None:

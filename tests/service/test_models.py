@@ -41,7 +41,7 @@ def test_devices_say_which_were_measured_and_which_bundle_predicts_each(client: 
     assert len(devices) == len(DEVICES) > 10
     measured = {i for i, d in devices.items() if d["provenance"] == "measured"}
     assert measured == {DEVICE, "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40", "nvidia-h100-80gb-hbm3",
-                        CPU, WORKPLACE_CPU}
+                        "nvidia-h100-80gb-hbm3-sm72", CPU, WORKPLACE_CPU}
     assert all(d["bundle_loaded"] for d in devices.values())
     assert devices[DEVICE]["predicted_by"] == DEVICE and devices[DEVICE]["model_version"] == bundle_version()
     assert devices[CPU]["predicted_by"] == CPU and devices[CPU]["model_version"] == bundle_version(CPU)
