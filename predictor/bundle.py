@@ -75,16 +75,26 @@ class TargetModel:
         configurations, and the frame cost a millisecond of its ten)."""
         if not isinstance(self.booster, dict):
             return self._predict(self.booster, x)
+        if not len(x):
+            return np.empty(0)
         from predictor.features import FAMILY_CODES
 
         names = {code: name for name, code in FAMILY_CODES.items()}
         codes = x[:, self.feature_columns.index("family_code")]
+        # Each family's rows in order of their roofline time: compiled trees run a block of trees
+        # over consecutive rows, and rows of like size mostly branch alike, so the CPU mispredicts
+        # fewer branches (a cold NAS graph's forests, 0.93x). A permutation: the same predictions.
+        sizes = x[:, self.feature_columns.index("log_roofline_us")] if "log_roofline_us" in self.feature_columns \
+            else np.zeros(len(x))
+        order = np.lexsort((sizes, codes))
+        ordered = codes[order]
+        edges = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(x)]
         out = np.empty(len(x))
-        for code in np.unique(codes):
-            rows = codes == code
-            family = names[int(code)]
+        for start, stop in zip(edges[:-1], edges[1:]):
+            family = names[int(ordered[start])]
             if family not in self.booster:
                 raise BundleError(f"the bundle has no model for family {family!r}: retrain it")
+            rows = order[start:stop]
             out[rows] = self._predict(self.booster[family], x[rows], family)
         return out
 

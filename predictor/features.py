@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family, weight_bytes
-from predictor.catalogue.families import conv_out_hw, conv_window
+from predictor.catalogue.families import conv_costs, conv_shape
 from predictor.devices import DeviceSpec
 from predictor.precision import PRECISIONS
 
@@ -42,13 +42,14 @@ FEATURE_COLUMNS: tuple[str, ...] = (
 )
 
 
-def _geometry(family: str, p: Mapping[str, int], batch: int, variant: str) -> tuple[float, float, float, float, float]:
+def _geometry(family: str, p: Mapping[str, int], batch: int, variant: str,
+              shape: tuple[int, int, int, int] | None = None) -> tuple[float, float, float, float, float]:
     """(output tiles, GEMM M, N, K, output elements) of one call: ``output_tiles``,
-    ``gemm_dims`` and the output size in one pass, a convolution's output size computed once
-    (every new kernel configuration of a prediction asks for all five)."""
+    ``gemm_dims`` and the output size in one pass, a convolution's ``conv_shape`` computed once
+    (given, where the caller has it: every new kernel configuration of a prediction asks for all
+    five, and for its FLOPs and bytes)."""
     if family == "conv2d":
-        ho, wo = conv_out_hw(p, variant)
-        kh, kw = conv_window(p, variant)
+        ho, wo, kh, kw = shape or conv_shape(p, variant)
         per_group = math.ceil(batch * ho * wo / TILE) * math.ceil(p["c_out"] / p["groups"] / TILE)
         return (float(per_group * p["groups"]), float(batch * ho * wo), p["c_out"] / p["groups"],
                 p["c_in"] / p["groups"] * kh * kw, float(batch * p["c_out"] * ho * wo))
@@ -113,13 +114,19 @@ def features_and_cold_weight(family: str, params: Mapping[str, int], variant: st
     fam = get_family(family)
     prec = PRECISIONS[precision]
     e = prec.element_bytes
-    f = float(fam.flops(params, variant, batch))
-    b = float(fam.bytes_moved(params, variant, batch, e))
+    shape = None
+    if family == "conv2d":  # its three formulas and its tiles share one shape, computed here once
+        shape = conv_shape(params, variant)
+        f, b, w = conv_costs(params, variant, batch, e, shape)
+    else:
+        f = float(fam.flops(params, variant, batch))
+        b = float(fam.bytes_moved(params, variant, batch, e))
+        w = float(fam.weight_bytes(params, variant, e))
     bandwidth = device.memory_bandwidth
     peak = device.peak_flops(family, precision, prec.allow_tf32_cudnn, prec.allow_tf32_matmul)
     compute, memory = f / peak, device.memory_seconds(b)
     roof = max(compute, memory) * 1e6
-    tiles, m, n, k, out = _geometry(family, params, batch, variant)
+    tiles, m, n, k, out = _geometry(family, params, batch, variant, shape)
     waves = tiles / device.sm_count
     values = [np.nan] * len(PARAMETERS)
     for name, value in params.items():
@@ -132,7 +139,6 @@ def features_and_cold_weight(family: str, params: Mapping[str, int], variant: st
         float(compute > memory), math.log10(tiles), waves, waves / math.ceil(waves),
         math.log2(m + 1), math.log2(n + 1), math.log2(k + 1), math.log2(out + 1),
     ]
-    w = float(fam.weight_bytes(params, variant, e))
     cold = 0.0 if not w or b > device.l2_bytes else w / bandwidth * 1e6
     return row, cold
 

@@ -56,27 +56,41 @@ def conv_window(p: Params, variant: str) -> tuple[int, int]:
 def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
     """(height, width) a conv2d configuration writes: ``conv_out`` along each side with that
     side's padding (``conv_padding``), written out here rather than called per side."""
+    return conv_shape(p, variant)[:2]
+
+
+def conv_shape(p: Params, variant: str) -> tuple[int, int, int, int]:
+    """(output height, output width, window height, window width) of a conv2d configuration, in
+    one pass: its FLOPs, bytes and tiles all need them, and a cold graph's every new convolution
+    asks for all three (``conv_costs``)."""
     kh, kw = conv_window(p, variant)
     stride = p["stride"]
     if variant in CONV_VALID:
-        return (p["h"] - kh) // stride + 1, (p["w"] - kw) // stride + 1
-    return (p["h"] + 2 * (kh // 2) - kh) // stride + 1, (p["w"] + 2 * (kw // 2) - kw) // stride + 1
+        return (p["h"] - kh) // stride + 1, (p["w"] - kw) // stride + 1, kh, kw
+    return (p["h"] + 2 * (kh // 2) - kh) // stride + 1, (p["w"] + 2 * (kw // 2) - kw) // stride + 1, kh, kw
+
+
+def conv_costs(p: Params, v: str, b: int, e: int,
+               shape: tuple[int, int, int, int] | None = None) -> tuple[float, float, float]:
+    """(FLOPs, bytes moved, weight bytes) of one conv2d call at once, from its ``conv_shape``
+    (given, or computed): the family's three formulas, each of which this is."""
+    ho, wo, kh, kw = shape or conv_shape(p, v)
+    c_out, per_group_in = p["c_out"], p["c_in"] // p["groups"]
+    weights = float(e * (c_out * per_group_in * kh * kw + (0 if v in CONV_NO_BIAS else c_out)))
+    moved = float(e * (b * p["c_in"] * p["h"] * p["w"] + b * c_out * ho * wo)) + weights
+    return 2.0 * b * c_out * ho * wo * per_group_in * kh * kw, moved, weights
 
 
 def _conv_flops(p: Params, v: str, b: int) -> float:
-    ho, wo = conv_out_hw(p, v)
-    kh, kw = conv_window(p, v)
-    return 2.0 * b * p["c_out"] * ho * wo * (p["c_in"] // p["groups"]) * kh * kw
+    return conv_costs(p, v, b, 1)[0]
 
 
 def _conv_weights(p: Params, v: str, e: int) -> float:
-    kh, kw = conv_window(p, v)
-    return float(e * (p["c_out"] * (p["c_in"] // p["groups"]) * kh * kw + (0 if v in CONV_NO_BIAS else p["c_out"])))
+    return conv_costs(p, v, 1, e)[2]
 
 
 def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:
-    ho, wo = conv_out_hw(p, v)
-    return float(e * (b * p["c_in"] * p["h"] * p["w"] + b * p["c_out"] * ho * wo)) + _conv_weights(p, v, e)
+    return conv_costs(p, v, b, e)[1]
 
 
 def _linear_weights(p: Params, v: str, e: int) -> float:

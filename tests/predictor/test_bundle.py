@@ -272,3 +272,17 @@ def test_per_family_models_round_trip(tmp_path: Path) -> None:
     before = Predictor(in_memory_bundle(DEVICE, fits), device).layers(graph, 8, "fp16").kernel_us
     after = Predictor(Bundle.load(target), device).layers(graph, 8, "fp16").kernel_us
     assert np.allclose(before, after, rtol=1e-6)
+
+
+def test_rows_of_many_families_in_any_order_get_their_own_predictions(ops: OpData) -> None:
+    """``predict_log_array`` runs each family's rows in order of their roofline time (compiled
+    trees then mispredict fewer branches) and must put each prediction back on its own row:
+    shuffled rows of several families predict as each row does alone."""
+    kernel = Bundle.load(DEFAULT_BUNDLE_DIR / DEVICE).targets["kernel"]
+    x = ops.features[kernel.feature_columns].to_numpy(dtype=np.float64)[:300]
+    x = x[np.random.default_rng(3).permutation(len(x))]
+    assert len(np.unique(x[:, kernel.feature_columns.index("family_code")])) > 3
+    together = kernel.predict_log_array(x)
+    alone = np.array([kernel.predict_log_array(x[i:i + 1])[0] for i in range(len(x))])
+    assert np.array_equal(together, alone)
+    assert kernel.predict_log_array(x[:0]).shape == (0,)
