@@ -7,7 +7,7 @@ kernel cache cleared before each) run by each checkout's own ``benchmarks/nas_sp
 processes pinned to one core, in blocks that alternate which checkout goes first. The base
 checkout is a folder holding another revision, for example
 
-    git worktree add /tmp/base HEAD        # the revision before the change
+    git worktree add /tmp/base HEAD~1      # the revision before the change (HEAD, while it is uncommitted)
     taskset -c 0 .venv/bin/python benchmarks/cold_ab.py /tmp/base [--blocks 4] [--rounds 15]
     git worktree remove --force /tmp/base
 
@@ -66,7 +66,7 @@ def main() -> None:
     print(f"# {cpu_model()}; one core ({core}); {args.blocks} alternating blocks x "
           f"{args.rounds} rounds per checkout; base {checkouts['base']}")
     print(f"{'cold prediction, ms (median of every round)':<46} {'base':>8} {'this':>8} {'ratio':>7}")
-    for graph in samples["base"]:
+    for graph in sorted(set(samples["base"]) & set(samples["this"])):  # what both checkouts timed
         base, this = (statistics.median(samples[name][graph]) for name in checkouts)
         print(f"{graph:<46} {base:>8.3f} {this:>8.3f} {this / base:>6.2f}x")
 

@@ -2,7 +2,7 @@
 
 Issue #14's target: on the measured devices, the top choice is within 5% of the truly best one in at
 least 90% of (model, objective) cases. The measured devices share the zoo's CUDA-graph runs at fp16
-and batch 1, 8 and 32 (the H200 and its green-context partitions), so each (model, batch) is a
+and batch 1, 8 and 32 (the H200, the H100 and green-context partitions of both), so each (model, batch) is a
 case at each of several p99 objectives: none, and 1.1, 1.5, 2 and 3 times the fastest device's
 measured p99 (an objective every case can meet, and one that leaves a choice).
 

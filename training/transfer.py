@@ -1,9 +1,10 @@
 """The transfer model: kernel times on a GPU never measured, predicted from its datasheet.
 
 One kernel model is fitted on the operator rows of every measured GPU at once (the H200 and its
-green-context partitions). The device enters through its specs: every call's features (its
-roofline from the peak rate of its precision and the memory bandwidth, the waves its tiles make
-over the SMs, whether its bytes fit in L2) are computed on the device's *datasheet* ceilings,
+green-context partitions, the H100 and one partition of it: ``GPU_DATASETS``). The device enters
+through its specs: every call's features (its roofline from the peak rate of its precision and the
+memory bandwidth, the waves its tiles make over the SMs, whether its bytes fit in L2) are computed
+on the device's *datasheet* ceilings,
 since a device never measured has nothing else, so every device is put on that one basis
 (``DeviceSpec.datasheet_spec``). Its roofline reads a call whose bytes fit in L2 at the L2's
 bandwidth, sized from the SMs and the boost clock (``DeviceSpec.memory_seconds``; the bundle says
@@ -20,10 +21,11 @@ to the roofline in the target (so that a tiny kernel would not scale with a slow
 roofline) was tried too: sm40's kernels improved (16.8% to 10.9% MAPE) but its whole models did not
 (9.9% to 10.9%; sm104 7.9% to 7.7%), so it was left out.
 
-What the measured devices can teach, and what they cannot: the partitions differ from the H200 in
+What the measured devices can teach, and what they cannot: a partition differs from its GPU in
 SMs alone (a green context does not partition memory, bandwidth or L2; their datasheet figures
-are derived from how the 40- and 104-SM partitions scaled, see the catalog), so the trees learn
-how kernels follow the SM count, from 40 to 132 SMs. How they follow bandwidth, L2 or another
+are derived from how the H200's 40- and 104-SM partitions scaled, see the catalog), and the H100
+from the H200 in HBM and L2 alone, so the trees learn how kernels follow the SM count, from 40 to
+132 SMs, and from two points how they follow bandwidth and L2. How they follow another
 architecture is the roofline's assumption, not something measured here; a transferred device's
 interval is widened by ``UNMEASURED_ARCHITECTURE_LOG`` for that, a prior rather than a fit.
 

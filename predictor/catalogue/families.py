@@ -55,7 +55,7 @@ def conv_window(p: Params, variant: str) -> tuple[int, int]:
 
 def conv_out_hw(p: Params, variant: str) -> tuple[int, int]:
     """(height, width) a conv2d configuration writes: ``conv_out`` along each side with that
-    side's padding (``conv_padding``), written out here rather than called per side."""
+    side's padding (``conv_padding``; ``conv_shape`` writes the arithmetic out once for both)."""
     return conv_shape(p, variant)[:2]
 
 
@@ -72,11 +72,11 @@ def conv_shape(p: Params, variant: str) -> tuple[int, int, int, int]:
 
 def conv_costs(p: Params, v: str, b: int, e: int,
                shape: tuple[int, int, int, int] | None = None) -> tuple[float, float, float]:
-    """(FLOPs, bytes moved, weight bytes) of one conv2d call at once, from its ``conv_shape``
-    (given, or computed): the family's three formulas, each of which this is."""
+    """(FLOPs, bytes moved, weight bytes) of one conv2d call at once, from one ``conv_shape``
+    (given, or computed here): the family's three formulas, which share it."""
     ho, wo, kh, kw = shape or conv_shape(p, v)
     c_out, per_group_in = p["c_out"], p["c_in"] // p["groups"]
-    weights = float(e * (c_out * per_group_in * kh * kw + (0 if v in CONV_NO_BIAS else c_out)))
+    weights = _conv_weights(p, v, e, (kh, kw))
     moved = float(e * (b * p["c_in"] * p["h"] * p["w"] + b * c_out * ho * wo)) + weights
     return 2.0 * b * c_out * ho * wo * per_group_in * kh * kw, moved, weights
 
@@ -85,8 +85,9 @@ def _conv_flops(p: Params, v: str, b: int) -> float:
     return conv_costs(p, v, b, 1)[0]
 
 
-def _conv_weights(p: Params, v: str, e: int) -> float:
-    return conv_costs(p, v, 1, e)[2]
+def _conv_weights(p: Params, v: str, e: int, window: tuple[int, int] | None = None) -> float:
+    kh, kw = window or conv_window(p, v)
+    return float(e * (p["c_out"] * (p["c_in"] // p["groups"]) * kh * kw + (0 if v in CONV_NO_BIAS else p["c_out"])))
 
 
 def _conv_bytes(p: Params, v: str, b: int, e: int) -> float:

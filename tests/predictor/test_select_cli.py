@@ -18,7 +18,8 @@ def run(*args: str) -> str:
     return result.output
 
 
-MEASURED = "--devices", "nvidia-h200,nvidia-h200-sm104,nvidia-h200-sm72,nvidia-h200-sm40,nvidia-h100-80gb-hbm3"
+MEASURED = ("--devices", "nvidia-h200,nvidia-h200-sm104,nvidia-h200-sm72,nvidia-h200-sm40,nvidia-h100-80gb-hbm3,"
+            "nvidia-h100-80gb-hbm3-sm72")
 
 
 def test_an_objective_inside_the_choices_interval_is_said_to_be_within_the_predictions_error() -> None:

@@ -117,7 +117,8 @@ def test_an_objective_inside_the_choices_interval_is_answered_unsettled_with_its
     and its p99 at the slow end of its interval: the same choice, said not to be settled, with the
     doubt naming it. (Among every GPU, those predicted from a datasheet leave the order by cost in
     doubt: tests/predictor/test_selection.py.)"""
-    measured = ["nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40", "nvidia-h100-80gb-hbm3"]
+    measured = ["nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40", "nvidia-h100-80gb-hbm3",
+                "nvidia-h100-80gb-hbm3-sm72"]
     free = client.post("/v1/select", json={"model": "resnet50", "batch": 8, "devices": measured}).get_json()
     assert free["settled"] is True and free["doubts"] == []
     best = free["ranked"][0]

@@ -185,8 +185,8 @@ def test_a_transferred_devices_kernels_are_predicted_from_its_datasheet(tmp_path
     as a check): the transfer bundle predicts each from its own specs, so the L4, with under a tenth of
     the H100's memory bandwidth and an eighth of its tensor rate, is predicted slower on every large
     call, and over twice as slow on each whose bytes no L2 of theirs holds. (Where both L2s hold a
-    call, the L2 roofline charges the L4 2.2x the H100's time, SMs times clock, and the trees put 18 of
-    655 such calls at 1.2-1.95x: an extrapolation the README names.)"""
+    call, the L2 roofline charges the L4 2.2x the H100's time, SMs times clock, and the trees put 17 of
+    655 such calls at 1.16-1.98x, transfer bundle 20261206-001053: an extrapolation the README names.)"""
     from predictor.bundle import Bundle
     from predictor.catalogue import bytes_moved, get_family
     from predictor.device_bundles import bundle_folder
