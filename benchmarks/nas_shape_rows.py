@@ -1,25 +1,35 @@
 """The shipped transfer bundle on the NAS-shape operator rows ``nas_shapes_ops.sh`` swept on an
-H100 and its 72-SM partition, against the same folders' earlier (zoo-shape) rows.
+H100 and its partitions, against the same folders' earlier (zoo-shape) rows.
 
 Why: ``partition_nas_gap.py`` found the partitions' NAS miss in the kernels; these rows, which no
-fit had of any partition until they entered the transfer model's on 2026-12-06, showed it directly
-(since then, a fit; results/nas_shape_rows.txt keeps the check taken before). Rows are told apart
-by shard: the sweep of 2026-12-05 wrote the shards from FIRST_NEW_SHARD on. Writes nothing; prints a table:
-    .venv/bin/python benchmarks/nas_shape_rows.py   (results/nas_shape_rows.txt)
+fit had of any partition until those of the whole H100 and its 72-SM partition entered the transfer
+model's on 2026-12-06, showed it directly (since then, for those two, a fit; results/nas_shape_rows.txt
+keeps the check taken before). The 40- and 104-SM partitions' rows (swept 2026-12-06) are in no
+fit: a blind check of kernels, described by datasets/h100_partitions.catalog.toml (the 104-SM one
+has no zoo-shape rows). Rows are told apart by shard: each sweep wrote the shards from
+FIRST_NEW_SHARD on. Writes nothing; prints a table:
+    .venv/bin/python benchmarks/nas_shape_rows.py [--bundle DIR]   (results/nas_shape_rows.txt)
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
+os.environ.setdefault("LATPRED_DEVICE_CATALOG", "datasets/h100_partitions.catalog.toml")  # the blind partitions
 
-from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-from training.ops_check import kernel_predictions
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
-#: device folder -> the first shard nas_shapes_ops.sh wrote there (2026-12-05 23:04 UTC)
-FIRST_NEW_SHARD = {"nvidia-h100-80gb-hbm3": 47, "nvidia-h100-80gb-hbm3-sm72": 5}
+from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from predictor.devices import DEVICES  # noqa: E402
+from training.ops_check import kernel_predictions  # noqa: E402
+
+#: device folder -> the first shard nas_shapes_ops.sh wrote there (2026-12-05 23:04 UTC: the whole
+#: H100 and 72 SMs; 2026-12-06 01:22 UTC: 40 and 104 SMs)
+FIRST_NEW_SHARD = {"nvidia-h100-80gb-hbm3": 47, "nvidia-h100-80gb-hbm3-sm72": 5, "nvidia-h100-80gb-hbm3-sm40": 4,
+                   "nvidia-h100-80gb-hbm3-sm104": 0}
 
 
 def shard_rows(folder: Path, new: bool, first: int) -> int:
@@ -29,19 +39,27 @@ def shard_rows(folder: Path, new: bool, first: int) -> int:
 
 
 def main() -> None:
-    bundle = Bundle.load(DEFAULT_BUNDLE_DIR / "transfer")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE_DIR / "transfer",
+                        help="a transfer bundle (default: the shipped one; an earlier one from git to compare)")
+    bundle = Bundle.load(parser.parse_args().bundle)
     print(f"transfer bundle {bundle.version}; kernel time predicted / measured per operator row "
           "(new rows fp16; earlier ones every precision swept)")
-    print(f"{'device':28s} {'rows':22s} {'n':>6s} {'within10':>9s} {'MAPE':>6s} {'median':>7s} {'median <50us':>13s}")
+    fitted = set(bundle.metadata["transfer"]["trained_on"])
+    print(f"{'device':28s} {'device fitted':16s} {'rows':22s} {'n':>6s} {'within10':>9s} {'MAPE':>6s} {'median':>7s} "
+          f"{'median <50us':>13s}")
     for name, first in FIRST_NEW_SHARD.items():
         folder = Path("datasets") / name
         table = kernel_predictions(folder, bundle)  # the shards in order, every row kept
         earlier, new = shard_rows(folder, False, first), shard_rows(folder, True, first)
         assert len(table) == earlier + new, f"{name}: {len(table)} rows predicted, {earlier + new} in the shards"
+        status = "yes" if name in fitted else f"no ({DEVICES[name].provenance})"
         for what, part in (("earlier (zoo shapes)", table.iloc[:earlier]), ("new (NAS shapes)", table.iloc[earlier:])):
+            if part.empty:
+                continue
             ratio = (part["predicted_us"] / part["measured_us"]).to_numpy()
             small = (part["measured_us"] < 50).to_numpy()
-            print(f"{name:28s} {what:22s} {len(part):6d} {np.mean(np.abs(ratio - 1) <= 0.1):9.1%} "
+            print(f"{name:28s} {status:16s} {what:22s} {len(part):6d} {np.mean(np.abs(ratio - 1) <= 0.1):9.1%} "
                   f"{np.mean(np.abs(ratio - 1)):6.1%} {np.median(ratio):7.3f} {np.median(ratio[small]):13.3f}")
 
 

@@ -204,21 +204,24 @@ def test_a_new_device_missing_a_field_is_refused(tmp_path: Path, field: str) -> 
         load_catalog(user=user)
 
 
-def test_the_h100s_blind_partition_is_laid_over_the_catalog_as_transferred() -> None:
-    """datasets/h100_partitions.catalog.toml, which the blind check of the 40-SM partition is run
-    with, stays loadable and keeps that partition out of what is measured (so out of every fit). Its
-    figures are the H100's datasheet scaled as its fitted 72-SM sibling's are: compute matches the
-    H200's 72-SM partition's datasheet (same SMs, same sheet figures) and bandwidth follows the H100's
-    memory, less on fewer SMs."""
+def test_the_h100s_blind_partitions_are_laid_over_the_catalog_as_transferred() -> None:
+    """datasets/h100_partitions.catalog.toml, which the blind checks of the 40- and 104-SM
+    partitions are run with, stays loadable and keeps them out of what is measured (so out of every
+    fit). Their figures are the H100's datasheet scaled as their fitted 72-SM sibling's are: compute
+    matches the H200's partition of as many SMs (same SMs, same sheet figures) and bandwidth
+    follows the H100's memory, less on fewer SMs."""
     entries = load_catalog(user=Path("datasets/h100_partitions.catalog.toml"))
-    h100_40, h100_72, h200_72 = (entries[d] for d in ("nvidia-h100-80gb-hbm3-sm40", "nvidia-h100-80gb-hbm3-sm72",
-                                                      "nvidia-h200-sm72"))
-    assert h100_40.provenance == "transferred" and h100_40.sm_count == 40
-    assert "nvidia-h100-80gb-hbm3-sm40" not in DEVICES
-    assert h100_72.provenance == "measured" and h100_72.sm_count == 72
-    assert h200_72.datasheet is not None and h100_72.tensor_flops == h200_72.datasheet.tensor_flops
-    assert h100_72.memory_bandwidth < h200_72.datasheet.memory_bandwidth
-    assert h100_40.memory_bandwidth < h100_72.memory_bandwidth
+    h100 = {sms: entries[f"nvidia-h100-80gb-hbm3-sm{sms}"] for sms in (40, 72, 104)}
+    for sms in (40, 104):
+        assert h100[sms].provenance == "transferred" and h100[sms].sm_count == sms
+        assert f"nvidia-h100-80gb-hbm3-sm{sms}" not in DEVICES
+    assert h100[72].provenance == "measured" and h100[72].sm_count == 72
+    for sms in (72, 104):
+        h200_datasheet = entries[f"nvidia-h200-sm{sms}"].datasheet
+        assert h200_datasheet is not None and h100[sms].tensor_flops == h200_datasheet.tensor_flops
+        assert h100[sms].memory_bandwidth < h200_datasheet.memory_bandwidth
+    assert h100[40].memory_bandwidth < h100[72].memory_bandwidth < h100[104].memory_bandwidth \
+        < DEVICES["nvidia-h100-80gb-hbm3"].memory_bandwidth
 
 
 def test_a_cpu_has_no_boost_clock_here(tmp_path: Path) -> None:
