@@ -1,4 +1,4 @@
-"""The shipped transfer bundle on the NAS-shape operator rows ``nas_shapes_ops.sh`` swept on an
+"""A transfer bundle (the shipped one, or ``--bundle``) on the NAS-shape operator rows ``nas_shapes_ops.sh`` swept on an
 H100 and its partitions, against the same folders' earlier (zoo-shape) rows.
 
 Why: ``partition_nas_gap.py`` found the partitions' NAS miss in the kernels; these rows, which no
@@ -23,7 +23,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
-from predictor.devices import DEVICES  # noqa: E402
 from training.ops_check import kernel_predictions  # noqa: E402
 
 #: device folder -> the first shard nas_shapes_ops.sh wrote there (2026-12-05 23:04 UTC: the whole
@@ -46,20 +45,20 @@ def main() -> None:
     print(f"transfer bundle {bundle.version}; kernel time predicted / measured per operator row "
           "(new rows fp16; earlier ones every precision swept)")
     fitted = set(bundle.metadata["transfer"]["trained_on"])
-    print(f"{'device':28s} {'device fitted':16s} {'rows':22s} {'n':>6s} {'within10':>9s} {'MAPE':>6s} {'median':>7s} "
+    print(f"{'device':28s} {'device in fit':13s} {'rows':22s} {'n':>6s} {'within10':>9s} {'MAPE':>6s} {'median':>7s} "
           f"{'median <50us':>13s}")
     for name, first in FIRST_NEW_SHARD.items():
         folder = Path("datasets") / name
         table = kernel_predictions(folder, bundle)  # the shards in order, every row kept
         earlier, new = shard_rows(folder, False, first), shard_rows(folder, True, first)
         assert len(table) == earlier + new, f"{name}: {len(table)} rows predicted, {earlier + new} in the shards"
-        status = "yes" if name in fitted else f"no ({DEVICES[name].provenance})"
+        status = "yes" if name in fitted else "no"  # a device the bundle was fitted on (not rows swept after it)
         for what, part in (("earlier (zoo shapes)", table.iloc[:earlier]), ("new (NAS shapes)", table.iloc[earlier:])):
             if part.empty:
                 continue
             ratio = (part["predicted_us"] / part["measured_us"]).to_numpy()
             small = (part["measured_us"] < 50).to_numpy()
-            print(f"{name:28s} {status:16s} {what:22s} {len(part):6d} {np.mean(np.abs(ratio - 1) <= 0.1):9.1%} "
+            print(f"{name:28s} {status:13s} {what:22s} {len(part):6d} {np.mean(np.abs(ratio - 1) <= 0.1):9.1%} "
                   f"{np.mean(np.abs(ratio - 1)):6.1%} {np.median(ratio):7.3f} {np.median(ratio[small]):13.3f}")
 
 

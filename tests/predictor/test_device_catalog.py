@@ -206,22 +206,38 @@ def test_a_new_device_missing_a_field_is_refused(tmp_path: Path, field: str) -> 
 
 def test_the_h100s_blind_partitions_are_laid_over_the_catalog_as_transferred() -> None:
     """datasets/h100_partitions.catalog.toml, which the blind checks of the 40- and 104-SM
-    partitions are run with, stays loadable and keeps them out of what is measured (so out of every
-    fit). Their figures are the H100's datasheet scaled as their fitted 72-SM sibling's are: compute
-    matches the H200's partition of as many SMs (same SMs, same sheet figures) and bandwidth
-    follows the H100's memory, less on fewer SMs."""
-    entries = load_catalog(user=Path("datasets/h100_partitions.catalog.toml"))
-    h100 = {sms: entries[f"nvidia-h100-80gb-hbm3-sm{sms}"] for sms in (40, 72, 104)}
+    partitions are run with, stays loadable and keeps them out of what is measured and out of the
+    transfer model's fit. Every H100 partition's figures follow the rule its header states: the
+    H100's datasheet with compute by (SMs/132)^0.84 (so the H200's partition of as many SMs has the
+    same sheet figures), bandwidth by the soft minimum of the memory's and the SMs', and the price
+    by the share of SMs."""
+    from training.transfer import GPU_DATASETS
+
+    entries = load_catalog(user=REPO / "datasets" / "h100_partitions.catalog.toml")
+    whole = entries["nvidia-h100-80gb-hbm3"]
+    trained_on = json.loads((DEFAULT_BUNDLE_DIR / "transfer" / "metadata.json").read_text())["transfer"]["trained_on"]
     for sms in (40, 104):
-        assert h100[sms].provenance == "transferred" and h100[sms].sm_count == sms
-        assert f"nvidia-h100-80gb-hbm3-sm{sms}" not in DEVICES
-    assert h100[72].provenance == "measured" and h100[72].sm_count == 72
-    for sms in (72, 104):
-        h200_datasheet = entries[f"nvidia-h200-sm{sms}"].datasheet
-        assert h200_datasheet is not None and h100[sms].tensor_flops == h200_datasheet.tensor_flops
-        assert h100[sms].memory_bandwidth < h200_datasheet.memory_bandwidth
-    assert h100[40].memory_bandwidth < h100[72].memory_bandwidth < h100[104].memory_bandwidth \
-        < DEVICES["nvidia-h100-80gb-hbm3"].memory_bandwidth
+        device_id = f"nvidia-h100-80gb-hbm3-sm{sms}"
+        assert entries[device_id].provenance == "transferred" and device_id not in DEVICES
+        assert device_id not in trained_on and device_id not in {path.name for path in GPU_DATASETS}
+    assert entries["nvidia-h100-80gb-hbm3-sm72"].provenance == "measured"
+
+    def bandwidth_share(sms: int, p: float = 3.35) -> float:
+        return float((3.35 ** -p + (0.042 * sms) ** -p) ** (-1 / p))
+
+    for sms in (40, 72, 104):
+        part = entries[f"nvidia-h100-80gb-hbm3-sm{sms}"]
+        scale = (sms / 132) ** 0.84
+        assert part.sm_count == sms and part.l2_bytes == whole.l2_bytes
+        for precision, flops in whole.tensor_flops.items():
+            assert part.tensor_flops[precision] == pytest.approx(flops * scale, rel=1e-3)
+        assert part.vector_flops == pytest.approx(whole.vector_flops * scale, rel=2e-3)
+        assert part.memory_bandwidth == pytest.approx(
+            whole.memory_bandwidth * bandwidth_share(sms) / bandwidth_share(132), rel=1e-3)
+        assert part.price_per_hour == pytest.approx(whole.price_per_hour * sms / 132, abs=0.006)
+        if sms != 40:  # the H200 has partitions of 72 and 104 SMs: the same sheet figures
+            h200_datasheet = entries[f"nvidia-h200-sm{sms}"].datasheet
+            assert h200_datasheet is not None and part.tensor_flops == h200_datasheet.tensor_flops
 
 
 def test_a_cpu_has_no_boost_clock_here(tmp_path: Path) -> None:
