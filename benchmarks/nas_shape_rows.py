@@ -1,5 +1,6 @@
-"""A transfer bundle (the shipped one, or ``--bundle``) on the NAS-shape operator rows ``nas_shapes_ops.sh`` swept on an
-H100 and its partitions, against the same folders' earlier (zoo-shape) rows.
+"""A transfer bundle (the shipped one, or ``--bundle``) on the NAS-shape operator rows
+``nas_shapes_ops.sh`` swept on an H100 and its partitions, against the same folders' earlier
+(zoo-shape) rows.
 
 Why: ``partition_nas_gap.py`` found the partitions' NAS miss in the kernels; these rows, which no
 fit had of any partition until those of the whole H100 and its 72-SM partition entered the transfer
@@ -23,6 +24,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
+from training.data import shard_paths  # noqa: E402
 from training.ops_check import kernel_predictions  # noqa: E402
 
 #: device folder -> the first shard nas_shapes_ops.sh wrote there (2026-12-05 23:04 UTC: the whole
@@ -33,7 +35,7 @@ FIRST_NEW_SHARD = {"nvidia-h100-80gb-hbm3": 47, "nvidia-h100-80gb-hbm3-sm72": 5,
 
 def shard_rows(folder: Path, new: bool, first: int) -> int:
     """Rows in the folder's shards from ``first`` on (``new``) or before it."""
-    paths = [p for p in sorted((folder / "ops").glob("part-*.parquet")) if (int(p.stem.split("-")[1]) >= first) == new]
+    paths = [p for p in shard_paths(folder / "ops") if (int(p.stem.split("-")[1]) >= first) == new]
     return sum(len(pd.read_parquet(p, columns=["config_id"])) for p in paths)
 
 

@@ -4,20 +4,19 @@ One kernel model is fitted on the operator rows of every measured GPU at once (t
 green-context partitions, the H100 and one partition of it: ``GPU_DATASETS``). The device enters
 through its specs: every call's features (its roofline from the peak rate of its precision and the
 memory bandwidth, the waves its tiles make over the SMs, whether its bytes fit in L2) are computed
-on the device's *datasheet* ceilings,
-since a device never measured has nothing else, so every device is put on that one basis
-(``DeviceSpec.datasheet_spec``). Its roofline reads a call whose bytes fit in L2 at the L2's
-bandwidth, sized from the SMs and the boost clock (``DeviceSpec.memory_seconds``; the bundle says
-``l2_roofline``): charged the HBM's, such calls made the H100 (3.35 TB/s) look 1.14x slower than
-it runs beside the H200 (4.8 TB/s), with which it shares SMs and clock; left out, 15.8% -> 8.4%
-whole-model MAPE (a development figure: the idea came from that miss), the 72-SM partition 7.8%
--> 6.3%. The target is what a one-device bundle learns, the kernel time as
-a ratio to that roofline: a faster memory or more FLOP/s scale a prediction through the roofline,
-and the trees learn how far from it kernels run. The specs were also tried as columns of their own
-(SMs, bandwidth, L2, peak rates): held-out partitions came out worse (sm104 8.6% against 7.9%
-whole-model MAPE, sm40 11.5% against 9.9%): with three distinct SM counts to split on, trees cut
-between them as steps, while the spec-derived features vary smoothly. A launch floor of 2 us added
-to the roofline in the target (so that a tiny kernel would not scale with a slow device's
+on the device's *datasheet* ceilings, since a device never measured has nothing else, so every
+device is put on that one basis (``DeviceSpec.datasheet_spec``). Its roofline reads a call whose
+bytes fit in L2 at the L2's bandwidth, sized from the SMs and the boost clock
+(``DeviceSpec.memory_seconds``; the bundle says ``l2_roofline``): charged the HBM's, such calls made
+the H100 (3.35 TB/s) look 1.14x slower than it runs beside the H200 (4.8 TB/s), with which it shares
+SMs and clock; left out, 15.8% -> 8.4% whole-model MAPE (a development figure: the idea came from
+that miss), the 72-SM partition 7.8% -> 6.3%. The target is what a one-device bundle learns, the
+kernel time as a ratio to that roofline: a faster memory or more FLOP/s scale a prediction through
+the roofline, and the trees learn how far from it kernels run. The specs were also tried as columns
+of their own (SMs, bandwidth, L2, peak rates): held-out partitions came out worse (sm104 8.6%
+against 7.9% whole-model MAPE, sm40 11.5% against 9.9%): with three distinct SM counts to split on,
+trees cut between them as steps, while the spec-derived features vary smoothly. A launch floor of 2
+us added to the roofline in the target (so that a tiny kernel would not scale with a slow device's
 roofline) was tried too: sm40's kernels improved (16.8% to 10.9% MAPE) but its whole models did not
 (9.9% to 10.9%; sm104 7.9% to 7.7%), so it was left out.
 
