@@ -112,7 +112,8 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
         try:
             result = predictor.predict(load_graph(path, batch, dims), batch, precision, mode, host=host)
         except ValueError as exc:
-            click.echo(f"error: {path}: {exc}", err=True)
+            said = str(exc)  # (the graph sources' errors mostly name the file already)
+            click.echo(f"error: {said}" if said.startswith((path, repr(path))) else f"error: {path}: {said}", err=True)
             failed += 1
             continue
         if fmt == "json":

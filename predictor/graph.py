@@ -166,7 +166,8 @@ class Graph:
 
     @model_validator(mode="after")
     def _check_nodes(self) -> Graph:
-        """Node names are unique; and, while walking the nodes, note whether any runs at some
+        """Node names are unique and a ``launched_by`` names another node (a dangling one changed
+        the prediction without a word); and, while walking the nodes, note whether any runs at some
         precisions only (asked by every prediction)."""
         seen: set[str] = set()
         branches = islands = False
@@ -178,6 +179,11 @@ class Graph:
             branches = branches or bool(node.precisions)
             islands = islands or node.keeps_float32
             min_batch = max(min_batch, node.min_batch)
+        for node in self.nodes:  # (it may name a later node: a matmul's operand copies come before it)
+            if node.launched_by and (node.launched_by not in seen or node.launched_by == node.name):
+                what = "itself" if node.launched_by == node.name else "no node of the graph"
+                raise ValueError(f"graph {self.name!r}: node {node.name!r} is launched_by {node.launched_by!r}, "
+                                 f"{what}: name the node whose call launches it, or leave it empty")
         self.__dict__["branches_on_precision"] = branches
         self.__dict__["has_float32_islands"] = islands
         self.__dict__["largest_min_batch"] = min_batch

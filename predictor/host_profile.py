@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -377,9 +378,16 @@ class HostStore:
             raise HostConflictError(f"a different host profile is already stored as {profile.id!r}: stored "
                                     "profiles are never overwritten; give this one another id")
         self.directory.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_text(text)
+        # A temporary file of this writer's own (a service's threads share a process id: with a
+        # name of the pid alone, one thread truncated the file another was linking, and a stored
+        # profile came out torn), written whole before it is linked in under the profile's name.
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=self.directory)
+        temporary = Path(name)
         try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
             os.link(temporary, path)  # fails if another writer stored this id first: no overwrite
         except FileExistsError:
             if load_profile(path) != profile:

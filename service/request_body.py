@@ -65,14 +65,35 @@ def view_attribute(name: str) -> Any:
 
 def check_body(req: Request) -> None:
     """415 for a media type the view does not take (before anything reads the body); 413 for a
-    chunked body over the cap, as for one whose Content-Length says so."""
+    chunked body over the cap, as for one whose Content-Length says so; 400 for a field given
+    twice (``check_fields_given_once``)."""
     wanted = view_attribute("__latpred_accepts__")
     if not wanted or req.method not in ("POST", "PUT", "PATCH"):
+        check_fields_given_once(req)
         return
     if req.mimetype not in wanted:
         got = req.mimetype or "no Content-Type"
         raise ProblemError(415, f"this endpoint takes {' or '.join(wanted)}, not {got}", field="Content-Type")
     check_chunked_size(req)
+    check_fields_given_once(req)
+
+
+def check_fields_given_once(req: Request) -> None:
+    """400 for a query-string parameter, or a multipart form field or file, given more than once.
+    Werkzeug keeps the first and drops the rest without a word: ``?batch=1&batch=32`` answered
+    batch 1, and a second ``onnx`` file was never predicted. Lists are one field's comma-separated
+    value, so a repeated name is never needed (as a JSON body refuses a key given twice)."""
+    _refuse_repeats(req.args, "in the query string")
+    if req.method in ("POST", "PUT", "PATCH") and req.mimetype == "multipart/form-data":
+        _refuse_repeats(req.form, "as a form field")
+        _refuse_repeats(req.files, "as a file")
+
+
+def _refuse_repeats(fields: Any, where: str) -> None:
+    for name, values in fields.lists():
+        if len(values) > 1:
+            raise ProblemError(400, f"{name}: given {len(values)} times {where}; give it once (several values "
+                                    "go in one, comma-separated, where the field takes a list)", field=name)
 
 
 def check_chunked_size(req: Request) -> None:

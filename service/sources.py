@@ -38,9 +38,12 @@ class GraphResolver:
     def zoo_names(self) -> list[str]:
         return sorted(self._zoo_names.values())
 
-    def check_size(self, count: int, field: str) -> None:
+    def check_size(self, count: int, field: str, counted_to_cap: bool = False) -> None:
+        """422 for a graph over the node cap; ``counted_to_cap``: ``count`` stopped one past the cap
+        (an ONNX upload's nodes are counted no further), so the graph has at least that many."""
         if count > self.max_nodes:
-            raise ProblemError(422, f"the graph has {count} nodes; this server accepts at most {self.max_nodes} "
+            has = f"more than {self.max_nodes}" if counted_to_cap else str(count)
+            raise ProblemError(422, f"the graph has {has} nodes; this server accepts at most {self.max_nodes} "
                                     "(LATPRED_MAX_NODES)", field=field, kind="graph-too-large")
 
     def from_ir(self, graph: Graph, field: str = "graph") -> Graph:
@@ -103,7 +106,7 @@ class GraphResolver:
             from predictor.importers.onnx_wire import node_count
         except ImportError:
             raise ProblemError(415, "this server cannot read ONNX (the onnx package is not installed)") from None
-        self.check_size(node_count(data, stop=self.max_nodes), field)
+        self.check_size(node_count(data, stop=self.max_nodes), field, counted_to_cap=True)
         try:
             graph = self.importer.import_graph(data, name=name, batch=batch, dims=dims)
         except ImportRefused as exc:

@@ -46,6 +46,26 @@ def check_dims(dims: Mapping[str, Any] | None) -> dict[str, int]:
     return checked
 
 
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a name given twice (``json`` keeps the last
+    without a word: ``{"seq": 128, "seq": 256}`` would be 256 for a client that may mean 128)."""
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise DimsError(f"dim {name!r} is given twice")
+        found[name] = value
+    return found
+
+
+def _unset(name: str, axis: int, dim: Any) -> str:
+    """What is wrong with an input's dim that no size was given for."""
+    if dim.dim_param:
+        return f"input {name!r} has symbolic dim {dim.dim_param!r} at axis {axis}"
+    if dim.HasField("dim_value"):  # 0 or negative: not a size (a tool's -1 for 'dynamic', unnamed)
+        return f"input {name!r} has size {dim.dim_value} at axis {axis}, which is not a positive size"
+    return f"input {name!r} has an unnamed symbolic dim at axis {axis}"
+
+
 def parse_dims(items: str | Iterable[str]) -> dict[str, int]:
     """Dims from ``name=value`` text: a JSON object (``{"seq": 256}``), ``seq=256,height=384``,
     or an iterable of ``name=value`` items (repeated CLI options). A name given twice is refused."""
@@ -53,7 +73,9 @@ def parse_dims(items: str | Iterable[str]) -> dict[str, int]:
         text = items.strip()
         if text.startswith("{"):
             try:
-                parsed = json.loads(text)
+                parsed = json.loads(text, object_pairs_hook=_once_each)
+            except DimsError:
+                raise
             except ValueError as exc:
                 raise DimsError(f"dims is not valid JSON: {exc}") from None
             if not isinstance(parsed, dict):
@@ -119,8 +141,7 @@ def set_input_dims(model: Any, batch: int | None, dims: Mapping[str, int] | None
             if size is None and axis == 0 and (not dim.dim_param or dim.dim_param in batch_dims):
                 size = traced
             if size is None:
-                unknown.append(f"input {name!r} has symbolic dim {dim.dim_param!r} at axis {axis}" if dim.dim_param
-                               else f"input {name!r} has an unnamed symbolic dim at axis {axis}")
+                unknown.append(_unset(name, axis, dim))
                 continue
             dim.Clear()
             dim.dim_value = size

@@ -65,6 +65,9 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     t = GraphTensors(model, inferred, values, traced)
     emitter = Emitter(t, _names(t.nodes))
     nodes = emitter.nodes()
+    if not nodes:  # (a graph must have a node: pydantic's 'List should have at least 1 item' says nothing here)
+        raise ValueError(f"the ONNX model runs nothing on the device: its {len(t.nodes)} node(s) are constants, "
+                         "identities or shape arithmetic, which cost nothing (folded); there is no latency to predict")
     unknown = [n.name for n in nodes if n.kind != "free" and not n.outputs]
     if name is None:
         name = model.graph.name if isinstance(source, (bytes, bytearray)) else Path(source).stem

@@ -144,7 +144,11 @@ def _check(model: Any, missing: list[Any], where: str) -> None:
             t.dims.append(0)
         onnx.checker.check_model(model.SerializeToString())
     except Exception as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # onnx's messages run over lines ("... input 'z' of node: \nname: a OpType: Add\n is not
+        # output of any previous nodes."): one line of it, whole up to a length a client can show,
+        # without the checker's own context (" ==> Context: Bad node spec for node. Name: ...")
+        text = " ".join(str(exc).split()).split(" ==> Context:")[0]
+        first = (text if len(text) <= 300 else text[:297] + "...") if text else type(exc).__name__
         raise ValueError(f"{where} is not a valid ONNX model ({first}){_fix_for(first, model)}") from None
     finally:
         for t, dims in saved:

@@ -62,6 +62,8 @@ def conv_rule(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts | N
     kh, kw = w[2], w[3]
     kernel = max(kh, kw)
     strides = a.get("strides", [1, 1])
+    if len(set(strides)) != 1:  # a (1, 2) stride does half the work of 1: not costed as its first
+        return None
     auto = a.get("auto_pad", b"NOTSET")
     pads = list(a.get("pads", [0] * 4))
     if auto in (b"SAME_UPPER", b"SAME_LOWER"):
@@ -130,7 +132,7 @@ def _pool(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit
     """Pooling by window and stride, as the torch importer maps max_pool2d and avg_pool2d (its
     padding and ceil mode are not parameters of the family)."""
     s, k = _nchw(t, n), a.get("kernel_shape", [0, 0])
-    strides = a.get("strides", k)
+    strides = a.get("strides", [1] * len(k))  # ONNX's default stride is 1 (PyTorch's is the window)
     if s is None or k[0] != k[1] or strides[0] != strides[1] or any(d != 1 for d in a.get("dilations", [1, 1])):
         return None
     return "pool", "max" if n.op_type == "MaxPool" else "avg", dict(c=s[1], h=s[2], w=s[3], kernel=k[0],

@@ -32,8 +32,15 @@ def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) 
     return args[index] if len(args) > index else default
 
 
-def _first(value: Any) -> int:
-    return int(value[0] if isinstance(value, (tuple, list)) else value)
+def _same_both_ways(value: Any) -> int | None:
+    """A window's stride or dilation given as one int or per dimension: the one value where every
+    dimension has it, else None (a (1, 2) stride does half the work of 1: costing it as its first
+    would be silently wrong)."""
+    try:
+        values = [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)]
+    except TypeError:  # (an adaptive pool's None: that dimension kept as it is)
+        return None
+    return values[0] if values and all(v == values[0] for v in values) else None
 
 
 def _per_sample(shape: Any, batch: int) -> int:
@@ -76,12 +83,13 @@ def _conv(args: tuple, kwargs: dict, s: Any) -> tuple[str, str, dict[str, int]] 
     kh, kw = int(w.shape[2]), int(w.shape[3])
     kernel = max(kh, kw)
     padding = _arg(args, kwargs, 4, "padding", 0)
-    dilation = _first(_arg(args, kwargs, 5, "dilation", 1))
+    dilation = _same_both_ways(_arg(args, kwargs, 5, "dilation", 1))
+    stride = _same_both_ways(_arg(args, kwargs, 3, "stride", 1))
     bias = _arg(args, kwargs, 2, "bias") is not None
-    params = dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel,
-                  stride=_first(_arg(args, kwargs, 3, "stride", 1)), groups=int(_arg(args, kwargs, 6, "groups", 1)))
-    if dilation != 1:
+    if dilation != 1 or stride is None:  # the catalogue's windows are undilated, strided alike both ways
         return None
+    params = dict(c_in=s[1], c_out=w.shape[0], h=s[2], w=s[3], kernel=kernel, stride=stride,
+                  groups=int(_arg(args, kwargs, 6, "groups", 1)))
     if kh != kw:  # Inception's factorised 1xk and kx1 windows, padded along the long side only
         want = [0, kernel // 2] if kh == 1 else [kernel // 2, 0]
         pads = want if padding == "same" else [padding] * 2 if isinstance(padding, int) else list(padding)
@@ -169,11 +177,15 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
     if name in BINARY_NAMES and len(t) >= 2 and isinstance(out, torch.Tensor):
         return "binary", BINARY_NAMES[name], dict(elements=_per_sample(out.shape, batch))
     if name in ("max_pool2d", "avg_pool2d") and x.dim() == 4:
-        kernel = _first(_arg(args, kwargs, 1, "kernel_size"))
-        stride = _arg(args, kwargs, 2, "stride", None)
-        return "pool", name[:3], dict(c=s[1], h=s[2], w=s[3], kernel=kernel,
-                                      stride=_first(stride) if stride else kernel)
-    if name == "adaptive_avg_pool2d" and x.dim() == 4 and _first(_arg(args, kwargs, 1, "output_size")) == 1:
+        kernel = _same_both_ways(_arg(args, kwargs, 1, "kernel_size"))
+        stride_arg = _arg(args, kwargs, 2, "stride", None)
+        stride = _same_both_ways(stride_arg) if stride_arg else kernel
+        dilated = name == "max_pool2d" and _same_both_ways(_arg(args, kwargs, 4, "dilation", 1)) != 1
+        if kernel is None or stride is None or dilated:  # the family's windows are square, undilated
+            return None
+        return "pool", name[:3], dict(c=s[1], h=s[2], w=s[3], kernel=kernel, stride=stride)
+    if name == "adaptive_avg_pool2d" and x.dim() == 4 \
+            and _same_both_ways(_arg(args, kwargs, 1, "output_size")) == 1:
         return "pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1)
     if name == "embedding":
         w = _arg(args, kwargs, 1, "weight")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -67,7 +68,8 @@ def _values(value: str | None, field: str, default: str | None) -> list[Any]:
         return [default]
     out = []
     for item in items:
-        raw: Any = int(item) if field == "batch" and item.isascii() and item.isdigit() else item.lower()
+        # (a negative batch checked as the number it is: "must be at least 1", not "not an integer")
+        raw: Any = int(item) if field == "batch" and re.fullmatch(r"-?[0-9]+", item) else item.lower()
         try:
             out.append(getattr(Variant.model_validate({field: raw}), field))
         except ValidationError as exc:

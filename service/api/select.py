@@ -138,13 +138,17 @@ def _constraints(slo: float | None, throughput: float | None) -> Constraints:
 
 
 def _candidates(st: ServiceState, devices: list[str] | None) -> list[Predictor]:
-    """The predictors to rank: every device a bundle predicts, or those named (each must be)."""
+    """The predictors to rank: every device a bundle predicts, or those named by id or part of a
+    name (each must be predicted by a bundle)."""
     st.registry.wait_first_load(st.registry.load_wait_s)
     snapshot = st.registry.snapshot
     if not snapshot.loaded or not snapshot.predictors:
         raise predictions.not_ready(st.registry.state_detail())
     if devices is None:
         return list(snapshot.predictors.values())
+    # by id or part of a name, as `device` is everywhere else and `latpred select --devices` takes them
+    devices = list(dict.fromkeys(predictions.resolve_device_id(st.registry, d, "devices").device_id
+                                 for d in devices))
     unknown = [d for d in devices if d not in snapshot.predictors]
     if unknown:
         raise ProblemError(404, f"devices: no bundle predicts {', '.join(unknown)} (GET /v1/devices lists the "

@@ -53,7 +53,8 @@ class SelectConstraints(RequestModel):
                                                          "back to back")
     devices: list[Annotated[str, Field(pattern=f"^{DEVICE_ITEM}$", max_length=100)]] | None = Field(
         default=None, min_length=1, max_length=MAX_DEVICES,
-        description="device ids to choose among (GET /v1/devices); default: every device a bundle predicts")
+        description="devices to choose among, by id or part of a name as `device` takes them (GET /v1/devices); "
+                    "default: every device a bundle predicts")
 
 
 class SelectRequest(GraphSource, SelectConstraints):

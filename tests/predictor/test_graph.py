@@ -89,6 +89,9 @@ def test_round_trip_through_to_json_is_stable() -> None:
      r"nodes\[0\]\.params\.n: Input should be a valid integer"),
     (graph_json(nodes=[{**LINEAR, "variant": "fancy"}]), "unknown variant 'fancy'"),
     (graph_json(nodes=[LINEAR, {**LINEAR, "op": "other"}]), "node name 'fc' is used twice"),
+    (graph_json(nodes=[{**LINEAR, "launched_by": "nope"}]),
+     "node 'fc' is launched_by 'nope', no node of the graph: name the node whose call launches it"),
+    (graph_json(nodes=[{**LINEAR, "launched_by": "fc"}]), "node 'fc' is launched_by 'fc', itself"),
     (graph_json(nodes=[{**LINEAR, "precisions": ["fp16", "fp16"]}]), "'precisions' lists a precision twice"),
 ])
 def test_from_json_refuses_bad_graphs_naming_the_field(data: Any, message: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -259,6 +260,41 @@ def test_the_store_adds_a_new_profile_accepts_it_again_and_never_overwrites(tmp_
     assert store.path(HOST.id).read_bytes() == stored
     assert store.get(HOST.id) == HOST
     assert [p.name for p in (tmp_path / "hosts").iterdir()] == [f"{HOST.id}.json"]  # no temporary left
+
+
+def race(store: HostStore, profiles: list[HostProfile]) -> list[object]:
+    """Each profile put by a thread of its own, all released at once: what each put answered."""
+    start = threading.Barrier(len(profiles))
+    outcomes: list[object] = [None] * len(profiles)
+
+    def put(i: int) -> None:
+        start.wait()
+        try:
+            outcomes[i] = store.put(profiles[i])
+        except HostConflictError as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=put, args=(i,)) for i in range(len(profiles))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return outcomes
+
+
+def test_writers_racing_for_one_id_store_one_whole_profile_and_tell_the_others(tmp_path: Path) -> None:
+    """A service's threads share a process: each writer's temporary file must be its own, or one
+    thread truncates what another is linking in (a torn profile, a 201 for a profile not stored)."""
+    store = HostStore(tmp_path)
+    for round_number in range(25):
+        profiles = [parse_profile(changed(id=f"race-{round_number}", cpu_model="x" * (1 + 40 * (i % 4)),
+                                          costs_us={"gemm": 10.0 + i})) for i in range(12)]
+        outcomes = race(store, profiles)
+        winners = [i for i, outcome in enumerate(outcomes) if outcome is True]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, HostConflictError) for i, o in enumerate(outcomes) if i != winners[0]), outcomes
+        assert store.get(f"race-{round_number}") == profiles[winners[0]]  # whole, and the one answered as stored
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"race-{n}.json" for n in range(25))
 
 
 def test_an_unknown_host_is_named(tmp_path: Path) -> None:

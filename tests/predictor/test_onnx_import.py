@@ -243,6 +243,31 @@ def test_an_op_without_a_family_is_a_listed_fallback() -> None:
         ("Mul", "activation", "relu")]
 
 
+def test_windows_strided_unevenly_fall_back_and_an_unstrided_pool_strides_by_one() -> None:
+    """A (1, 2) stride does half the work of 1: costing it as its first stride was silently wrong,
+    so it is a listed fallback. ONNX's default stride is 1, not PyTorch's window: a pool written
+    without ``strides`` (a hand-made graph, another exporter) slides by one."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 8, 32, 32])
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 8, 3, 3], [0.0] * 8 * 8 * 9)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], name="even", pads=[1] * 4, strides=[2, 2]),
+             helper.make_node("Conv", ["x", "w"], ["b"], name="uneven", pads=[1] * 4, strides=[1, 2]),
+             helper.make_node("MaxPool", ["x"], ["c"], name="unstrided", kernel_shape=[3, 3]),
+             helper.make_node("MaxPool", ["x"], ["d"], name="strided", kernel_shape=[3, 3], strides=[3, 3])]
+    outputs = [helper.make_tensor_value_info(name, TensorProto.FLOAT, ["n", 8, h, w])
+               for name, h, w in (("a", 16, 16), ("b", 32, 16), ("c", 30, 30), ("d", 10, 10))]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], outputs, initializer=[w]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    graph = graph_from_onnx(model.SerializeToString(), batch=2)
+    by_name = {n.name: n for n in graph.nodes}
+    assert (by_name["even"].kind, by_name["even"].params["stride"]) == ("kernel", 2)
+    assert by_name["uneven"].kind == "fallback"
+    assert (by_name["unstrided"].family, by_name["unstrided"].params["stride"]) == ("pool", 1)
+    assert by_name["unstrided"].outputs == [[2, 8, 30, 30]]  # what ONNX's shape inference says ran
+    assert by_name["strided"].params["stride"] == 3
+
+
 def test_node_names_are_onnx_names_when_unique_else_index_and_op() -> None:
     from onnx import TensorProto, helper
 
@@ -259,6 +284,35 @@ def test_node_names_are_onnx_names_when_unique_else_index_and_op() -> None:
 
 
 # ---------------------------------------------------------------------------- refusals
+
+def test_a_cycle_is_refused_with_the_checkers_whole_message() -> None:
+    """onnx's checker writes its complaint over three lines; the first alone ended at 'of node:'."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    nodes = [helper.make_node("Add", ["x", "z"], ["w"], name="a"), helper.make_node("Relu", ["w"], ["z"], name="b"),
+             helper.make_node("Relu", ["w"], ["y"], name="c")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match="input 'z' of node: name: a OpType: Add is not output of any previous nodes"):
+        graph_from_onnx(model.SerializeToString())
+
+
+@pytest.mark.parametrize("op", ["Identity", "Constant"])
+def test_a_model_that_runs_nothing_is_refused_in_plain_words(op: str) -> None:
+    from onnx import TensorProto, helper
+
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])
+    value = helper.make_tensor("v", TensorProto.FLOAT, [1, 4], [0.0] * 4)
+    node = (helper.make_node("Identity", ["x"], ["y"]) if op == "Identity" else
+            helper.make_node("Constant", [], ["y"], value=value))
+    model = helper.make_model(helper.make_graph([node], "g", [x] if op == "Identity" else [], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ValueError, match="^the ONNX model runs nothing on the device: its 1 node") as caught:
+        graph_from_onnx(model.SerializeToString())
+    assert "validation error" not in str(caught.value)
+
 
 @pytest.mark.parametrize("data", [b"", b"this is not an ONNX model at all", bytes(range(256)) * 4,
                                   b"\x08\x07"])  # the last parses: an ir_version and nothing else

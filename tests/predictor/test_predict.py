@@ -170,7 +170,7 @@ def test_layers_apply_the_in_model_terms_and_the_host_of_each_kind(predictor: Pr
     plain = Predictor(predictor.bundle, predictor.device,
                       constants=replace(c, short_kernel_share=0.0, group_scale=dict.fromkeys(c.group_scale, 1.0)))
     node = dict(kind="kernel", family="activation", variant="relu", layout="strided", params={"elements": 4096})
-    graph = Graph("g", [Node(name="0:matmul/copy0", op="matmul", launched_by="0:matmul", **node),
+    graph = Graph("g", [Node(name="0:mul/copy0", op="mul", launched_by="1:mul", **node),  # the mul copies an operand
                         Node(name="1:mul", op="mul", **node),
                         Node(name="2:view", op="view", kind="free"),
                         Node(name="3:cumsum", op="cumsum", kind="fallback", elements_per_sample=64)])

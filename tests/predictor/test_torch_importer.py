@@ -185,6 +185,26 @@ def test_convolution_padding_picks_the_variant_and_output_size() -> None:
     assert g.nodes[3].params["kernel"] == 7
 
 
+def test_windows_strided_or_dilated_unevenly_fall_back() -> None:
+    """A (1, 2) stride does half the work of 1, and a (1, 2) dilation widens the window: taking
+    the first of each, as the importer did, costed them as another convolution without a word.
+    The catalogue's windows are square, strided and dilated alike both ways: the others fall back,
+    listed, as an adaptive pool to a size other than 1 x 1 does."""
+    model = nn.Sequential(nn.Conv2d(8, 8, 3, stride=(2, 2), padding=1),
+                          nn.Conv2d(8, 8, 3, stride=(1, 2), padding=1),
+                          nn.Conv2d(8, 8, 3, padding=2, dilation=(1, 2)),
+                          nn.MaxPool2d(3, stride=(1, 2)),
+                          nn.MaxPool2d((3, 1), stride=1),
+                          nn.AvgPool2d(2),
+                          nn.AdaptiveAvgPool2d((1, 3)),
+                          nn.AdaptiveAvgPool2d((1, 1)))
+    g = graph_from_module(model, torch.randn(BATCH, 8, 32, 32), name="windows")
+    assert [(n.kind, n.family) for n in g.nodes] == [
+        ("kernel", "conv2d"), ("fallback", None), ("fallback", None), ("fallback", None), ("fallback", None),
+        ("kernel", "pool"), ("fallback", None), ("kernel", "pool")]
+    assert g.nodes[0].params["stride"] == 2 and g.nodes[5].params["stride"] == 2
+
+
 class WindowAttention(nn.Module):
     """Swin's window attention on a packed qkv, a shifted window (roll) and a cache-style cat."""
 

@@ -43,6 +43,37 @@ def test_a_body_over_the_cap_is_413(capped: Any) -> None:
     assert capped.post("/v1/predict", json={"model": "resnet18"}).status_code == 200
 
 
+@pytest.mark.parametrize("query, field", [
+    ("/v1/latency?model=resnet18&model=vgg11_bn&batch=1", "model"),
+    ("/v1/latency?model=resnet18&batch=1&batch=32", "batch"),
+    ("/v1/capacity?model=resnet18&device=h200&qps=500&qps=8000&slo_p99_ms=20", "qps"),
+    ("/v1/select?model=resnet18&model=vgg11_bn&slo_p99_ms=20", "model"),
+])
+def test_a_query_parameter_given_twice_is_400_naming_it(client: Any, query: str, field: str) -> None:
+    """Werkzeug keeps a repeated parameter's first value: a sheet asking for two models got one row."""
+    body = assert_problem(client.get(query), 400, field)
+    assert "given 2 times in the query string" in body["detail"]
+    assert client.get("/v1/latency?model=resnet18&batch=1").status_code == 200
+
+
+def test_a_form_field_or_file_given_twice_is_400_naming_it(client: Any) -> None:
+    """A second ``onnx`` file was dropped without a word, and a second ``batch`` ignored."""
+    def post(*fields: tuple[str, Any]) -> Any:
+        from werkzeug.datastructures import MultiDict
+
+        return client.post("/v1/predict", data=MultiDict(fields), content_type="multipart/form-data")
+
+    def model() -> tuple[io.BytesIO, str]:
+        return io.BytesIO(small_onnx()), "m.onnx"
+
+    assert post(("onnx", model()), ("batch", "8")).status_code == 200
+    assert "as a file" in assert_problem(post(("onnx", model()), ("onnx", model())), 400, "onnx")["detail"]
+    assert "as a form field" in assert_problem(post(("onnx", model()), ("batch", "8"), ("batch", "1")), 400,
+                                               "batch")["detail"]
+    body = assert_problem(post(("onnx", model()), ("dims", '{"N": 2, "N": 3}')), 422, "dims")
+    assert "given twice" in body["detail"]
+
+
 def test_a_graph_over_the_node_cap_is_422(capped: Any) -> None:
     small = load_zoo_graph("resnet18").to_json()
     small["nodes"] = small["nodes"][:11]
@@ -56,7 +87,8 @@ def test_a_graph_over_the_node_cap_is_422(capped: Any) -> None:
 def test_an_onnx_model_over_the_node_cap_is_refused_before_import(registry: Any, tmp_path: Path) -> None:
     client = create_app(ServiceConfig(data_dir=tmp_path, graph_store=tmp_path, max_nodes=3),
                         registry=registry).test_client()
-    assert_problem(onnx_post(client, small_onnx()), 422, "onnx")
+    body = assert_problem(onnx_post(client, small_onnx()), 422, "onnx")
+    assert "the graph has more than 3 nodes" in body["detail"]  # counted no further than the cap
 
 
 @pytest.mark.parametrize("batch", [0, -1, 10**9, 1.5, "eight", None])

@@ -54,6 +54,16 @@ def test_devices_narrow_the_choice(client: Any) -> None:
     assert {d["device"] for d in body["ranked"]} == {"nvidia-h200", "nvidia-l4"}
 
 
+def test_devices_are_named_as_device_is_everywhere_else(client: Any) -> None:
+    """By id or part of a name, as `device` and `latpred select --devices` take them ('h200' was a 404)."""
+    body = _select(client, devices=["h200", "l4", "nvidia-h200"], min_throughput_qps=1.0)
+    assert sorted(d["device"] for d in body["ranked"]) == ["nvidia-h200", "nvidia-l4"]
+    got = client.get("/v1/select?model=resnet50&devices=h200,l4")
+    assert got.status_code == 200 and {d["device"] for d in got.get_json()["ranked"]} == {"nvidia-h200", "nvidia-l4"}
+    assert "ambiguous" in assert_problem(client.post("/v1/select", json={"model": "resnet50", "devices": ["a100"]}),
+                                         404, "devices")["detail"]
+
+
 def test_bf16_skips_a_device_without_bf16_tensor_cores(client: Any) -> None:
     body = _select(client, precision="bf16")
     assert "tesla-t4" in body["skipped"] and "tesla-t4" not in {d["device"] for d in body["ranked"]}
