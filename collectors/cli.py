@@ -454,6 +454,8 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
         raise click.UsageError("--no-references is for a measured probe: a CPU-only estimate times no forwards")
     if cpu_only and budget_s is not None:
         raise click.UsageError("--budget-s is for a measured probe: a CPU-only estimate takes a tenth of a second")
+    if out is not None and not out.parent.is_dir():  # said before the probe, not after it
+        raise click.BadParameter(f"{out.parent} is not a folder", param_hint="--out")
     try:
         profile = (_estimated_profile(reference, note) if cpu_only
                    else _measured_profile(device, note, references=not no_references, started=started,
@@ -461,14 +463,23 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
         if save:  # the store's module loads the bundle's (pandas): a second of a contended probe, so only here
             from predictor.host_lookup import user_store
 
-            user_store().put(profile)
+            try:
+                user_store().put(profile)
+            except OSError as exc:  # (LATPRED_HOSTS_DIR a file, or not writable): the profile is still printed
+                click.echo(profile.model_dump_json(indent=1))
+                raise click.ClickException(f"--save: the profile could not be stored in {user_store().directory} "
+                                           f"({exc.strerror or exc}); it is printed above") from None
     except (ValueError, KeyError, RuntimeError) as exc:
         _fail(exc)
     text = profile.model_dump_json(indent=1)
     if out is None:
         click.echo(text)
     else:
-        out.write_text(text + "\n")
+        try:
+            out.write_text(text + "\n")
+        except OSError as exc:
+            click.echo(text)
+            raise click.ClickException(f"--out {out}: {exc.strerror or exc}; the profile is printed above") from None
         click.echo(f"host profile {profile.id} written to {out} ({time.perf_counter() - started:.1f} s)", err=True)
     if save:
         click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)

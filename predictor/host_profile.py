@@ -66,6 +66,9 @@ MIN_COST_US = 0.05
 MAX_COST_US = 1000.0
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: the CPU score's plausible range, ns per iteration: hosts measured here score 430-930, and an
+#: estimate divides by it (0 or infinity would scale every cost out of range)
+MIN_CPU_SCORE_NS, MAX_CPU_SCORE_NS = 10.0, 100_000.0
 HostId = Annotated[str, Field(pattern=ID_PATTERN, description="short id of a stored host profile",
                               examples=["h200-a1b2c3d4e5"])]
 
@@ -149,8 +152,9 @@ class HostProfile(BaseModel):
                     "any prediction lands on it: an eager prediction's interval on a measured GPU is sized by "
                     "it, and a host above 1.3 is warned of")
     cpu_score_ns: float | None = Field(
-        None, gt=0, description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
-                                "what an estimated profile is scaled by")
+        None, ge=MIN_CPU_SCORE_NS, le=MAX_CPU_SCORE_NS, allow_inf_nan=False,
+        description="a fixed pure-Python workload's time per iteration (collectors.cpu_score): "
+                    "what an estimated profile is scaled by")
     cpu_model: str = Field(max_length=200)
     cpu_cores: Annotated[int, Strict(), Field(ge=1, le=100_000), INTEGRAL_FLOAT]
     torch_version: str | None = Field(None, max_length=100)
@@ -225,7 +229,7 @@ def parse_profile(data: Any) -> HostProfile:
     """A profile from JSON data; a ``HostProfileError`` naming the field where it is invalid
     (an unknown schema version is named as such, before any other field)."""
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if isinstance(data, dict) and version not in (None, *READABLE_SCHEMA_VERSIONS):
+    if isinstance(data, dict) and (isinstance(version, bool) or version not in (None, *READABLE_SCHEMA_VERSIONS)):
         newer = (isinstance(version, int) and not isinstance(version, bool)
                  and version > max(READABLE_SCHEMA_VERSIONS))
         fix = "written by a newer latpred: upgrade this one to read it" if newer else "probe again with this latpred"
@@ -243,6 +247,8 @@ def load_profile(path: Path) -> HostProfile:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HostProfileError(f"{path}: not a readable JSON host profile ({exc})") from None
+    except RecursionError:  # (json nests as deep as the file does, until the stack runs out)
+        raise HostProfileError(f"{path}: not a readable JSON host profile (nested too deeply)") from None
     try:
         return parse_profile(data)
     except HostProfileError as exc:
@@ -358,12 +364,23 @@ class HostStore:
         if not path.exists():
             raise UnknownHostError(f"no host profile {host_id!r} is stored (known: "
                                    f"{', '.join(self.ids()[:10]) or 'none'})")
-        return load_profile(path)
+        profile = load_profile(path)
+        if profile.id != host_id:  # a copy renamed by hand: two files could then claim one id
+            raise HostProfileError(f"{path}: holds the profile {profile.id!r}; a stored profile's file is named "
+                                   f"by its id ({profile.id}.json)")
+        return profile
 
     def ids(self) -> list[str]:
+        """The stored profiles' ids: their files' names, each checked to be an id (a file named
+        otherwise, as 'my profile.json', is refused naming it, not skipped)."""
         if not self.directory.exists():
             return []
-        return sorted(p.stem for p in self.directory.glob("*.json"))
+        found = sorted(p.stem for p in self.directory.glob("*.json"))
+        for stem in found:
+            if not re.match(ID_PATTERN, stem):
+                raise HostProfileError(f"{self.directory / (stem + '.json')}: not a host profile's file name (a "
+                                       "profile's id, then .json; letters, digits, '.', '_', '-', at most 64)")
+        return found
 
     def all(self) -> list[HostProfile]:
         return [self.get(i) for i in self.ids()]

@@ -379,6 +379,9 @@ class Predictor:
         candidates; eager ones issued by ``host`` (default: the bundle's). Their new kernels are
         evaluated in one pass per family before any graph is composed. A variant that names
         another device than this predictor's is refused."""
+        # Each is walked three times (devices, prefetch, predictions): a generator, which a NAS loop
+        # may well pass whatever the annotation says, would be spent by the first and answer [].
+        graphs, variants = list(graphs), list(variants)
         for j, v in enumerate(variants):
             if v.device is None:
                 continue

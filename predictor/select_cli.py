@@ -62,6 +62,8 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
         predictors = device_bundles.load_all(bundles)
         if devices.strip():
             wanted = [resolve_device(d).device_id for d in devices.split(",") if d.strip()]
+            if not wanted:
+                raise click.BadParameter(f"{devices!r} names no device", param_hint="--devices")
             missing = [d for d in wanted if d not in predictors]
             if missing:
                 raise click.BadParameter(f"no bundle predicts {', '.join(missing)}", param_hint="--devices")

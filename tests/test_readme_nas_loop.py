@@ -39,3 +39,20 @@ def test_predict_many_refuses_a_variant_for_another_device() -> None:
     predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
     with pytest.raises(ValueError, match=r"variants\[1\]\.device"):
         predictor.predict_many([load_zoo_graph("resnet18")], [Variant(), Variant(device="a100")])
+
+
+def test_predict_many_takes_generators_as_lists() -> None:
+    """A NAS loop may hand over generators: each was walked three times, and the first walk spent
+    it, so predict_many answered an empty list without a word."""
+    from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+    from predictor.devices import resolve_device
+    from predictor.predict import Predictor
+    from predictor.variant import Variant
+    from predictor.zoo import load_zoo_graph
+
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    graphs = [load_zoo_graph("resnet18"), load_zoo_graph("alexnet")]
+    variants = [Variant(batch=1), Variant(batch=8, precision="fp16")]
+    listed = [r.total_ms for r in predictor.predict_many(graphs, variants)]
+    generated = predictor.predict_many((g for g in graphs), (v for v in variants))
+    assert len(listed) == 4 and [r.total_ms for r in generated] == listed

@@ -30,6 +30,16 @@ def _reported() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
+def _writable_folder(out: Path) -> None:
+    """Make ``--out`` now, or say why it cannot be: a file there, or a folder that cannot be made,
+    was a traceback once every prediction had been made."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(f"{out}: cannot be made a folder for the tables ({exc.strerror or exc})",
+                                 param_hint="--out") from None
+
+
 def _bundle_dir(device: str, bundle: Path | None) -> Path:
     """``bundle``, or the shipped bundle of ``device``."""
     from predictor.devices import resolve_device
@@ -61,7 +71,7 @@ def commands() -> None:
               help="multiplies the number of trees")
 @click.option("--no-track", is_flag=True, help="skip MLflow")
 @click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
-@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/suites"), show_default=True,
               help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
 @click.option("--host-speed-exponent", type=click.FloatRange(min=0, max=2), default=0.0, show_default=True,
@@ -103,7 +113,8 @@ def train(dataset: Path, bundles: Path, store: Path, limit: int | None, scale: f
 @commands.command()
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
               help="where the bundle is exported (as <bundles>/transfer)")
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/transfer"), show_default=True,
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("runs/transfer"),
+              show_default=True,
               help="the validation's tables (held-out devices' operators and runs, each device's own runs)")
 @click.option("--holdout", "holdouts", multiple=True,
               help="a device scored leave-one-device-out (repeatable; default: every partition)")
@@ -123,13 +134,14 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/nvidia-h200"), show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None)
-@click.option("--out", type=click.Path(path_type=Path), default=Path("runs/validate"), show_default=True)
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("runs/validate"),
+              show_default=True)
 @click.option("--strict", is_flag=True,
               help="also refit the per-layer models without each held-out model's layer shapes (minutes)")
 @click.option("--suite", type=click.Choice(["zoo", "nas-dev", "nas-test"]), default=None,
               help="score a suite through every importer (torch trace and each ONNX export): share within "
                    "+-10%, MAPE, Spearman and interval coverage per importer, mode, precision and batch")
-@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               default=Path("datasets/suites"), show_default=True, help="the suites' graphs and exports")
 @click.option("--models", default="", help="comma-separated: score only these models of the suite")
 @click.option("--hosts", is_flag=True,
@@ -246,6 +258,7 @@ def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: s
     that 'latpred collect models' wrote), through every importer."""
     from training.runs_check import CHECKOUT_SUITES_DIR, check_runs
 
+    _writable_folder(out)  # before the predictions, not after them
     with _reported():
         result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir or CHECKOUT_SUITES_DIR,
                             models=[m.strip() for m in models.split(",") if m.strip()] or None)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,22 @@ from predictor.model_run_schema import (
 
 def shard_paths(directory: Path) -> list[Path]:
     return sorted(Path(directory).glob("part-*.parquet"))
+
+
+def dataset_fingerprint(dataset_dir: Path) -> dict[str, Any]:
+    """``fingerprint.json`` of a device's dataset, as a JSON object with its ``device_id``; a
+    ValueError naming the file where it is not one (a list was a TypeError traceback, malformed
+    JSON a message without the file)."""
+    path = Path(dataset_dir) / "fingerprint.json"
+    try:
+        fingerprint = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no fingerprint (the collectors write one beside the rows)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path}: not a readable fingerprint ({exc})") from None
+    if not isinstance(fingerprint, dict) or not isinstance(fingerprint.get("device_id"), str):
+        raise ValueError(f"{path}: not a fingerprint (a JSON object with the device_id the collectors write)")
+    return fingerprint
 
 
 def trained_on_files(dataset_dir: Path) -> list[Path]:
@@ -99,8 +116,7 @@ def load_ops(dataset_dir: Path, families: list[str] | None = None, limit: int | 
     calls ran far from its probes, and the host of the rows measured before the probe existed,
     are judged on the whole sweep, so a sample gets the same references as the full fit."""
     dataset_dir = Path(dataset_dir)
-    fingerprint = json.loads((dataset_dir / "fingerprint.json").read_text())
-    device = resolve_device(fingerprint["device_id"])
+    device = resolve_device(dataset_fingerprint(dataset_dir)["device_id"])
     rows = read_frame(dataset_dir / "ops", validate_rows, "config_id")
     rows = rows[rows["status"] == "ok"].reset_index(drop=True)
     costs = host_costs(rows, dataset_dir)

@@ -30,8 +30,14 @@ def logged_probes(dataset_dir: Path) -> list[list[str]]:
     found = []
     for log in logs:
         if log.is_file():
-            for line in log.read_text().splitlines():
-                ids = json.loads(line).get("settings", {}).get("host_profiles") if line.strip() else None
+            for number, line in enumerate(log.read_text().splitlines(), start=1):
+                if not line.strip():
+                    continue
+                try:
+                    entry = json.loads(line)
+                    ids = entry.get("settings", {}).get("host_profiles")
+                except (ValueError, AttributeError) as exc:
+                    raise ValueError(f"{log}, line {number}: not a sweep log entry ({exc})") from None
                 if ids and len(ids) >= 2:
                     found.append(list(ids))
     return found

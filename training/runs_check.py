@@ -20,7 +20,6 @@ brand) is said in ``warnings``, never passed over.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -30,9 +29,9 @@ from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
 from predictor.dataset_schema import DatasetSchemaError
 from predictor.device_bundles import bundle_folder
 from predictor.devices import DEVICES, DeviceSpec
-from predictor.model_run_schema import MODEL_RUNS_FOLDER
+from predictor.model_run_schema import MODEL_RUNS_FOLDER, validate_model_runs
 from predictor.predict import MEASURED, TRANSFERRED
-from training.data import shard_paths
+from training.data import dataset_fingerprint, read_frame, shard_paths
 from training.hosts import reference_profiles
 from training.ops_check import has_ops, kernel_predictions, score_kernels
 from training.suite_validation import SuiteReport, predict_suite, score_suite
@@ -125,6 +124,27 @@ def _predictable_runs(suite: Suite, device: DeviceSpec) -> tuple[Suite, list[str
     return replace(suite, runs=suite.runs[keep].reset_index(drop=True)), warnings
 
 
+def unscored_warnings(dataset: Path, models: list[str] | None) -> list[str]:
+    """What the folder holds that its scores do not say: runs that failed (they are not
+    scored, and a score over the rest can look better than the machine is) and runs the GPU
+    throttled (scored as measured: their times may be slow)."""
+    rows = read_frame(dataset / MODEL_RUNS_FOLDER, validate_model_runs, "run_id")
+    if models:
+        rows = rows[rows["model"].isin(models)]
+    said = []
+    failed = rows[rows["status"] != "ok"]
+    if len(failed):
+        r = failed.iloc[0]
+        said.append(f"{len(failed)} run(s) failed and are not scored (e.g. {r['model']} batch {r['batch']} "
+                    f"{r['precision']} {r['mode']}: {str(r['error'] or 'no error recorded')[:120]})")
+    throttled = rows[(rows["status"] == "ok") & rows["throttled"]]
+    if len(throttled):
+        r = throttled.iloc[0]
+        said.append(f"{len(throttled)} run(s) ran while the GPU throttled its clocks (e.g. {r['model']} batch "
+                    f"{r['batch']} {r['precision']} {r['mode']}): scored as measured, they may read slow")
+    return said
+
+
 def unprobed_eager(runs: pd.DataFrame, dataset: Path) -> int:
     """How many eager runs name no host profile that ``dataset/hosts`` holds: a prediction for
     them falls back to the bundle's host (``predict_suite``)."""
@@ -139,7 +159,7 @@ def _other_cpu(device: DeviceSpec, dataset: Path) -> str | None:
     path = dataset / "fingerprint.json"
     if device.kind != "cpu" or not path.is_file():
         return None
-    cores = json.loads(path.read_text()).get("cpu_cores")
+    cores = dataset_fingerprint(dataset).get("cpu_cores")
     if isinstance(cores, int) and cores != device.sm_count:
         return (f"this CPU has {cores} cores, the {device.device_id} that latpred measured {device.sm_count}: its "
                 "bundle predicts another machine of the brand, and the scores are a check of that")
@@ -171,6 +191,7 @@ def check_runs(dataset: Path, bundle_root: Path = DEFAULT_BUNDLE_DIR, bundle: Pa
     other_cpu = _other_cpu(device, dataset)
     if other_cpu:
         warnings.append(other_cpu)
+    warnings += unscored_warnings(dataset, models)
     kernels = score_kernels(kernel_predictions(dataset, loaded)) if has_ops(dataset) else None
     return RunsCheck(device, bundle_dir, loaded.version, loaded.measured_on(device.device_id),
                      score_suite(suite, predictions), tuple(warnings), kernels)

@@ -21,7 +21,7 @@ from predictor.predict import Predictor
 from predictor.zoo import load_zoo_graph, zoo_names
 from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
-from training.data import OpData, dataset_hash, load_model_runs, load_ops
+from training.data import OpData, dataset_fingerprint, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.hosts import bundle_hosts, operator_host, reference_profiles
 from training.metrics import ape, summarize_ape
@@ -131,7 +131,7 @@ def train(settings: TrainSettings) -> TrainReport:
         errors = ape(lomo.loc[lomo["mode"] == mode, "predicted_ms"], lomo.loc[lomo["mode"] == mode, "measured_ms"])
         metrics.update({f"lomo_{mode}_{k}": v for k, v in summarize_ape(errors).items() if k != "count"})
     metrics["lomo_within_10pct"] = float((ape(lomo["predicted_ms"], lomo["measured_ms"]) <= 0.1).mean())
-    fingerprint = json.loads((Path(settings.dataset) / "fingerprint.json").read_text())
+    fingerprint = dataset_fingerprint(Path(settings.dataset))
     version = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     metadata = {
         "version": version, "dataset_hash": dataset_hash(settings.dataset), "fingerprint": fingerprint,

@@ -283,13 +283,34 @@ class TransferReport:
     seconds: float
 
 
+def measured_holdouts(holdouts: Sequence[str], datasets: Sequence[Path]) -> tuple[str, ...]:
+    """The devices asked to be held out (by id or part of a name, as everywhere), each one of the
+    measured datasets': checked before the minute it takes to load them (an unknown one was a
+    StopIteration traceback after it)."""
+    from predictor.devices import resolve_device
+
+    measured = [Path(d).name for d in datasets]
+    ids = []
+    for asked in holdouts:
+        try:
+            device_id = resolve_device(asked).device_id
+        except ValueError as exc:
+            raise ValueError(f"--holdout {asked!r}: {exc}") from None
+        if device_id not in measured:
+            raise ValueError(f"--holdout {asked!r}: {device_id} is not one of the measured devices the transfer "
+                             f"model is fitted across ({', '.join(measured)})")
+        ids.append(device_id)
+    return tuple(dict.fromkeys(ids))
+
+
 def train_transfer(settings: TransferSettings) -> TransferReport:
     """Score leave-one-device-out, fit on every measured GPU, write the bundle."""
     started = time.perf_counter()
     say = settings.say
+    asked = None if settings.holdouts is None else measured_holdouts(settings.holdouts, settings.datasets)
     devices = [load_device(d, settings.limit, settings.seed) for d in settings.datasets]
     say("devices: " + ", ".join(f"{d.device_id} ({len(d.ops.rows):,} rows, {len(d.runs)} runs)" for d in devices))
-    holdouts = settings.holdouts if settings.holdouts is not None else tuple(d.device_id for d in devices[1:])
+    holdouts = asked if asked is not None else tuple(d.device_id for d in devices[1:])
     ops_tables, run_tables = [], []
     for held in holdouts:
         ops, runs = leave_one_device_out(devices, held, settings)

@@ -94,3 +94,16 @@ def test_a_budget_is_for_a_measured_probe_and_at_least_a_second() -> None:
     assert result.exit_code == 2 and "--budget-s is for a measured probe" in result.output
     result = run("host", "probe", "--device", "cpu", "--budget-s", "0.5")
     assert result.exit_code == 2 and "--budget-s" in result.output and "0.5" in result.output
+
+
+def test_a_profile_that_cannot_be_written_or_stored_is_said_and_printed(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--out in a folder that does not exist is refused before the probe (a GPU's takes 15 s);
+    a store that cannot be written (LATPRED_HOSTS_DIR a file) keeps the profile on stdout."""
+    result = run("host", "probe", "--cpu-only", "--out", str(tmp_path / "no-such-folder" / "p.json"))
+    assert result.exit_code == 2 and "is not a folder" in result.output, result.output
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("LATPRED_HOSTS_DIR", str(tmp_path / "a-file"))
+    result = run("host", "probe", "--cpu-only", "--save")
+    assert result.exit_code == 1 and "--save: the profile could not be stored" in result.output, result.output
+    assert parse_profile(json.loads(result.stdout[:result.stdout.index("\n}") + 2])).label == "estimated"

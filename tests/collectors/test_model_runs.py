@@ -143,8 +143,12 @@ def test_model_run_refuses_an_unknown_mode() -> None:
 
 
 def test_model_run_refuses_ok_without_latency_and_duplicate_runs() -> None:
-    with pytest.raises(DatasetSchemaError, match="latency_ms"):
+    with pytest.raises(DatasetSchemaError, match="^column 'latency_ms': 1 'ok' row\\(s\\) without it") as caught:
         validate_model_runs(pd.DataFrame([example_row(latency_ms=None)]))
+    assert "\n" not in str(caught.value) and "schema_version" not in str(caught.value)  # one line, the one column
+    for column in ("latency_ms", "p90_ms", "cv"):  # inf passed 'greater than 0', then broke ratios and plots
+        with pytest.raises(DatasetSchemaError, match=f"column '{column}'.*finite"):
+            validate_model_runs(pd.DataFrame([example_row(**{column: float("inf")})]))
     with pytest.raises(DatasetSchemaError, match="run_id"):
         validate_model_runs(pd.DataFrame([example_row(), example_row()]))
     failed = example_row(status="failed", error="OutOfMemoryError: ...", latency_ms=None, p10_ms=None,

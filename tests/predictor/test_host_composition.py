@@ -28,6 +28,7 @@ from predictor.host_profile import (
     estimate_profile,
     host_kind,
     json_schema,
+    load_profile,
     mean_profile,
     parse_profile,
     profile_version,
@@ -260,6 +261,25 @@ def test_the_store_adds_a_new_profile_accepts_it_again_and_never_overwrites(tmp_
     assert store.path(HOST.id).read_bytes() == stored
     assert store.get(HOST.id) == HOST
     assert [p.name for p in (tmp_path / "hosts").iterdir()] == [f"{HOST.id}.json"]  # no temporary left
+
+
+def test_a_stored_profile_is_read_only_under_its_own_id(tmp_path: Path) -> None:
+    """The store is keyed by file name: a copy renamed by hand made two files claim one id, and the
+    last one read won (a check's eager scores moved from 92% to 21% without a word); a file named
+    otherwise than an id was a KeyError traceback. Both are refused naming the file."""
+    store = HostStore(tmp_path)
+    store.put(HOST)
+    (tmp_path / "zzzz-copy.json").write_text(store.path(HOST.id).read_text())
+    with pytest.raises(HostProfileError, match=r"zzzz-copy\.json: holds the profile 'test-h200-0123456789'"):
+        store.all()
+    (tmp_path / "zzzz-copy.json").unlink()
+    (tmp_path / "my profile.json").write_text(store.path(HOST.id).read_text())
+    with pytest.raises(HostProfileError, match=r"my profile\.json: not a host profile's file name"):
+        store.all()
+    (tmp_path / "my profile.json").unlink()
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(HostProfileError, match=r"deep\.json: not a readable JSON host profile \(nested too deeply\)"):
+        load_profile(tmp_path / "deep.json")
 
 
 def race(store: HostStore, profiles: list[HostProfile]) -> list[object]:

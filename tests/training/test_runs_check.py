@@ -114,6 +114,22 @@ def test_eager_runs_without_their_host_profiles_are_counted_and_the_command_warn
     assert f"warning: {unprobed}" in result.output
 
 
+def test_failed_and_throttled_runs_are_said_not_passed_over(tmp_path: Path) -> None:
+    """A failed run is not scored, and a score over the rest can look better than the machine is;
+    a throttled one is scored as measured: both are said (they were passed over without a word)."""
+    rows = load_model_runs(PARTITION)
+    rows = rows[rows["model"].isin(SLICE)].reset_index(drop=True)
+    rows.loc[:2, ["status", "error", "latency_ms", "p10_ms", "p90_ms", "cv", "repetitions"]] = \
+        ["failed", "OutOfMemoryError: CUDA out of memory", None, None, None, None, None]
+    rows.loc[3, "throttled"] = True
+    result = check_runs(runs_folder(tmp_path, rows))
+    failed = rows.iloc[0]
+    assert (f"3 run(s) failed and are not scored (e.g. {failed['model']} batch {failed['batch']} "
+            f"{failed['precision']} {failed['mode']}: OutOfMemoryError: CUDA out of memory)") in result.warnings
+    assert any(w.startswith("1 run(s) ran while the GPU throttled its clocks") for w in result.warnings)
+    assert len(result.report.predictions[result.report.predictions["importer"] == "torch"]) == len(rows) - 3
+
+
 def test_runs_at_a_precision_the_device_cannot_be_predicted_at_are_left_out_and_said(tmp_path: Path) -> None:
     """A T4 has no bf16 tensor cores: its bf16 runs (collect measures bf16 by default) are left
     out, with why, and the rest are scored (the partition's runs relabelled: plumbing only)."""
@@ -215,3 +231,26 @@ def test_a_transferred_devices_kernels_are_predicted_from_its_datasheet(tmp_path
     beyond_l2 = large & (moved > max(DEVICES["nvidia-l4"].l2_bytes, DEVICES["nvidia-h100-80gb-hbm3"].l2_bytes))
     assert beyond_l2.sum() > 50
     assert (l4["predicted_us"][beyond_l2] > 2 * h100["predicted_us"][beyond_l2]).all()
+
+
+def test_a_folders_fingerprint_and_sweep_log_are_refused_naming_the_file(tmp_path: Path) -> None:
+    """A fingerprint that is a JSON list was a TypeError traceback in training, a malformed one or a
+    malformed sweep-log line a message that named no file."""
+    from training.data import dataset_fingerprint
+    from training.hosts import logged_probes
+
+    (tmp_path / "fingerprint.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"fingerprint\.json: not a fingerprint \(a JSON object"):
+        dataset_fingerprint(tmp_path)
+    (tmp_path / "fingerprint.json").write_text("{'device_id': ")
+    with pytest.raises(ValueError, match=r"fingerprint\.json: not a readable fingerprint"):
+        dataset_fingerprint(tmp_path)
+    (tmp_path / "sweep_log.jsonl").write_text('{"settings": {"host_profiles": ["a", "b"]}}\n\nnot json\n')
+    with pytest.raises(ValueError, match=r"sweep_log\.jsonl, line 3: not a sweep log entry"):
+        logged_probes(tmp_path)
+
+
+def test_an_out_that_cannot_be_a_folder_is_refused_before_any_prediction(tmp_path: Path) -> None:
+    (tmp_path / "taken").write_text("a file")
+    result = CliRunner().invoke(main, ["check", str(PARTITION), "--out", str(tmp_path / "taken")])
+    assert result.exit_code == 2 and "cannot be made a folder for the tables" in result.output, result.output

@@ -120,3 +120,18 @@ def test_each_device_weighs_by_the_root_of_its_share() -> None:
     rows = pd.DataFrame({"device_id": ["a"] * 400 + ["b"] * 100 + ["c"] * 25})
     weight = device_weights(rows)
     assert weight[:400].tolist() == [1.0] * 400 and set(weight[400:500]) == {2.0} and set(weight[500:]) == {4.0}
+
+
+def test_holdouts_are_resolved_by_name_and_refused_before_anything_loads() -> None:
+    """An unknown device held out was a StopIteration after a minute of loading; a short name was
+    refused. Both are settled first."""
+    from training.transfer import GPU_DATASETS, measured_holdouts
+
+    assert measured_holdouts(["nvidia-h100-80gb-hbm3", "h200", "nvidia-h200", "nvidia-h200-sm72"], GPU_DATASETS) == (
+        "nvidia-h100-80gb-hbm3", "nvidia-h200", "nvidia-h200-sm72")
+    with pytest.raises(ValueError, match="^--holdout 'nosuchgpu': "):
+        measured_holdouts(["nosuchgpu"], GPU_DATASETS)
+    with pytest.raises(ValueError, match="^--holdout 'h100': device 'h100' is ambiguous"):
+        measured_holdouts(["h100"], GPU_DATASETS)
+    with pytest.raises(ValueError, match="nvidia-l4 is not one of the measured devices"):
+        measured_holdouts(["l4"], GPU_DATASETS)
