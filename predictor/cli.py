@@ -113,7 +113,8 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
             result = predictor.predict(load_graph(path, batch, dims), batch, precision, mode, host=host)
         except ValueError as exc:
             said = str(exc)  # (the graph sources' errors mostly name the file already)
-            click.echo(f"error: {said}" if said.startswith((path, repr(path))) else f"error: {path}: {said}", err=True)
+            named = said.startswith((f"{path}:", f"{path} ", repr(path)))
+            click.echo(f"error: {said}" if named else f"error: {path}: {said}", err=True)
             failed += 1
             continue
         if fmt == "json":

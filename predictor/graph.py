@@ -139,6 +139,26 @@ class Node:
         return self.capture_variant if mode == "cudagraph" and self.capture_variant else self.variant
 
 
+def _check_launchers(graph: str, nodes: list[Node]) -> None:
+    """Each ``launched_by`` names another node that runs wherever the launched one does: a
+    dangling name changed the prediction without a word, and a launcher that a precision or batch
+    leaves out (``Graph.at_precision``) would leave the launched node naming none there."""
+    by_name = {n.name: n for n in nodes}  # (it may name a later node: a matmul's operand copies come before it)
+    for node in nodes:
+        if not node.launched_by:
+            continue
+        launcher = by_name.get(node.launched_by)
+        if launcher is None or launcher is node:
+            what = "itself" if launcher is node else "no node of the graph"
+            raise ValueError(f"graph {graph!r}: node {node.name!r} is launched_by {node.launched_by!r}, {what}: "
+                             "name the node whose call launches it, or leave it empty")
+        fewer = launcher.precisions and (not node.precisions or not set(node.precisions) <= set(launcher.precisions))
+        if fewer or launcher.min_batch > node.min_batch:
+            raise ValueError(f"graph {graph!r}: node {node.name!r} is launched_by {launcher.name!r}, which does not "
+                             "run wherever it does (its 'precisions' or 'min_batch' leave it out where the launched "
+                             "node runs): give them the same")
+
+
 def _supported_version(version: int) -> int:
     if version != IR_VERSION:
         raise ValueError(f"graph IR version {version} is not supported (this latpred reads version {IR_VERSION})")
@@ -179,11 +199,8 @@ class Graph:
             branches = branches or bool(node.precisions)
             islands = islands or node.keeps_float32
             min_batch = max(min_batch, node.min_batch)
-        for node in self.nodes:  # (it may name a later node: a matmul's operand copies come before it)
-            if node.launched_by and (node.launched_by not in seen or node.launched_by == node.name):
-                what = "itself" if node.launched_by == node.name else "no node of the graph"
-                raise ValueError(f"graph {self.name!r}: node {node.name!r} is launched_by {node.launched_by!r}, "
-                                 f"{what}: name the node whose call launches it, or leave it empty")
+        if any(node.launched_by for node in self.nodes):
+            _check_launchers(self.name, self.nodes)
         self.__dict__["branches_on_precision"] = branches
         self.__dict__["has_float32_islands"] = islands
         self.__dict__["largest_min_batch"] = min_batch

@@ -66,8 +66,8 @@ MIN_COST_US = 0.05
 MAX_COST_US = 1000.0
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-#: the CPU score's plausible range, ns per iteration: hosts measured here score 430-930, and an
-#: estimate divides by it (0 or infinity would scale every cost out of range)
+#: the CPU score's plausible range, ns per iteration: the profiles committed here score 370-2,280,
+#: and an estimate divides by it (0 or infinity would scale every cost out of range)
 MIN_CPU_SCORE_NS, MAX_CPU_SCORE_NS = 10.0, 100_000.0
 HostId = Annotated[str, Field(pattern=ID_PATTERN, description="short id of a stored host profile",
                               examples=["h200-a1b2c3d4e5"])]
@@ -371,18 +371,20 @@ class HostStore:
         return profile
 
     def ids(self) -> list[str]:
-        """The stored profiles' ids: their files' names, each checked to be an id (a file named
-        otherwise, as 'my profile.json', is refused naming it, not skipped)."""
+        """The stored profiles' ids: the names of the folder's files that are ids (a stray file,
+        as 'my profile.json' or a '._x.json' another system left, is no profile: ``all`` names it)."""
         if not self.directory.exists():
             return []
-        found = sorted(p.stem for p in self.directory.glob("*.json"))
-        for stem in found:
-            if not re.match(ID_PATTERN, stem):
-                raise HostProfileError(f"{self.directory / (stem + '.json')}: not a host profile's file name (a "
-                                       "profile's id, then .json; letters, digits, '.', '_', '-', at most 64)")
-        return found
+        return sorted(p.stem for p in self.directory.glob("*.json") if re.match(ID_PATTERN, p.stem))
 
     def all(self) -> list[HostProfile]:
+        """Every stored profile; a file named otherwise than an id is refused naming it, not
+        skipped (a dataset's hosts/ folder is read whole: a profile left out changes its scores)."""
+        if self.directory.exists():
+            for path in sorted(self.directory.glob("*.json")):
+                if not re.match(ID_PATTERN, path.stem):
+                    raise HostProfileError(f"{path}: not a host profile's file name (a profile's id, then .json; "
+                                           "letters, digits, '.', '_', '-', at most 64)")
         return [self.get(i) for i in self.ids()]
 
     def put(self, profile: HostProfile) -> bool:
@@ -404,6 +406,7 @@ class HostStore:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
                 f.flush()
+                os.fchmod(f.fileno(), 0o644)  # as a plain write makes it (mkstemp's 0600 would lock others out)
                 os.fsync(f.fileno())
             os.link(temporary, path)  # fails if another writer stored this id first: no overwrite
         except FileExistsError:

@@ -90,6 +90,7 @@ def check_fields_given_once(req: Request) -> None:
 
 
 def _refuse_repeats(fields: Any, where: str) -> None:
+    """A 400 naming the first of ``fields`` (a werkzeug MultiDict) that holds more than one value."""
     for name, values in fields.lists():
         if len(values) > 1:
             raise ProblemError(400, f"{name}: given {len(values)} times {where}; give it once (several values "

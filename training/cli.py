@@ -71,7 +71,7 @@ def commands() -> None:
               help="multiplies the number of trees")
 @click.option("--no-track", is_flag=True, help="skip MLflow")
 @click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
-@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("datasets/suites"), show_default=True,
               help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
 @click.option("--host-speed-exponent", type=click.FloatRange(min=0, max=2), default=0.0, show_default=True,
@@ -122,6 +122,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
     """Fit the transfer model across the measured GPUs, score it leave-one-device-out, export it."""
     from training.transfer import TransferSettings, report_text, train_transfer, write_tables
 
+    _writable_folder(out)
     with _reported():
         report = train_transfer(TransferSettings(bundle_root=bundles, holdouts=holdouts or None, say=click.echo))
     write_tables(report, out)
@@ -141,7 +142,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
 @click.option("--suite", type=click.Choice(["zoo", "nas-dev", "nas-test"]), default=None,
               help="score a suite through every importer (torch trace and each ONNX export): share within "
                    "+-10%, MAPE, Spearman and interval coverage per importer, mode, precision and batch")
-@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+@click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
               default=Path("datasets/suites"), show_default=True, help="the suites' graphs and exports")
 @click.option("--models", default="", help="comma-separated: score only these models of the suite")
 @click.option("--hosts", is_flag=True,
@@ -173,9 +174,13 @@ def validate(device: str, dataset: Path, bundle: Path | None, out: Path, strict:
     if suite is not None:
         if strict:
             raise click.UsageError("--strict refits on the zoo's own layers: it does not combine with --suite")
+        if not suites_dir.is_dir():  # (a suite without its folder was scored through the torch trace alone)
+            raise click.BadParameter(f"{suites_dir}: no such folder; --suite {suite} scores the graphs and exports "
+                                     "there", param_hint="--suites")
         _validate_suite(device, dataset, bundle, out / suite, suite, suites_dir,
                         [m.strip() for m in models.split(",") if m.strip()] or None, references=references)
         return
+    _writable_folder(out)
     with _reported():
         report = (strict_validate(_bundle_dir(device, bundle), dataset, suites_dir=suites_dir) if strict
                   else run_validate(_bundle_dir(device, bundle), dataset, suites_dir))

@@ -34,8 +34,9 @@ def logged_probes(dataset_dir: Path) -> list[list[str]]:
                 if not line.strip():
                     continue
                 try:
-                    entry = json.loads(line)
-                    ids = entry.get("settings", {}).get("host_profiles")
+                    ids = json.loads(line).get("settings", {}).get("host_profiles")
+                    if ids and (not isinstance(ids, list) or not all(isinstance(i, str) for i in ids)):
+                        raise ValueError(f"host_profiles is {ids!r}, not a list of profile ids")
                 except (ValueError, AttributeError) as exc:
                     raise ValueError(f"{log}, line {number}: not a sweep log entry ({exc})") from None
                 if ids and len(ids) >= 2:

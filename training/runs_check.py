@@ -124,6 +124,10 @@ def _predictable_runs(suite: Suite, device: DeviceSpec) -> tuple[Suite, list[str
     return replace(suite, runs=suite.runs[keep].reset_index(drop=True)), warnings
 
 
+#: NVML's clock-event reason for the software power cap (collectors.fingerprint.SW_POWER_CAP)
+SW_POWER_CAP = 0x4
+
+
 def unscored_warnings(dataset: Path, models: list[str] | None) -> list[str]:
     """What the folder holds that its scores do not say: runs that failed (they are not
     scored, and a score over the rest can look better than the machine is) and runs the GPU
@@ -135,13 +139,18 @@ def unscored_warnings(dataset: Path, models: list[str] | None) -> list[str]:
     failed = rows[rows["status"] != "ok"]
     if len(failed):
         r = failed.iloc[0]
+        error = r["error"] if isinstance(r["error"], str) and r["error"] else "no error recorded"
         said.append(f"{len(failed)} run(s) failed and are not scored (e.g. {r['model']} batch {r['batch']} "
-                    f"{r['precision']} {r['mode']}: {str(r['error'] or 'no error recorded')[:120]})")
-    throttled = rows[(rows["status"] == "ok") & rows["throttled"]]
-    if len(throttled):
-        r = throttled.iloc[0]
-        said.append(f"{len(throttled)} run(s) ran while the GPU throttled its clocks (e.g. {r['model']} batch "
-                    f"{r['batch']} {r['precision']} {r['mode']}): scored as measured, they may read slow")
+                    f"{r['precision']} {r['mode']}: {error[:120]})")
+    # The power cap alone is a GPU at full load, as most runs at large batch are (378 of the H200's
+    # 648): said are the thermal and hardware slowdowns that would make a run read slow.
+    reasons = rows["clock_reasons"].fillna(0).astype("int64")
+    slowed = rows[(rows["status"] == "ok") & rows["throttled"] & ((reasons & ~SW_POWER_CAP) != 0)]
+    if len(slowed):
+        r = slowed.iloc[0]
+        said.append(f"{len(slowed)} run(s) ran while the GPU slowed its clocks for heat or a hardware limit "
+                    f"(NVML clock reasons {int(r['clock_reasons']):#x} for {r['model']} batch {r['batch']} "
+                    f"{r['precision']} {r['mode']}): scored as measured, they may read slow")
     return said
 
 

@@ -70,7 +70,7 @@ from training.composition import (
     predict_run,
     run_arrays,
 )
-from training.data import OpData, dataset_hash, load_model_runs, load_ops
+from training.data import OpData, dataset_fingerprint, dataset_hash, load_model_runs, load_ops
 from training.fit import FitResult, fit_target, refit_on_all_rows
 from training.hosts import BundleHosts, bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
@@ -289,7 +289,7 @@ def measured_holdouts(holdouts: Sequence[str], datasets: Sequence[Path]) -> tupl
     StopIteration traceback after it)."""
     from predictor.devices import resolve_device
 
-    measured = [Path(d).name for d in datasets]
+    measured = [dataset_fingerprint(Path(d))["device_id"] for d in datasets]
     ids = []
     for asked in holdouts:
         try:

@@ -33,9 +33,9 @@ def _arg(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) 
 
 
 def _same_both_ways(value: Any) -> int | None:
-    """A window's stride or dilation given as one int or per dimension: the one value where every
-    dimension has it, else None (a (1, 2) stride does half the work of 1: costing it as its first
-    would be silently wrong)."""
+    """A window's size, stride or dilation (or an adaptive pool's output size) given as one int or
+    per dimension: the one value where every dimension has it, else None (a (1, 2) stride does half
+    the work of 1: costing it as its first would be silently wrong)."""
     try:
         values = [int(v) for v in value] if isinstance(value, (tuple, list)) else [int(value)]
     except TypeError:  # (an adaptive pool's None: that dimension kept as it is)

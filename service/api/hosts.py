@@ -118,8 +118,9 @@ def list_hosts() -> dict[str, Any]:
     fields = ("id", "label", "cpu_model", "cpu_cores", "gpu", "measured_at", "costs_us", "forward_spread")
     rows = [{**profile.model_dump(mode="json", include=set(fields)), "source": "bundle", "device": device,
              "default": default, "url": _url(profile.id)} for device, profile, default in _carried()]
+    store = state().host_store  # (its profiles by id: a stray file in the folder is none, and no 500)
     rows += [{**profile.model_dump(mode="json", include=set(fields)), "source": "stored", "device": None,
-              "default": False, "url": _url(profile.id)} for profile in state().host_store.all()]
+              "default": False, "url": _url(profile.id)} for profile in map(store.get, store.ids())]
     return {"hosts": rows}
 
 

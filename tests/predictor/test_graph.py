@@ -92,6 +92,10 @@ def test_round_trip_through_to_json_is_stable() -> None:
     (graph_json(nodes=[{**LINEAR, "launched_by": "nope"}]),
      "node 'fc' is launched_by 'nope', no node of the graph: name the node whose call launches it"),
     (graph_json(nodes=[{**LINEAR, "launched_by": "fc"}]), "node 'fc' is launched_by 'fc', itself"),
+    (graph_json(nodes=[{**LINEAR, "precisions": ["fp16"]}, {**LINEAR, "name": "copy", "launched_by": "fc"}]),
+     "node 'copy' is launched_by 'fc', which does not run wherever it does"),
+    (graph_json(nodes=[{**LINEAR, "min_batch": 2}, {**LINEAR, "name": "copy", "launched_by": "fc"}]),
+     "node 'copy' is launched_by 'fc', which does not run wherever it does"),
     (graph_json(nodes=[{**LINEAR, "precisions": ["fp16", "fp16"]}]), "'precisions' lists a precision twice"),
 ])
 def test_from_json_refuses_bad_graphs_naming_the_field(data: Any, message: str) -> None:

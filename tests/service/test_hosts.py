@@ -133,6 +133,19 @@ def test_a_bundles_profile_cannot_be_replaced_but_can_be_posted_again(client: An
     assert not stored_file(config, default["id"]).exists()
 
 
+def test_a_stored_profile_is_readable_by_others_and_a_stray_file_is_no_profile(client: Any,
+                                                                            config: ServiceConfig) -> None:
+    """Written through a temporary file of its own, a profile keeps a plain file's mode (mkstemp
+    makes 0600); a file in the store that is not named by an id ('._x.json' from another system)
+    is no profile: the listing and a 404 stay what they are, not a 500."""
+    assert client.post("/v1/hosts", json=host_profile(id="ci-box-2")).status_code == 201
+    assert stored_file(config, "ci-box-2").stat().st_mode & 0o777 == 0o644
+    (config.host_store / "._ci-box-2.json").write_text("AppleDouble")
+    (config.host_store / "my notes.json").write_text("{}")
+    assert [h["id"] for h in client.get("/v1/hosts").get_json()["hosts"] if h["source"] == "stored"] == ["ci-box-2"]
+    assert_problem(client.get("/v1/hosts/no-such-host"), 404, "host_id")
+
+
 def test_an_unknown_id_is_a_404_naming_it(client: Any) -> None:
     body = assert_problem(client.get("/v1/hosts/no-such-host"), 404, "host_id")
     assert "no-such-host" in body["detail"]

@@ -121,12 +121,17 @@ def test_failed_and_throttled_runs_are_said_not_passed_over(tmp_path: Path) -> N
     rows = rows[rows["model"].isin(SLICE)].reset_index(drop=True)
     rows.loc[:2, ["status", "error", "latency_ms", "p10_ms", "p90_ms", "cv", "repetitions"]] = \
         ["failed", "OutOfMemoryError: CUDA out of memory", None, None, None, None, None]
-    rows.loc[3, "throttled"] = True
+    rows.loc[0, "error"] = None  # (read back as NaN: it printed 'nan')
+    rows.loc[3:4, ["throttled", "clock_reasons"]] = [True, 0x4]  # the power cap alone: a GPU at full load
+    rows.loc[5, ["throttled", "clock_reasons"]] = [True, 0x4 | 0x40]  # and hot
     result = check_runs(runs_folder(tmp_path, rows))
     failed = rows.iloc[0]
     assert (f"3 run(s) failed and are not scored (e.g. {failed['model']} batch {failed['batch']} "
-            f"{failed['precision']} {failed['mode']}: OutOfMemoryError: CUDA out of memory)") in result.warnings
-    assert any(w.startswith("1 run(s) ran while the GPU throttled its clocks") for w in result.warnings)
+            f"{failed['precision']} {failed['mode']}: no error recorded)") in result.warnings
+    slowed = [w for w in result.warnings if "slowed its clocks" in w]
+    assert len(slowed) == 1 and slowed[0].startswith("1 run(s) ran while the GPU slowed its clocks") \
+        and "0x44" in slowed[0], result.warnings
+    assert not any("nan" in w for w in result.warnings)
     assert len(result.report.predictions[result.report.predictions["importer"] == "torch"]) == len(rows) - 3
 
 
