@@ -380,12 +380,12 @@ class HostStore:
     def all(self) -> list[HostProfile]:
         """Every stored profile; a file named otherwise than an id is refused naming it, not
         skipped (a dataset's hosts/ folder is read whole: a profile left out changes its scores)."""
-        if self.directory.exists():
-            for path in sorted(self.directory.glob("*.json")):
-                if not re.match(ID_PATTERN, path.stem):
-                    raise HostProfileError(f"{path}: not a host profile's file name (a profile's id, then .json; "
-                                           "letters, digits, '.', '_', '-', at most 64)")
-        return [self.get(i) for i in self.ids()]
+        paths = sorted(self.directory.glob("*.json")) if self.directory.exists() else []
+        for path in paths:
+            if not re.match(ID_PATTERN, path.stem):
+                raise HostProfileError(f"{path}: not a host profile's file name (a profile's id, then .json; "
+                                       "letters, digits, '.', '_', '-', at most 64)")
+        return [self.get(path.stem) for path in paths]
 
     def put(self, profile: HostProfile) -> bool:
         """Store ``profile``; True if it was new, False if the same profile was already stored."""
