@@ -31,7 +31,7 @@ if __package__ in (None, ""):  # run as a script: the repository root on the pat
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from benchmarks.nas_shape_rows import FIRST_NEW_SHARD, shard_rows  # noqa: E402
+from benchmarks.nas_shape_rows import SWEEPS, shard_rows  # noqa: E402
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle  # noqa: E402
 from predictor.compose import GROUPS, CompositionConstants, compose, cudagraph_terms  # noqa: E402
 from predictor.devices import resolve_device  # noqa: E402
@@ -90,7 +90,7 @@ def main() -> None:
     for device in PARTITIONS:
         folder = Path("datasets") / device
         table = kernel_predictions(folder, transfer)  # the shards in order: the zoo's shapes first
-        table = table.iloc[:shard_rows(folder, False, FIRST_NEW_SHARD[device])]
+        table = table.iloc[:shard_rows(folder, 0, SWEEPS[device][0][1])]
         size = pd.cut(table["measured_us"], SIZE_BINS)
         ratio = (table["predicted_us"] / table["measured_us"]).groupby(size, observed=True).agg(["median", "size"])
         print(device)
