@@ -14,9 +14,10 @@ transformers are there):
         python3 datasets/nvidia-h200/diagnostics/profile_zoo_replays.py
 
 Each unit is written as soon as it is done, so a call cut short keeps what it measured.
-Run once, on 2026-12-06 05:37 UTC, with the defaults, on an H100 (a call that asked for the H200
-kept the H100 it held): datasets/nvidia-h100-80gb-hbm3/diagnostics/zoo_replay_kernels_2026-12-06.json,
-read by zoo_replay_kernels.py beside it. Not yet run on the H200.
+Run on an H100 on 2026-12-06 (calls that asked for the H200 got one): at 05:37 UTC with the
+defaults, then at 06:05 over the 27 zoo models that GPU measured at fp32/fp16/bf16, batch 1/8/32
+(datasets/nvidia-h100-80gb-hbm3/diagnostics/zoo_replay_kernels_2026-12-06.json.gz, read by
+zoo_replay_kernels.py beside it). Not yet run on the H200.
 """
 
 import json
