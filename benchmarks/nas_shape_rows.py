@@ -72,5 +72,6 @@ def main() -> None:
             print(f"{name:28s} {status:13s} {what:22s} {len(part):6d} {np.mean(np.abs(ratio - 1) <= 0.1):9.1%} "
                   f"{np.mean(np.abs(ratio - 1)):6.1%} {np.median(ratio):7.3f} {np.median(ratio[small]):13.3f}")
 
+
 if __name__ == "__main__":
     main()

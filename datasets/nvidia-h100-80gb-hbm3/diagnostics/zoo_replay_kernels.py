@@ -4,13 +4,14 @@ Reads ``zoo_replay_kernels_2026-12-06.json.gz``: the 27 zoo models this GPU meas
 fp16 and bf16, batch 1, 8 and 32 (243 units), each unit's replay median and one profiled replay's
 kernels by name (count, total us). Measured by ``datasets/nvidia-h200/diagnostics/profile_zoo_replays.py``
 on an H100 lease on 2026-12-06 (06:05 UTC, 118 s; a call that asked for the H200 got this H100).
-The H200 bundle predicts large CNNs 0.82-0.94x at fp16 batch 1 (``datasets/nvidia-h200/notes.md``,
-2026-12-06), and the transfer bundle predicts this GPU's alike, so the profile says where.
+The H200 bundle predicts large CNNs 0.89-0.92x at fp16 batch 1, some LLMs 0.82-0.90x
+(``datasets/nvidia-h200/notes.md``, 2026-12-06), and the transfer bundle predicts this GPU's CNNs
+alike, so the profile says where.
 
 1. For six CNNs at fp16 batch 1 and 8 and fp32 batch 1: the replay, the transfer bundle's
    prediction (a device it is fitted on: a development figure), the profiled kernels' summed
    durations and count (what the run, the dataset's median, spends beyond them is time between
-   kernels; the profiling call's own replay, timed once, came out up to 1.15x slower), then per
+   kernels; the profiling call's own replay, timed once, came out up to 1.20x slower), then per
    family what the per-layer models predict inside the model against the profiled kernels of that
    family. Kernel names are sorted into families by the substrings in ``KERNEL_FAMILIES``.
 2. Would composition do better counting kernels than nodes? The captured-graph constants
@@ -111,7 +112,8 @@ def terms(run: RunArrays, kernels: int, per_kernel: bool, split: bool) -> np.nda
 
 
 def fit(rows: np.ndarray, measured: np.ndarray, n_groups: int) -> np.ndarray:
-    """Non-negative least squares on relative error, fallbacks' scale fixed at 1 (as training fits)."""
+    """Non-negative least squares on relative error, fallbacks' scale fixed at 1, each used group's scale
+    floored at 0.2 afterwards (as training.composition fits)."""
     a = rows / measured[:, None]
     groups = [g in FIXED_GROUPS for g in GROUPS] * (n_groups // len(GROUPS))
     fixed = np.array(groups + [False] * (a.shape[1] - n_groups))
@@ -119,6 +121,8 @@ def fit(rows: np.ndarray, measured: np.ndarray, n_groups: int) -> np.ndarray:
     coef, _ = nnls(a[:, used], 1 - a[:, fixed].sum(axis=1))
     weights = np.ones(a.shape[1])
     weights[used] = coef
+    scales = weights[:n_groups]
+    scales[used[:n_groups]] = np.maximum(scales[used[:n_groups]], 0.2)  # training's floor on a group's scale
     return weights
 
 
