@@ -32,8 +32,8 @@ from training.ops_check import kernel_predictions  # noqa: E402
 SWEEPS: dict[str, list[tuple[str, int]]] = {
     "nvidia-h100-80gb-hbm3": [("NAS shapes 12-05 23:04", 47), ("NAS shapes 12-06 05:28", 56)],
     "nvidia-h100-80gb-hbm3-sm72": [("NAS shapes 12-05 23:04", 5), ("NAS shapes 12-06 05:28", 14)],
-    "nvidia-h100-80gb-hbm3-sm40": [("NAS shapes 12-06 01:22", 4)],
-    "nvidia-h100-80gb-hbm3-sm104": [("NAS shapes 12-06 01:22", 0)],
+    "nvidia-h100-80gb-hbm3-sm40": [("NAS shapes 12-06 01:22", 4), ("NAS shapes 12-06 06:29", 18)],
+    "nvidia-h100-80gb-hbm3-sm104": [("NAS shapes 12-06 01:22", 0), ("NAS shapes 12-06 06:26", 14)],
 }
 
 

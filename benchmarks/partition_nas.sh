@@ -9,10 +9,12 @@
 # 1/8/32, 3 rounds (as the H200's partitions' zoo runs), whole models to score a partition by; and
 # ops: 60 s of fp16 operator rows drawn from the zoo's layer shapes (as the H200's partitions' sweeps),
 # kernels to score it by per family.
+# SEEDS (default 1000-1071,0-143) picks the NAS architectures: 0-143 alone (nas-dev, nas-test) for a
+# partition kept out of every fit, which nas-train's runs would serve only in a fit.
 # Resumable: a second call measures what the first had no time for.
 # Brings back $OUT/partition_nas.tgz (<device-id>-sm<N>/{nas,models,ops,hosts,sweep_log.jsonl,fingerprint.json})
 # and $OUT/partition_nas.txt; untar it into datasets/.
-#   OUT=<folder> NOTE="machine 22, 2026-12-05" [LIMIT=560] [PARTS="33 66 99"] [STEPS=zoo,ops,nas] bash benchmarks/partition_nas.sh
+#   OUT=<folder> NOTE="machine 22, 2026-12-05" [LIMIT=560] [PARTS="33 66 99"] [STEPS=zoo,ops,nas] [SEEDS=0-143] bash benchmarks/partition_nas.sh
 set -u
 source benchmarks/device_env.sh
 start=$(date +%s)
@@ -40,7 +42,7 @@ for sms in ${PARTS:-33 66 99}; do
     left=$(( limit - ($(date +%s) - start) - 20 ))
   fi
   if [[ ",${STEPS:-nas}," == *",nas,"* ]] && [ $left -gt 60 ]; then
-    timeout $left python3 -m latpred collect nas --sms $sms --seeds 1000-1071,0-143 --modes cudagraph \
+    timeout $left python3 -m latpred collect nas --sms $sms --seeds ${SEEDS:-1000-1071,0-143} --modes cudagraph \
       --precisions fp16 --batches 1,8,32 --group 24 --max-seconds $(( left - 15 )) --out $root \
       --host-note "${NOTE:-unnamed machine}, partition of $sms SMs asked for" >> $log 2>&1 \
       || echo "sms $sms nas: stopped (exit $?)" >> $log
