@@ -16,15 +16,6 @@ from typing import Any
 
 from collectors.partition import active_partition
 
-# NVML clock-event reason bits that mean the GPU ran below the clocks it was asked for.
-# (Idle, application clocks, sync boost and display clocks are benign and not flagged.)
-SW_POWER_CAP = 0x4
-HW_SLOWDOWN = 0x8
-SW_THERMAL_SLOWDOWN = 0x20
-HW_THERMAL_SLOWDOWN = 0x40
-HW_POWER_BRAKE_SLOWDOWN = 0x80
-THROTTLE_MASK = SW_POWER_CAP | HW_SLOWDOWN | SW_THERMAL_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN
-
 
 @dataclass(frozen=True)
 class DeviceFingerprint:

@@ -32,13 +32,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from collectors.fingerprint import THROTTLE_MASK, DeviceFingerprint, Nvml
+from collectors.fingerprint import DeviceFingerprint, Nvml
 from collectors.forward_timing import capture, eager_timer, replay_timer, synchronize
 from collectors.model_build import ModelSource, bound_forward, build_model, under_precision
 from collectors.op_measure import provenance
 from collectors.precision_flags import torch_dtype
 from collectors.timing import coefficient_of_variation
 from collectors.zoo_models import get_zoo_model
+from predictor.clock_reasons import THROTTLE_MASK
 from predictor.model_run_schema import MODEL_RUN_SCHEMA_VERSION, MODES
 from predictor.precision import get_precision
 

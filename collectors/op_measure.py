@@ -12,12 +12,13 @@ from typing import Any
 import pandas as pd
 import torch
 
-from collectors.fingerprint import THROTTLE_MASK, DeviceFingerprint, Nvml
+from collectors.fingerprint import DeviceFingerprint, Nvml
 from collectors.op_builders import BuildSpec, build
 from collectors.op_config import OpConfig
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.timing import Timer
 from predictor.catalogue import FAMILIES, PARAMETERS, bytes_moved, flops, get_family
+from predictor.clock_reasons import THROTTLE_MASK
 from predictor.dataset_schema import SCHEMA_VERSION
 from predictor.precision import get_precision
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.clock_reasons import SW_POWER_CAP
 from predictor.dataset_schema import DatasetSchemaError
 from predictor.device_bundles import bundle_folder
 from predictor.devices import DEVICES, DeviceSpec
@@ -122,10 +123,6 @@ def _predictable_runs(suite: Suite, device: DeviceSpec) -> tuple[Suite, list[str
     if not keep.any():
         raise ValueError(f"no run can be predicted on {device.device_id}: {'; '.join(warnings)}")
     return replace(suite, runs=suite.runs[keep].reset_index(drop=True)), warnings
-
-
-#: NVML's clock-event reason for the software power cap (collectors.fingerprint.SW_POWER_CAP)
-SW_POWER_CAP = 0x4
 
 
 def unscored_warnings(dataset: Path, models: list[str] | None) -> list[str]:
