@@ -244,8 +244,20 @@ def main() -> None:
            f"== most qps with p99 <= objective (objectives: the measured p99 at levels {levels}; linear between the",
            "six loads; + = never crossed, a lower bound)", *max_qps_table(answers)]
     if predicted:
-        out += ["", "== predicted / measured service time (measured: median of 40 timed services, one CUDA-graph "
-                "replay then an event wait)", *service_table(measured, predicted)]
+        triton = str(data.meta.get("server", "")).startswith("tritonserver")
+        what = ("Triton's own time per batch (its trace: each load's batches, COMPUTE_START to COMPUTE_END, and the "
+                "serial pass's for sizes the loads formed fewer than 5 times)" if triton else
+                "median of 40 timed services, one CUDA-graph replay then an event wait")
+        out += ["", f"== predicted / measured service time (measured: {what})", *service_table(measured, predicted)]
+        replays = sorted(Path(args.folder).glob("graph-service-*.parquet"))
+        if replays:  # what latpred predicts: the model's CUDA graph alone, timed before the server started
+            import pandas as pd
+
+            alone = pd.concat([pd.read_parquet(f) for f in replays], ignore_index=True)
+            graphs = {m: measured_service(alone[alone["model"] == m]) for m in data.models}
+            out += ["", "== predicted / the CUDA graph's replay alone (median of its timed replays before the server "
+                    "started: what latpred predicts; the server's time over it is the serving path's)",
+                    *service_table(graphs, predicted)]
     out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, answers, schedules),
             f"({time.perf_counter() - started:.0f} s)"]
     publish(out, args.out)

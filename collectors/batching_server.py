@@ -1,9 +1,8 @@
 """A real dynamic-batching server on the GPU: what the capacity simulator is checked against.
 
-Triton itself (through PyTriton) cannot reach the GPU machine here: its wheel is 55 MB and the
-working tree that travels there is capped at 64 MiB with this repository's 52 MB of tracked data.
-So this is the next most real thing, a server process built the way Triton's dynamic batcher
-works:
+A server process built the way Triton's dynamic batcher is documented to work, so that the
+simulator is checked on queueing under its own rule (Triton itself, through PyTriton, is checked
+by :mod:`collectors.triton_serving`, whose Python backend adds milliseconds of its own per batch):
 
 - **Requests** arrive over a pipe from a separate load-generator process
   (:mod:`collectors.load_client`) at Poisson times, open loop (the client never waits for answers,

@@ -292,8 +292,12 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="torch's intra-op threads for the server's forwards (default: torch's own, all cores on a "
                    "CPU); the measurements go to OUT/<device-id>/serving-threads<N>")
+@click.option("--server", type=click.Choice(["ours", "triton"]), default="ours", show_default=True,
+              help="'ours': collectors.batching_server, Triton's batching rule in our own process; 'triton': "
+                   "Triton itself through PyTriton (pip install nvidia-pytriton), measurements in "
+                   "OUT/<device-id>/serving-triton")
 def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str,
-            threads: int | None) -> None:
+            threads: int | None, server: str) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
     from collectors.batching_server import model_source
     from collectors.serving_check import LEVELS, MODELS, run_serving_check
@@ -306,8 +310,16 @@ def serving(out: Path, models: str, precision: str, levels: str, seconds: float,
         wanted = tuple(float(x) for x in _items(levels)) or LEVELS
         if not all(0 < x < 1 for x in wanted):
             raise ValueError(f"--levels must be fractions of capacity in (0, 1), got {levels!r}")
-        folder = run_serving_check(out, device, names, get_precision(precision).name, levels=wanted,
-                                   seconds_per_level=seconds, seed=seed, threads=threads, say=click.echo)
+        if server == "triton":
+            if threads is not None:
+                raise ValueError("--threads is for our own server's CPU forwards, not --server triton")
+            from collectors.triton_serving import run_triton_check
+
+            folder = run_triton_check(out, device, names, get_precision(precision).name, levels=wanted,
+                                      seconds_per_level=seconds, seed=seed, say=click.echo)
+        else:
+            folder = run_serving_check(out, device, names, get_precision(precision).name, levels=wanted,
+                                       seconds_per_level=seconds, seed=seed, threads=threads, say=click.echo)
     except (ValueError, RuntimeError, KeyError) as exc:
         _fail(exc)
     click.echo(f"serving: measurements in {folder}")

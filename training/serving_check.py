@@ -275,12 +275,11 @@ def measured_service(service: pd.DataFrame) -> TableLatency:
 
 def bundle_predictor(device_id: str = "nvidia-h200") -> Predictor:
     """The shipped bundle's predictor for ``device_id`` (by its exact id: a short name such as
-    "h200" may match the catalogue's partitions of the same GPU too)."""
-    from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
-    from predictor.devices import resolve_device
-    from predictor.predict import Predictor
+    "h200" may match the catalogue's partitions of the same GPU too): its own bundle, or the
+    transfer bundle's for a device that has none (the H100), as ``latpred capacity`` picks."""
+    from predictor.device_bundles import load_predictor
 
-    return Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / device_id), resolve_device(device_id))
+    return load_predictor(device_id)
 
 
 def serving_mode(predictor: Predictor) -> str:
@@ -315,8 +314,10 @@ def simulate_load(offered_qps: float, config: BatchingConfig, latency: LatencyFn
 
 def simulate_trace(load: MeasuredLoad, config: BatchingConfig, latency: LatencyFn) -> SimResult:
     """The simulator's run of the very arrivals the server received: the sampled arrivals' luck
-    (a burst in a 4-second load moves its p99) is then common to both sides."""
-    return simulate(Arrivals("trace", times=tuple(load.received_s.tolist())), config, latency,
+    (a burst in a 4-second load moves its p99) is then common to both sides. In the order the
+    server received them: Triton's gRPC front end can take a request a few microseconds before
+    one the client sent just ahead of it."""
+    return simulate(Arrivals("trace", times=tuple(np.sort(load.received_s).tolist())), config, latency,
                     warmup_fraction=WARMUP_FRACTION)
 
 

@@ -1,0 +1,29 @@
+#!/bin/bash
+# The capacity simulator's check against Triton itself, in one device call: `latpred collect serving
+# --server triton` (collectors/triton_serving.py) serves MODELS (default resnet101, densenet169,
+# roberta-large) at fp16 with tritonserver as PyTriton ships it, under Poisson load at six levels
+# of each batching setting's capacity, every request traced by Triton.
+#
+# PyTriton (55 MB as a wheel) and what it needs that the GPU machine lacks travel as one xz tarball of
+# the unpacked cp312 wheels, .whl/pytriton_site.tar.xz (39 MB: nvidia-pytriton 0.7.0, tritonclient,
+# pyzmq, sh, importlib_metadata, python-rapidjson, geventhttpclient, gevent, greenlet, zope.event,
+# zope.interface, brotli; `pip download --no-deps --python-version 3.12 ...`, unzip each into one
+# folder, `tar -cJf`), carried with `.whl`. It is unpacked into the interpreter's own site-packages:
+# Triton's Python backend stub embeds the interpreter it finds on PATH and reads that one's
+# site-packages, not PYTHONPATH. The repository's datasets and bundles must stay behind (git rm
+# --cached, .git/info/exclude) for the tarball to fit the 64 MiB a call carries.
+# Brings back $OUT/triton_serving.tgz (the serving-triton folder; untar it into datasets/) and
+# $OUT/triton_serving.txt.
+#   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [LIMIT=540] bash benchmarks/triton_serving.sh
+set -u
+source benchmarks/device_env.sh
+log=$OUT/triton_serving.txt
+gpu_machine_header $log
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
+ldd "$site/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" | grep -i python >> $log
+timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 \
+  --models ${MODELS:-resnet101,densenet169,roberta-large} --out $OUT/root >> $log 2>&1 || echo "stopped (exit $?)" >> $log
+date -u >> $log
+tar -C $OUT/root -czf $OUT/triton_serving.tgz . && rm -rf $OUT/root
+grep -v -E '^[IW][0-9]{4} ' $log | tail -60

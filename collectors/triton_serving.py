@@ -1,0 +1,402 @@
+"""Serve zoo models with real Triton (through PyTriton) under Poisson load, keeping every request's
+times: the capacity simulator checked against the server it models (issue #14).
+
+:mod:`collectors.serving_check` does the same against our own dynamic-batching process
+(:mod:`collectors.batching_server`), built on Triton's documented rule. This one runs Triton
+itself: ``tritonserver`` as PyTriton ships it, its dynamic batcher configured per setting
+(``max_batch_size``, ``preferred_batch_size``, ``max_queue_delay_microseconds``), one model
+instance, whose Python function replays the model's CUDA graph for the batch Triton formed
+(graphs captured for every batch size, as :class:`collectors.batching_server.CapturedModel` does).
+
+Each setting runs in a Triton of its own (one that dies under load ends only its own setting's
+loads; PyTriton's server did, see ``datasets/nvidia-h100-80gb-hbm3/serving-triton/failed_runs/``):
+
+1. a serial pass: one request of ``b`` samples at a time, for every ``b`` the setting allows
+   (Triton runs each as a batch of ``b``);
+2. a closed loop at saturation (``IN_FLIGHT_BATCHES`` x max batch requests unanswered), whose
+   batches give the capacity the loads are fractions of. Through PyTriton a batch of ``b``
+   one-sample requests costs more than one request of ``b`` samples, so the serial pass alone
+   would put the loads above capacity; an open-loop burst above it is what crashed Triton;
+3. the Poisson loads (:mod:`collectors.triton_client`, its own process, gRPC, open loop).
+
+What is kept per request comes from Triton's own trace (``--trace-config level=TIMESTAMPS``, every
+request, written in parts): ``REQUEST_START`` (the server has it), ``COMPUTE_START`` and
+``COMPUTE_END`` of the batch it rode in (the instance busy with it, PyTriton's hand-over to the
+Python function and back included), beside the client's send and answer. Written under
+``<out>/<device>/serving-triton/`` in the files :mod:`training.serving_check` reads
+(``requests-*.parquet``, ``meta.json``, and ``service-*.parquet``: ``service_table``, the loads'
+own batches), plus ``graph-service-*.parquet``, the CUDA graph replayed alone (what latpred
+predicts); a stopped run resumes by model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import socket
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.batching_server import CapturedModel, CpuModel, ServedModel, ServerSettings, service_times
+from collectors.fingerprint import read_fingerprint
+from collectors.serving_check import (
+    LEVELS,
+    MAX_REQUESTS,
+    MIN_REQUESTS,
+    MODELS,
+    SECONDS_PER_LEVEL,
+    SETTINGS,
+    capacity_qps,
+    write_requests,
+)
+from collectors.triton_client import INPUT, OUTPUT, ClientRun, client_main
+
+#: serial requests per batch size when Triton's service times are measured
+SERVICE_REPS = 25
+#: a batch size's service comes from the loads where they formed it this often (service_table)
+LEAST_BATCHES = 5
+#: the closed loop that finds a setting's capacity: this many requests unanswered (times the
+#: setting's max batch), for about this long at the serial pass's capacity
+IN_FLIGHT_BATCHES, SATURATED_S = 2, 1.5
+#: Triton writes its trace in parts of this many requests
+TRACE_PART = 1000
+#: the folder's name under the device's dataset folder
+FOLDER = "serving-triton"
+
+
+def require_pytriton() -> str:
+    """PyTriton's version, or a RuntimeError that says how to get it (it is no dependency of latpred:
+    a 55 MB wheel with the server binary, needed only where this check runs)."""
+    try:
+        from importlib.metadata import version
+
+        import pytriton  # noqa: F401
+        import tritonclient.grpc  # noqa: F401
+    except ImportError as exc:
+        raise RuntimeError(f"the Triton check needs PyTriton (pip install nvidia-pytriton): {exc}") from None
+    return version("nvidia-pytriton")
+
+
+def model_name(model: str, setting: ServerSettings) -> str:
+    """The name a (zoo model, batching setting) pair is bound under in Triton."""
+    return f"{model}-{setting.name}".replace(",", "_")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BatchLog:
+    """The batches the model's Python function ran: their sizes and replay times (perf_counter s)."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, float, float]] = []
+
+
+def infer_function(model: ServedModel, log: BatchLog) -> Callable[..., dict[str, np.ndarray]]:
+    """The function Triton calls with each batch it formed: one CUDA-graph replay of that size,
+    waited on with the GIL let go (a CUDA event's wait does), so PyTriton's threads keep receiving."""
+    from pytriton.decorators import batch
+
+    event = getattr(model, "event", None)
+
+    @batch
+    def infer(**inputs: np.ndarray) -> dict[str, np.ndarray]:
+        values = inputs[INPUT]
+        started = time.perf_counter()
+        model.launch(len(values))
+        if event is not None:
+            event.synchronize()
+        while not model.done():
+            time.sleep(0)
+        log.rows.append((len(values), started, time.perf_counter()))
+        return {OUTPUT: values}
+
+    return infer
+
+
+@contextlib.contextmanager
+def triton_server(model: ServedModel, setting: ServerSettings, trace_file: Path,
+                  log: BatchLog) -> Iterator[tuple[str, dict[str, str]]]:
+    """Triton on loopback with ``model`` bound under one batching setting, tracing every request
+    into ``trace_file``.<n> (a part every ``TRACE_PART`` requests, so that a server that dies
+    leaves what it had traced); yields its gRPC address and the header that opens its statistics
+    (PyTriton guards them with a token)."""
+    from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
+    from pytriton.triton import Triton, TritonConfig
+
+    grpc_port = _free_port()
+    config = TritonConfig(http_address="127.0.0.1", http_port=_free_port(), grpc_address="127.0.0.1",
+                          grpc_port=grpc_port, metrics_port=_free_port(), log_verbose=0,
+                          trace_config=[f"triton,file={trace_file}", "level=TIMESTAMPS", "rate=1", "count=-1",
+                                        f"triton,log-frequency={TRACE_PART}"])
+    with Triton(config=config) as triton:
+        # The server was started with the trace flags; binding with them too would make PyTriton
+        # trace its own proxy through OpenTelemetry, which this check does not use.
+        triton._config.trace_config = None
+        batcher = DynamicBatcher(max_queue_delay_microseconds=int(setting.max_queue_delay_us),
+                                 preferred_batch_size=list(setting.preferred) or None)
+        triton.bind(model_name=model_name(model.name, setting), infer_func=infer_function(model, log),
+                    inputs=[Tensor(name=INPUT, dtype=np.float64, shape=(1,))],
+                    outputs=[Tensor(name=OUTPUT, dtype=np.float64, shape=(1,))],
+                    config=ModelConfig(max_batch_size=setting.max_batch, batcher=batcher))
+        triton.run()
+        yield f"127.0.0.1:{grpc_port}", {"triton-grpc-protocol-triton-access-token": triton.get_access_token()}
+
+
+def read_trace(path: Path) -> pd.DataFrame:
+    """Triton's trace (``path`` and its parts ``path``.<n>) as one row per request: ``request_id``,
+    the model it was sent to, and its timestamps (ns, CLOCK_MONOTONIC) as columns
+    (``REQUEST_START``, ``COMPUTE_START``, ...)."""
+    path = Path(path)
+    entries = [e for part in sorted(path.parent.glob(path.name + "*")) for e in json.loads(part.read_text())]
+    heads: dict[int, dict[str, Any]] = {}
+    stamps: dict[int, dict[str, int]] = {}
+    for entry in entries:
+        trace_id = int(entry["id"])
+        if "model_name" in entry:
+            heads[trace_id] = {"request_id": entry.get("request_id", ""), "model": entry["model_name"]}
+        for stamp in entry.get("timestamps", ()):
+            stamps.setdefault(trace_id, {})[stamp["name"]] = int(stamp["ns"])
+    rows = [heads[i] | stamps.get(i, {}) for i in heads]
+    frame = pd.DataFrame(rows)
+    missing = {"request_id", "REQUEST_START", "COMPUTE_START", "COMPUTE_END"} - set(frame.columns)
+    if missing:
+        raise ValueError(f"{path}: the trace has no {sorted(missing)}: was it written with level=TIMESTAMPS?")
+    return frame
+
+
+def batch_totals(statistics: dict[str, Any]) -> dict[int, tuple[int, int]]:
+    """Triton's (batches, ns) by batch size so far (compute input + infer + output, its
+    ``batch_stats``) from one model's ``get_inference_statistics`` answer (as JSON)."""
+    out: dict[int, tuple[int, int]] = {}
+    for entry in statistics["model_stats"][0].get("batch_stats", ()):
+        parts = [entry.get(k, {}) for k in ("compute_input", "compute_infer", "compute_output")]
+        out[int(entry["batch_size"])] = (int(parts[1].get("count", 0)), sum(int(p.get("ns", 0)) for p in parts))
+    return out
+
+
+def mean_seconds(after: dict[int, tuple[int, int]], before: dict[int, tuple[int, int]] | None = None,
+                 least: int = 1) -> dict[int, float]:
+    """Mean seconds per batch by size between two ``batch_totals``, for sizes run ``least`` times."""
+    out: dict[int, float] = {}
+    for b, (count, ns) in after.items():
+        count0, ns0 = (before or {}).get(b, (0, 0))
+        if count - count0 >= least:
+            out[b] = (ns - ns0) / (count - count0) / 1e9
+    return out
+
+
+def service_table(frames: Sequence[pd.DataFrame], serial: pd.DataFrame, least: int = LEAST_BATCHES) -> pd.DataFrame:
+    """Seconds per batch by size (``batch``, ``service_s``, ``source``) for the simulator: every
+    batch the loads ran (Triton's ``COMPUTE_START`` to ``COMPUTE_END``), and, for sizes the loads
+    formed fewer than ``least`` times, the serial pass's. Through PyTriton a batch of b one-sample
+    requests costs more than one request of b samples (each request's tensors cross to Python and
+    back on their own): on the H100 1.1-1.7x at the median, so the loads' own batches are what
+    the instance did, and the serial pass only fills sizes the batcher seldom forms."""
+    if not frames:
+        return serial.assign(source="serial")[["batch", "service_s", "source"]]
+    batches = pd.concat([f.drop_duplicates(["level", "start_us"]) for f in frames], ignore_index=True)
+    loads = pd.DataFrame({"batch": batches["batch_size"].astype(int),
+                          "service_s": (batches["finish_us"] - batches["start_us"]).to_numpy() / 1e6,
+                          "source": "loads"})
+    counts = loads["batch"].value_counts()
+    often = loads[loads["batch"].map(counts) >= least]
+    rest = serial[~serial["batch"].isin(often["batch"].unique())].assign(source="serial")
+    return pd.concat([often, rest[["batch", "service_s", "source"]]], ignore_index=True)
+
+
+def batch_service(trace: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Triton's time per batch (``COMPUTE_END - COMPUTE_START``, s) of the serial requests whose ids
+    start with ``prefix`` and name their batch size (``<prefix><b>-<i>``)."""
+    rows = trace[trace["request_id"].str.startswith(prefix)]
+    batch = rows["request_id"].str.slice(len(prefix)).str.split("-").str[0].astype(int)
+    return pd.DataFrame({"batch": batch.to_numpy(),
+                         "service_s": (rows["COMPUTE_END"] - rows["COMPUTE_START"]).to_numpy() / 1e9})
+
+
+def load_frame(trace: pd.DataFrame, run: ClientRun, start_at: float, offsets_s: np.ndarray) -> pd.DataFrame:
+    """One load's requests in :mod:`collectors.serving_check`'s columns (microseconds from the
+    load's start): Triton's receipt and its batch's start and end, the client's send and answer,
+    and the size of the batch each rode in (the requests that share its ``COMPUTE_START``)."""
+    by_id = trace.set_index("request_id")
+    missing = [i for i in run.request_ids if i not in by_id.index]
+    if missing:
+        raise ValueError(f"{len(missing)} requests are not in Triton's trace (the first: {missing[0]})")
+    rows = by_id.loc[run.request_ids]
+    sizes = rows.groupby("COMPUTE_START")["COMPUTE_START"].transform("size").to_numpy()
+
+    def us_ns(ns: pd.Series) -> np.ndarray:
+        return np.round(ns.to_numpy() / 1e3 - start_at * 1e6).astype(np.int64)
+
+    def us_s(seconds: np.ndarray) -> np.ndarray:
+        return np.round((seconds - start_at) * 1e6).astype(np.int64)
+
+    return pd.DataFrame({
+        "index": np.arange(len(rows), dtype=np.int32), "scheduled_us": np.round(offsets_s * 1e6).astype(np.int64),
+        "sent_us": us_s(run.sent_s), "received_us": us_ns(rows["REQUEST_START"]),
+        "start_us": us_ns(rows["COMPUTE_START"]), "finish_us": us_ns(rows["COMPUTE_END"]),
+        "answered_us": us_s(run.answered_s), "batch_size": sizes.astype(np.int16),
+    })
+
+
+def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MODELS, precision: str = "fp16",
+                     settings: Sequence[ServerSettings] = SETTINGS, levels: Sequence[float] = LEVELS,
+                     seconds_per_level: float = SECONDS_PER_LEVEL, seed: int = 0,
+                     requests: tuple[int, int] = (MIN_REQUESTS, MAX_REQUESTS), reps: int = SERVICE_REPS,
+                     say: Callable[[str], None] = lambda line: None) -> Path:
+    """Measure every model not yet on disk under real Triton on ``device``; returns the folder. On a
+    GPU each batch is a CUDA-graph replay; on a CPU an eager forward (what the tests run)."""
+    import torch
+
+    pytriton_version = require_pytriton()
+    fp = read_fingerprint(device)
+    folder = Path(out) / fp.device_id / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").write_text(json.dumps({
+        "server": f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client",
+        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels),
+        "seconds_per_level": seconds_per_level, "seed": seed, "threads": torch.get_num_threads(),
+        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+    max_batch = max(s.max_batch for s in settings)
+    for name in models:
+        target = folder / f"requests-{name}-{precision}.parquet"
+        if target.exists():
+            say(f"{name}: on disk, skipped")
+            continue
+        started = time.perf_counter()
+        model: ServedModel = (CapturedModel if fp.kind == "cuda" else CpuModel)(name, precision, max_batch)
+        replay = service_times(model, range(1, max_batch + 1), reps)
+        say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s")
+        frames, service = _serve_model(model, settings, levels, seconds_per_level, seed, requests, reps, say)
+        if not frames:
+            say(f"{name}: no load was answered in full; nothing written")
+            continue
+        write_requests(pd.concat(frames, ignore_index=True), target)
+        service.assign(model=name, precision=precision).to_parquet(folder / f"service-{name}-{precision}.parquet")
+        pd.DataFrame([{"model": name, "precision": precision, "batch": b, "service_s": s}
+                      for b, v in replay.items() for s in v]).to_parquet(
+            folder / f"graph-service-{name}-{precision}.parquet")
+        del model
+        if fp.kind == "cuda":
+            torch.cuda.empty_cache()
+    return folder
+
+
+def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels: Sequence[float],
+                 seconds: float, seed: int, requests: tuple[int, int], reps: int,
+                 say: Callable[[str], None]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """``model`` under each setting, each in a Triton of its own: Triton's service time of every
+    batch size the setting allows and its capacity, then every load; with the service table of
+    what it ran (``service_table``). A server that dies ends its setting's loads
+    (said, and the loads it answered kept); the next setting starts a new one."""
+    frames: list[pd.DataFrame] = []
+    services: list[pd.DataFrame] = []
+    for setting_index, setting in enumerate(settings):
+        with tempfile.TemporaryDirectory() as scratch:
+            trace_file = Path(scratch) / "trace.json"
+            log = BatchLog()
+            done = _serve_setting(model, setting, setting_index, trace_file, log, levels, seconds, seed, requests,
+                                  reps, say)
+            trace = read_trace(trace_file)
+        for level, capacity, start_at, run, offsets in done:
+            try:
+                frame = load_frame(trace, run, start_at, offsets)
+            except ValueError as exc:  # a server that died lost the trace's last part
+                say(f"  {setting.name} at {level:.2f}: left out, {exc}")
+                continue
+            frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
+                                       level=level, capacity_qps=capacity, offered_qps=level * capacity))
+        services.append(batch_service(trace, "s").assign(setting=setting.name))
+    return frames, service_table(frames, pd.concat(services, ignore_index=True))
+
+
+def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
+                   levels: Sequence[float], seconds: float, seed: int, requests: tuple[int, int], reps: int,
+                   say: Callable[[str], None]) -> list[tuple[float, float, float, ClientRun, np.ndarray]]:
+    """One Triton run: the serial pass, then the loads; returns (level, capacity, start, the
+    client's run, the schedule) of each load answered in full."""
+
+    done: list[tuple[float, float, float, ClientRun, np.ndarray]] = []
+    name = model_name(model.name, setting)
+    context = multiprocessing.get_context("spawn")
+    with triton_server(model, setting, trace_file, log) as (url, headers):
+        control, there = context.Pipe()
+        client = context.Process(target=client_main, args=(url, there), daemon=True)
+        client.start()
+        try:
+            try:
+                capacity = _capacity(control, url, headers, name, setting, setting_index, log, reps, requests, say)
+            except RuntimeError as exc:  # the server died: the next setting starts another
+                say(f"  {setting.name}: {exc}; the setting's loads are skipped")
+                return done
+            for level_index, level in enumerate(levels):
+                qps = level * capacity
+                n = int(np.clip(qps * seconds, *requests))
+                offsets = np.cumsum(np.random.default_rng(seed + 1000 * setting_index + level_index)
+                                    .exponential(1.0 / qps, n))
+                start_at = time.perf_counter() + 0.3
+                run = _ask(control, ("load", name, f"L{setting_index}-{level_index}-", offsets, start_at))
+                if run.errors:
+                    say(f"  {setting.name} at {level:.2f}: Triton failed ({'; '.join(run.errors)}); "
+                        "the setting's other loads are skipped")
+                    break
+                done.append((level, capacity, start_at, run, offsets))
+                latency = (run.answered_s - run.sent_s)[n // 10:] * 1e3
+                say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, client p50 "
+                    f"{np.percentile(latency, 50):.3f} p99 {np.percentile(latency, 99):.3f} ms")
+        finally:
+            control.send(None)
+            client.join(timeout=10)
+    return done
+
+
+def _capacity(control: Any, url: str, headers: dict[str, str], name: str, setting: ServerSettings,
+              setting_index: int, log: BatchLog, reps: int, requests: tuple[int, int],
+              say: Callable[[str], None]) -> float:
+    """The serial pass (every batch size as one request of b samples), then the closed loop at
+    saturation; returns the setting's capacity in one-sample requests a second."""
+    import tritonclient.grpc as grpc
+
+    for b in range(1, setting.max_batch + 1):  # one request of b samples at a time: a batch of b
+        _checked(_ask(control, ("serial", name, f"s{b}-", reps, b)))
+    with contextlib.closing(grpc.InferenceServerClient(url)) as stats:
+        serial = batch_totals(stats.get_inference_statistics(name, headers=headers, as_json=True))
+        mean = mean_seconds(serial)
+        # Capacity from what the instance does when kept busy with one-sample requests: the
+        # serial pass's batches (one request of b samples) cost less than the loads' (see
+        # service_table), and levels from them would be overloads.
+        count = int(np.clip(capacity_qps(mean, setting.max_batch) * SATURATED_S, *requests))
+        _checked(_ask(control, ("closed", name, f"B{setting_index}-", count,
+                                IN_FLIGHT_BATCHES * setting.max_batch)))
+        saturated = mean_seconds(batch_totals(stats.get_inference_statistics(name, headers=headers,
+                                                                             as_json=True)), serial, 3)
+    replay = {b: np.median([t1 - t0 for size, t0, t1 in log.rows if size == b]) for b in (1, setting.max_batch)}
+    capacity = max(b / t for b, t in saturated.items())
+    say(f"  {setting.name}: Triton's service (ms), one request of b samples: "
+        + " ".join(f"b{b} {mean[b] * 1e3:.3f}" for b in sorted(mean)) + "; saturated, b requests: "
+        + " ".join(f"b{b} {t * 1e3:.3f}" for b, t in sorted(saturated.items())) + "; the function's alone "
+        + " ".join(f"b{b} {t * 1e3:.3f}" for b, t in replay.items()) + f"; capacity {capacity:.0f} qps "
+        f"(the serial pass's {capacity_qps(mean, setting.max_batch):.0f})")
+    return capacity
+
+
+def _ask(control: Any, job: tuple[Any, ...]) -> ClientRun:
+    control.send(job)
+    run: ClientRun = control.recv()
+    return run
+
+
+def _checked(run: ClientRun) -> ClientRun:
+    if run.errors:
+        raise RuntimeError(f"Triton answered with errors: {'; '.join(run.errors)}")
+    return run
