@@ -201,7 +201,7 @@ def service_table(frames: Sequence[pd.DataFrame], serial: pd.DataFrame, least: i
     batch the loads ran (Triton's ``COMPUTE_START`` to ``COMPUTE_END``), and, for sizes the loads
     formed fewer than ``least`` times, the serial pass's. Through PyTriton a batch of b one-sample
     requests costs more than one request of b samples (each request's tensors cross to Python and
-    back on their own): on the H100 1.1-1.7x at the median, so the loads' own batches are what
+    back on their own): on the H100 1.2-1.7x for the same size, so the loads' own batches are what
     the instance did, and the serial pass only fills sizes the batcher seldom forms."""
     if not frames:
         return serial.assign(source="serial")[["batch", "service_s", "source"]]
