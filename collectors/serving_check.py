@@ -59,6 +59,30 @@ def write_requests(frame: pd.DataFrame, path: Path) -> None:
                      column_encoding={c: "DELTA_BINARY_PACKED" for c in TIME_COLUMNS if c in frame.columns})
 
 
+def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[float], seconds_per_level: float,
+               seed: int, threads: int, settings: Sequence[ServerSettings], **more: Any) -> None:
+    """A serving folder's ``meta.json``: the device, the loads' settings and levels (``more``: what
+    else a server records about itself)."""
+    (folder / "meta.json").write_text(json.dumps({
+        **more, "fingerprint": fingerprint.as_dict(), "precision": precision, "levels": list(levels),
+        "seconds_per_level": seconds_per_level, "seed": seed, "threads": threads,
+        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+
+
+def timed_model(name: str, precision: str, max_batch: int, kind: str,
+                reps: int) -> tuple[ServedModel, dict[int, np.ndarray]]:
+    """Zoo model ``name`` ready to serve batches 1..``max_batch`` (CUDA graphs on a GPU, eager on a
+    CPU), and each batch size's service times, ``reps`` of them."""
+    model: ServedModel = (CapturedModel if kind == "cuda" else CpuModel)(name, precision, max_batch)
+    return model, service_times(model, range(1, max_batch + 1), reps)
+
+
+def timed_frame(name: str, precision: str, timed: dict[int, np.ndarray]) -> pd.DataFrame:
+    """``timed_model``'s service times as rows (model, precision, batch, service_s)."""
+    return pd.DataFrame([{"model": name, "precision": precision, "batch": b, "service_s": s}
+                         for b, v in timed.items() for s in v])
+
+
 def capacity_qps(median_s: dict[int, float], max_batch: int) -> float:
     """The most requests per second one instance can serve with batches up to ``max_batch``."""
     return max(b / median_s[b] for b in range(1, max_batch + 1))
@@ -83,10 +107,7 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
         torch.set_num_threads(threads)
     folder = Path(out) / fp.device_id / ("serving" if threads is None else f"serving-threads{threads}")
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps({
-        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels),
-        "seconds_per_level": seconds_per_level, "seed": seed, "threads": torch.get_num_threads(),
-        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+    write_meta(folder, fp, precision, levels, seconds_per_level, seed, torch.get_num_threads(), settings)
     context = multiprocessing.get_context("spawn")
     requests_recv, requests_send = context.Pipe(duplex=False)
     control_here, control_there = context.Pipe()
@@ -100,8 +121,7 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
                 continue
             started = time.perf_counter()
             max_batch = max(s.max_batch for s in settings)
-            model: ServedModel = (CapturedModel if fp.kind == "cuda" else CpuModel)(name, precision, max_batch)
-            timed = service_times(model, range(1, max_batch + 1), reps)
+            model, timed = timed_model(name, precision, max_batch, fp.kind, reps)
             median = {b: float(np.median(v)) for b, v in timed.items()}
             say(f"{name}: captured and timed 1..{max_batch} in {time.perf_counter() - started:.0f} s; "
                 f"b1 {median[1] * 1e3:.3f} ms, b{max_batch} {median[max_batch] * 1e3:.3f} ms")
@@ -113,9 +133,7 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
                                             seconds_per_level, requests, seed + 1000 * setting_index + level_index,
                                             say))
             write_requests(pd.concat(frames, ignore_index=True), target)
-            service = pd.DataFrame([{"model": name, "precision": precision, "batch": b, "service_s": s}
-                                    for b, v in timed.items() for s in v])
-            service.to_parquet(folder / f"service-{name}-{precision}.parquet")
+            timed_frame(name, precision, timed).to_parquet(folder / f"service-{name}-{precision}.parquet")
             del model
             if fp.kind == "cuda":
                 torch.cuda.empty_cache()

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.batching_server import CapturedModel, CpuModel, ServedModel, ServerSettings, service_times
+from collectors.batching_server import ServedModel, ServerSettings
 from collectors.fingerprint import read_fingerprint
 from collectors.serving_check import (
     LEVELS,
@@ -54,6 +54,9 @@ from collectors.serving_check import (
     SECONDS_PER_LEVEL,
     SETTINGS,
     capacity_qps,
+    timed_frame,
+    timed_model,
+    write_meta,
     write_requests,
 )
 from collectors.triton_client import INPUT, OUTPUT, ClientRun, client_main
@@ -262,11 +265,8 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
     fp = read_fingerprint(device)
     folder = Path(out) / fp.device_id / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps({
-        "server": f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client",
-        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels),
-        "seconds_per_level": seconds_per_level, "seed": seed, "threads": torch.get_num_threads(),
-        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+    write_meta(folder, fp, precision, levels, seconds_per_level, seed, torch.get_num_threads(), settings,
+               server=f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client")
     max_batch = max(s.max_batch for s in settings)
     for name in models:
         target = folder / f"requests-{name}-{precision}.parquet"
@@ -274,8 +274,7 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
             say(f"{name}: on disk, skipped")
             continue
         started = time.perf_counter()
-        model: ServedModel = (CapturedModel if fp.kind == "cuda" else CpuModel)(name, precision, max_batch)
-        replay = service_times(model, range(1, max_batch + 1), reps)
+        model, replay = timed_model(name, precision, max_batch, fp.kind, reps)
         say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s")
         frames, service = _serve_model(model, settings, levels, seconds_per_level, seed, requests, reps, say)
         if not frames:
@@ -283,9 +282,7 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
             continue
         write_requests(pd.concat(frames, ignore_index=True), target)
         service.assign(model=name, precision=precision).to_parquet(folder / f"service-{name}-{precision}.parquet")
-        pd.DataFrame([{"model": name, "precision": precision, "batch": b, "service_s": s}
-                      for b, v in replay.items() for s in v]).to_parquet(
-            folder / f"graph-service-{name}-{precision}.parquet")
+        timed_frame(name, precision, replay).to_parquet(folder / f"graph-service-{name}-{precision}.parquet")
         del model
         if fp.kind == "cuda":
             torch.cuda.empty_cache()
