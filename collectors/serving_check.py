@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,18 @@ def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[
         "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
 
 
+def models_to_serve(folder: Path, models: Sequence[str], precision: str,
+                    say: Callable[[str], None]) -> Iterator[tuple[str, Path]]:
+    """(model, its requests file) for each of ``models`` not yet measured in ``folder``: a run
+    stopped part way resumes with the next model."""
+    for name in models:
+        target = folder / f"requests-{name}-{precision}.parquet"
+        if target.exists():
+            say(f"{name}: on disk, skipped")
+            continue
+        yield name, target
+
+
 def timed_model(name: str, precision: str, max_batch: int, kind: str,
                 reps: int) -> tuple[ServedModel, dict[int, np.ndarray]]:
     """Zoo model ``name`` ready to serve batches 1..``max_batch`` (CUDA graphs on a GPU, eager on a
@@ -114,11 +126,7 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
     client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
     client.start()
     try:
-        for name in models:
-            target = folder / f"requests-{name}-{precision}.parquet"
-            if target.exists():
-                say(f"{name}: on disk, skipped")
-                continue
+        for name, target in models_to_serve(folder, models, precision, say):
             started = time.perf_counter()
             max_batch = max(s.max_batch for s in settings)
             model, timed = timed_model(name, precision, max_batch, fp.kind, reps)

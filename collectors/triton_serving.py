@@ -54,6 +54,7 @@ from collectors.serving_check import (
     SECONDS_PER_LEVEL,
     SETTINGS,
     capacity_qps,
+    models_to_serve,
     timed_frame,
     timed_model,
     write_meta,
@@ -268,11 +269,7 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
     write_meta(folder, fp, precision, levels, seconds_per_level, seed, torch.get_num_threads(), settings,
                server=f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client")
     max_batch = max(s.max_batch for s in settings)
-    for name in models:
-        target = folder / f"requests-{name}-{precision}.parquet"
-        if target.exists():
-            say(f"{name}: on disk, skipped")
-            continue
+    for name, target in models_to_serve(folder, models, precision, say):
         started = time.perf_counter()
         model, replay = timed_model(name, precision, max_batch, fp.kind, reps)
         say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s")
