@@ -1,10 +1,12 @@
 """How long a capacity plan takes: the bounded search against the exhaustive one it replaced.
 
 Prints one row per objective: the plan, then the wall time of ``plan()`` as it is now (runs given
-up once out of the running, one instance simulated as a plain loop, a budget of simulated
-requests), of the exhaustive search on the same loop (``exhaustive=True``: every run to its end),
-and of the search as it was before both (``exhaustive=True, engine="events"``: SimPy's event loop),
-each measured in the same run, with the ratio old / now and whether all three gave the same plan.
+up once out of the running, each GPU batching as Triton's code does, a budget of simulated
+requests), of the exhaustive search (``exhaustive=True``: every run to its end) and whether it
+gave the same plan; of the planner under Triton's documented rule (``scheduler="rule"``: the
+planner before 2026-12-06, every run on the one-instance loop), and its plan where it differs; and
+of that rule's search before the bound (``exhaustive=True, engine="events"``: SimPy's event loop),
+each measured in the same run.
 CPU seconds are printed beside the wall time: on a shared machine they move less with what other
 processes take. The objectives run from easy to out of reach; the slow one is 2 ms + 0.05 ms a
 sample at 5,000 qps and p99 4 ms, where 53 GPUs each run almost idle and every setting's p99 is
@@ -78,31 +80,37 @@ def same(one: Plan, other: Plan) -> bool:
     return dataclasses.replace(one, simulated_requests=0) == dataclasses.replace(other, simulated_requests=0)
 
 
+def shown(result: Plan) -> str:
+    return (f"{result.gpus} GPU x b{result.max_batch} d{result.max_queue_delay_us}us p99 {result.p99_ms:.2f}"
+            + ("" if result.meets else " (no)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip-old", action="store_true", help="leave out the search on SimPy's loop (minutes)")
     parser.add_argument("--no-model", action="store_true", help="leave out resnet50's predicted latency")
     args = parser.parse_args()
-    header = (f"{'objective':<42} {'plan':<36} {'now s':>6} {'cpu':>5} {'sim req':>9} {'exh. s':>7} "
-              f"{'old s':>7} {'cpu':>6} {'old/now':>8} same")
+    header = (f"{'objective':<42} {'plan':<36} {'now s':>6} {'cpu':>5} {'sim req':>9} {'exh. s':>7} same | "
+              f"{'rule s':>6} {'now/rule':>8} {'plan under the rule':<36} | {'old s':>7} {'cpu':>6} {'old/rule':>8}")
     print(header)
     print("-" * len(header))
     for row in objectives(not args.no_model):
         now, now_s, now_cpu = timed(row)
         exhaustive, exh_s, _ = timed(row, exhaustive=True)
-        agree = same(now, exhaustive)
+        rule, rule_s, _ = timed(row, scheduler="rule")
+        rule_plan = "the same setting" if (rule.gpus, rule.max_batch, rule.max_queue_delay_us) == \
+            (now.gpus, now.max_batch, now.max_queue_delay_us) else shown(rule)
         old_cols = f"{'-':>7} {'-':>6} {'-':>8}"
         if not args.skip_old:
-            old, old_s, old_cpu = timed(row, exhaustive=True, engine="events")
-            agree = agree and same(now, old)
-            old_cols = f"{old_s:7.2f} {old_cpu:6.1f} {old_s / now_s:7.1f}x"
-        shown = (f"{now.gpus} GPU x b{now.max_batch} d{now.max_queue_delay_us}us p99 {now.p99_ms:.2f}"
-                 + ("" if now.meets else " (no)"))
-        print(f"{row.name:<42} {shown:<36} {now_s:6.2f} {now_cpu:5.1f} {now.simulated_requests:9,} {exh_s:7.2f} "
-              f"{old_cols} {'yes' if agree else 'NO'}", flush=True)
-    print("\nnow: plan() as it is (budget 4,000,000 simulated requests); exh.: exhaustive=True on the same "
-          "one-instance loop;\nold: exhaustive=True, engine='events' (the search and simulator before the bound); "
-          "same: all three gave one plan.")
+            old, old_s, old_cpu = timed(row, exhaustive=True, engine="events", scheduler="rule")
+            old_cols = f"{old_s:7.2f} {old_cpu:6.1f} {old_s / rule_s:7.1f}x" + ("" if same(old, rule) else " NOT SAME")
+        print(f"{row.name:<42} {shown(now):<36} {now_s:6.2f} {now_cpu:5.1f} {now.simulated_requests:9,} {exh_s:7.2f} "
+              f"{'yes' if same(now, exhaustive) else 'NO ':<4} | {rule_s:6.2f} {now_s / rule_s:7.1f}x "
+              f"{rule_plan:<36} | {old_cols}", flush=True)
+    print("\nnow: plan() as it is (budget 4,000,000 simulated requests; each GPU batching as Triton's code does, "
+          "scheduler='triton'); exh.: exhaustive=True, same: it gave the same plan;\nrule: plan(scheduler='rule'), "
+          "the planner before 2026-12-06 (Triton's documented rule, on the one-instance loop); old: the rule's "
+          "search before the bound (exhaustive=True, engine='events': SimPy's loop), checked to give the rule's plan.")
 
 
 if __name__ == "__main__":

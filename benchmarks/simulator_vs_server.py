@@ -45,6 +45,7 @@ from training.serving_check import (  # noqa: E402
     TARGET_LEVEL,
     LoadComparison,
     MaxQpsComparison,
+    ServingData,
     TableLatency,
     TargetCheck,
     bundle_predictor,
@@ -56,10 +57,12 @@ from training.serving_check import (  # noqa: E402
     measured_service,
     predicted_service,
     serving_mode,
+    simulated_service,
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
-SHORT = {"mb8-nodelay": "mb8", "mb32-pref16,32-delay1000us": "mb32p"}
+SHORT = {"mb8-nodelay": "mb8", "mb32-pref16,32-delay1000us": "mb32p", "mb16-delay500us": "mb16d",
+         "mb32-pref8,16-delay2000us": "mb32q"}
 #: what a request's arrival is, by ServingData.arrival_column
 ARRIVAL = {"received_us": "server receipt",
            "sent_us": "client send (a CPU's server receives only between forwards)"}
@@ -76,6 +79,10 @@ def load_table(rows: Sequence[LoadComparison]) -> list[str]:
             f"{'p50':>5} {'p99':>5} {'thr':>5} {'p99 range':>9}")
     over = (f"{'':<45} | {'measured (ms, qps)':<20} | {'sim, measured service (sim/measured)':<41} | "
             f"{'sim, predicted'}")
+    if any(r.sim_rule is not None for r in rows):  # Triton served: its documented rule beside its code's
+        head = head.replace(f"{'thr':>5} {'band p99 rank':>16}",
+                            f"{'thr':>5} {'rule50':>5} {'rule99':>5} {'band p99 rank':>16}")
+        over = over.replace("sim, measured service (sim/measured)", "sim, measured service (sim/measured)" + " " * 12)
     lines = [over, head, "-" * len(head)]
     for r in rows:
         m, s = r.measured, r.measured.stats
@@ -90,6 +97,8 @@ def load_table(rows: Sequence[LoadComparison]) -> list[str]:
         mark = "*" if m.level <= TARGET_LEVEL + 1e-9 and abs(sm.p99_ms / s.p99_ms - 1) > TARGET else " "
         sim = (f"{ratio(sm.p50_ms, s.p50_ms)} {ratio(sm.p99_ms, s.p99_ms)}{mark}"
                f"{ratio(sm.throughput_qps, s.throughput_qps)}")
+        if r.sim_rule is not None:
+            sim += f" {ratio(r.sim_rule.p50_ms, s.p50_ms)} {ratio(r.sim_rule.p99_ms, s.p99_ms)}"
         lines.append(
             f"{m.model:<13} {SHORT.get(m.setting, m.setting):<5} {m.level:5.2f} {m.offered_qps:6.0f} {s.requests:6d} "
             f"{s.utilisation:5.3f} | {s.p50_ms:6.2f} {s.p99_ms:6.2f} {s.throughput_qps:6.0f} | "
@@ -121,15 +130,20 @@ def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
     """The most qps under each p99 objective, measured and simulated (curves over the same loads)."""
     head = (f"{'model':<13} {'set':<5} {'objective':>18} | {'measured':>9} | {'sim, measured service':>22} | "
             f"{'sim, predicted':>16} | {'its slow end':>15}")
+    if any(math.isfinite(a.sim_rule_qps) for a in answers):
+        head += f" | {'documented rule':>15}"
     lines = [head, "-" * len(head)]
     for a in answers:
         objective = f"p99@{a.objective_level:g}: {a.objective_ms:.2f} ms"
-        lines.append(
-            f"{a.model:<13} {SHORT.get(a.setting, a.setting):<5} {objective:>18} | "
-            f"{qps(a.measured_qps, a.measured_bound):>9} | {qps(a.sim_measured_qps, a.sim_measured_bound):>13} "
-            f"{ratio(a.sim_measured_qps, a.measured_qps):>8} | {qps(a.sim_predicted_qps, a.sim_predicted_bound):>8} "
-            f"{ratio(a.sim_predicted_qps, a.measured_qps):>7} | {qps(a.sim_slow_end_qps, a.sim_slow_end_bound):>8} "
-            f"{ratio(a.sim_slow_end_qps, a.measured_qps):>6}")
+        line = (f"{a.model:<13} {SHORT.get(a.setting, a.setting):<5} {objective:>18} | "
+                f"{qps(a.measured_qps, a.measured_bound):>9} | {qps(a.sim_measured_qps, a.sim_measured_bound):>13} "
+                f"{ratio(a.sim_measured_qps, a.measured_qps):>8} | "
+                f"{qps(a.sim_predicted_qps, a.sim_predicted_bound):>8} "
+                f"{ratio(a.sim_predicted_qps, a.measured_qps):>7} | "
+                f"{qps(a.sim_slow_end_qps, a.sim_slow_end_bound):>8} {ratio(a.sim_slow_end_qps, a.measured_qps):>6}")
+        if math.isfinite(a.sim_rule_qps):
+            line += f" | {qps(a.sim_rule_qps, a.sim_rule_bound)} {ratio(a.sim_rule_qps, a.measured_qps)}"
+        lines.append(line)
     return lines
 
 
@@ -141,6 +155,20 @@ def service_table(measured: dict[str, TableLatency], predicted: dict[str, Latenc
     for model, table in measured.items():
         cells = " ".join(f"{predicted[model](b)[0] / table.medians_ms[b]:5.2f}" for b in batches)
         lines.append(f"{model:<13} {table.medians_ms[1]:6.3f} {table.medians_ms[32]:7.3f} | {cells}")
+    return lines
+
+
+def turnaround_table(data: ServingData, timed: dict[str, TableLatency]) -> list[str]:
+    """Per model, the turnaround added to a few batch sizes' service, and its share of that service."""
+    batches = (1, 2, 4, 8, 16, 24, 32)
+    head = f"{'model':<16} | " + " ".join(f"{f'b{b}':>11}" for b in batches)
+    lines = [head, "-" * len(head)]
+    for model, table in timed.items():
+        given = simulated_service(data, model)
+        added = {b: given.medians_ms[b] - table.medians_ms[b] for b in batches if b in table.medians_ms}
+        cells = " ".join(f"{added[b]:5.3f} {added[b] / table.medians_ms[b]:4.0%}" if b in added else " " * 11
+                         for b in batches)
+        lines.append(f"{model:<16} | {cells}")
     return lines
 
 
@@ -212,6 +240,12 @@ def main() -> None:
                   f"band: p99 of {args.seeds} runs of the measured length (seeds {NOISE_SEEDS[0]}..), their "
                   "10th-90th percentile over the measured p99, and rank: the share of them below the measured p99; "
                   f"trace: the measured arrivals ({ARRIVAL[data.arrival_column]}) replayed")
+    if data.triton:
+        header.append("# Triton served: the simulator forms batches as Triton's code does (payloads formed and staged "
+                      "ahead of the busy instance, predictor/capacity/triton_scheduler.py), each batch taking Triton's "
+                      "time for it plus the instance's turnaround after it (training/instance_turnaround.py); "
+                      "rule50/rule99: the same runs under Triton's documented rule (a batch formed when the instance "
+                      "frees)")
     schedules = independent_schedules(data)
     header.append(f"# the {sum(1 for _ in data.loads())} loads rode {schedules} distinct Poisson "
                   "schedules: the collector seeded each by (setting, level), so the models at one (setting, level) "
@@ -258,6 +292,10 @@ def main() -> None:
             out += ["", "== predicted / the CUDA graph's replay alone (median of its timed replays before the server "
                     "started: what latpred predicts; the server's time over it is the serving path's)",
                     *service_table(graphs, predicted)]
+    if data.triton:
+        out += ["", "== the instance's turnaround after a batch (ms; training/instance_turnaround.py): COMPUTE_END to "
+                "the next batch's COMPUTE_START where that batch was ready, added to each batch's service",
+                *turnaround_table(data, measured)]
     out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, answers, schedules),
             f"({time.perf_counter() - started:.0f} s)"]
     publish(out, args.out)

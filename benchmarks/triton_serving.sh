@@ -14,7 +14,8 @@
 # --cached, .git/info/exclude) for the tarball to fit the 64 MiB a call carries.
 # Brings back $OUT/triton_serving.tgz (the serving-triton folder; untar it into datasets/) and
 # $OUT/triton_serving.txt.
-#   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [LIMIT=540] bash benchmarks/triton_serving.sh
+#   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [SETTINGS="mb16-delay500us mb8-nodelay"] [LIMIT=540] \
+#     bash benchmarks/triton_serving.sh
 set -u
 source benchmarks/device_env.sh
 log=$OUT/triton_serving.txt
@@ -22,7 +23,9 @@ gpu_machine_header $log
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
 ldd "$site/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" | grep -i python >> $log
-timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 \
+setting_flags=()
+for name in ${SETTINGS:-}; do setting_flags+=(--setting "$name"); done
+timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 "${setting_flags[@]}" \
   --models ${MODELS:-resnet101,densenet169,roberta-large} --out $OUT/root >> $log 2>&1 || echo "stopped (exit $?)" >> $log
 date -u >> $log
 tar -C $OUT/root -czf $OUT/triton_serving.tgz . && rm -rf $OUT/root

@@ -23,6 +23,7 @@ time is kept so that the pipe's delay can be seen.
 from __future__ import annotations
 
 import functools
+import re
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -52,6 +53,26 @@ class ServerSettings:
     max_batch: int
     preferred: tuple[int, ...] = ()
     max_queue_delay_us: float = 0.0
+
+    @classmethod
+    def parse(cls, name: str) -> ServerSettings:
+        """A setting from its name, as the serving folders name them: ``mb<max batch>``, then
+        ``-pref<sizes, comma-separated>`` if any, then ``-delay<microseconds>us`` or ``-nodelay``
+        (``mb8-nodelay``, ``mb32-pref16,32-delay1000us``); ValueError naming what is wrong."""
+        match = SETTING_NAME.fullmatch(name)
+        if match is None:
+            raise ValueError(f"setting {name!r}: expected mb<max batch>[-pref<a,b,..>](-delay<us>us|-nodelay), "
+                             "as mb32-pref16,32-delay1000us")
+        max_batch = int(match["max_batch"])
+        preferred = tuple(int(p) for p in match["preferred"].split(",")) if match["preferred"] else ()
+        if max_batch < 1 or not all(1 <= p <= max_batch for p in preferred) or len(set(preferred)) != len(preferred):
+            raise ValueError(f"setting {name!r}: preferred sizes must be distinct, in 1..max batch {max_batch}")
+        return cls(name, max_batch, tuple(sorted(preferred)), float(match["delay"] or 0))
+
+
+#: a setting's name: ``ServerSettings.parse``
+SETTING_NAME = re.compile(r"mb(?P<max_batch>\d+)(?:-pref(?P<preferred>\d+(?:,\d+)*))?"
+                          r"(?:-delay(?P<delay>\d+)us|-nodelay)")
 
 
 class ServedModel(Protocol):

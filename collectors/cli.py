@@ -296,14 +296,18 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
               help="'ours': collectors.batching_server, Triton's batching rule in our own process; 'triton': "
                    "Triton itself through PyTriton (pip install nvidia-pytriton), measurements in "
                    "OUT/<device-id>/serving-triton")
+@click.option("--setting", "setting_names", multiple=True,
+              help="a batching setting by name, as mb16-delay500us or mb32-pref16,32-delay1000us (repeat for "
+                   "more; default: collectors.serving_check.SETTINGS)")
 def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str,
-            threads: int | None, server: str) -> None:
+            threads: int | None, server: str, setting_names: tuple[str, ...]) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
-    from collectors.batching_server import model_source
-    from collectors.serving_check import LEVELS, MODELS, run_serving_check
+    from collectors.batching_server import ServerSettings, model_source
+    from collectors.serving_check import LEVELS, MODELS, SETTINGS, run_serving_check
     from predictor.precision import get_precision
 
     try:
+        settings = tuple(ServerSettings.parse(name) for name in setting_names) or SETTINGS
         names = _items(models) or MODELS
         for name in names:
             model_source(name)
@@ -315,11 +319,12 @@ def serving(out: Path, models: str, precision: str, levels: str, seconds: float,
                 raise ValueError("--threads is for our own server's CPU forwards, not --server triton")
             from collectors.triton_serving import run_triton_check
 
-            folder = run_triton_check(out, device, names, get_precision(precision).name, levels=wanted,
-                                      seconds_per_level=seconds, seed=seed, say=click.echo)
+            folder = run_triton_check(out, device, names, get_precision(precision).name, settings=settings,
+                                      levels=wanted, seconds_per_level=seconds, seed=seed, say=click.echo)
         else:
-            folder = run_serving_check(out, device, names, get_precision(precision).name, levels=wanted,
-                                       seconds_per_level=seconds, seed=seed, threads=threads, say=click.echo)
+            folder = run_serving_check(out, device, names, get_precision(precision).name, settings=settings,
+                                       levels=wanted, seconds_per_level=seconds, seed=seed, threads=threads,
+                                       say=click.echo)
     except (ValueError, RuntimeError, KeyError) as exc:
         _fail(exc)
     click.echo(f"serving: measurements in {folder}")

@@ -62,11 +62,21 @@ def write_requests(frame: pd.DataFrame, path: Path) -> None:
 def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[float], seconds_per_level: float,
                seed: int, threads: int, settings: Sequence[ServerSettings], **more: Any) -> None:
     """A serving folder's ``meta.json``: the device, the loads' settings and levels (``more``: what
-    else a server records about itself)."""
-    (folder / "meta.json").write_text(json.dumps({
-        **more, "fingerprint": fingerprint.as_dict(), "precision": precision, "levels": list(levels),
-        "seconds_per_level": seconds_per_level, "seed": seed, "threads": threads,
-        "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}, indent=1))
+    else a server records about itself). ValueError when the folder already holds loads measured
+    otherwise (other settings, levels, precision, seconds, seed or server): one ``meta.json``
+    describes every model's loads, and a resumed run must not relabel the earlier ones."""
+    meta = {**more, "fingerprint": fingerprint.as_dict(), "precision": precision, "levels": list(levels),
+            "seconds_per_level": seconds_per_level, "seed": seed, "threads": threads,
+            "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}
+    path = folder / "meta.json"
+    if path.exists() and any(folder.glob("requests-*.parquet")):
+        before = json.loads(path.read_text())
+        differ = [key for key in ("settings", "levels", "precision", "seconds_per_level", "seed", *more)
+                  if before.get(key) != meta[key]]
+        if differ:
+            raise ValueError(f"{folder} holds loads measured with other {', '.join(differ)} ({path}); serve these "
+                             "into another --out, or move that folder away first")
+    path.write_text(json.dumps(meta, indent=1))
 
 
 def models_to_serve(folder: Path, models: Sequence[str], precision: str,

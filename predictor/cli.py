@@ -30,7 +30,7 @@ from predictor.variant import MAX_BATCH
 
 if TYPE_CHECKING:  # imported where used: the capacity modules load only for 'latpred capacity'
     from predictor.capacity.planner import Plan
-    from predictor.capacity.simulator import LatencyFn, PlanFor
+    from predictor.capacity.simulator import LatencyFn, PlanFor, Scheduler
 
 
 @click.group()
@@ -155,9 +155,13 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="PATH.png", help="also write the recommended setting's p50 and p99 against load on one GPU "
                                        "to this PNG (needs matplotlib: pip install 'latpred[plot]')")
+@click.option("--scheduler", type=click.Choice(["triton", "rule"]), default="triton", show_default=True,
+              help="how the simulated server batches: as Triton's code does (a batch sent after its queue delay "
+                   "waits behind the running one) or by Triton's documented rule (a batch forms when the "
+                   "instance frees); they differ only with a queue delay")
 def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
              sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None, host_spec: str | None,
-             plot_path: Path | None) -> None:
+             plot_path: Path | None, scheduler: Scheduler) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
@@ -184,7 +188,7 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         raise click.ClickException(f"{path}: {exc}") from None
     service = predicted_service_time(predictor, graph, precision, mode, host, sigma).for_plan(plan_for)
     try:
-        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus)
+        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
@@ -249,7 +253,8 @@ def write_load_curve(path: Path, service: LatencyFn, result: Plan, title: str) -
     from predictor.capacity.plot import render_load_curves
     from predictor.capacity.simulator import BatchingConfig
 
-    config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us)
+    config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us,
+                            scheduler=result.scheduler)
     capacity = capacity_qps(service, config)
     points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]))
     try:

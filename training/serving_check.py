@@ -22,14 +22,19 @@ arrival times (:func:`simulate_trace`), which takes the arrivals' luck out of th
 collector drew each load's schedule from a seed of (setting, level) alone, so the three models at
 one (setting, level) rode the same schedule, scaled to their rates (:func:`independent_schedules`):
 their measured p99s share one draw's luck.
+
+Triton's own loads (``collectors/triton_serving.py``, ``meta.json``'s server ``tritonserver ...``)
+are simulated as Triton's code batches (``scheduler="triton"``), each batch's service being its
+traced compute plus the instance's turnaround after it (:func:`simulated_service`), and again under
+the documented rule (``sim_rule``) to show what that model changes.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -41,10 +46,12 @@ from predictor.capacity.simulator import (
     BatchingConfig,
     LatencyFn,
     LatencyModel,
+    Scheduler,
     SimResult,
     p99_at_ends,
     simulate,
 )
+from training.instance_turnaround import back_to_back, turnaround_ms, with_turnaround
 
 if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted service is asked for
     from predictor.predict import Predictor
@@ -88,6 +95,11 @@ class ServingData:
         return list(dict.fromkeys(self.requests["model"]))
 
     @property
+    def triton(self) -> bool:
+        """Whether Triton served these loads (``collectors/triton_serving.py``), not our own server."""
+        return served_by_triton(self.meta)
+
+    @property
     def arrival_column(self) -> str:
         """When a request reached the server, as the simulator's arrival: the server's receipt on a
         GPU, whose server receives while a batch runs; the client's send on a CPU, whose forward
@@ -102,11 +114,18 @@ class ServingData:
             yield str(model), str(setting), float(level), frame.sort_values("index", ignore_index=True)
 
 
-def batching_config(setting: Mapping[str, Any]) -> BatchingConfig:
-    """The simulator's config for one of ``meta.json``'s settings (one instance: the server ran one)."""
+def served_by_triton(meta: Mapping[str, Any]) -> bool:
+    """Whether a serving folder's ``meta.json`` says Triton served its loads."""
+    return str(meta.get("server", "")).startswith("tritonserver")
+
+
+def batching_config(setting: Mapping[str, Any], scheduler: Scheduler = "rule") -> BatchingConfig:
+    """The simulator's config for one of ``meta.json``'s settings (one instance: the server ran one),
+    batching as ``scheduler`` says the server did: ``rule`` for our own server, which runs Triton's
+    documented rule (``batch_rule``), ``triton`` for Triton itself."""
     return BatchingConfig(max_batch=int(setting["max_batch"]),
                           preferred_batch_sizes=tuple(int(p) for p in setting["preferred"]),
-                          max_queue_delay_us=float(setting["max_queue_delay_us"]))
+                          max_queue_delay_us=float(setting["max_queue_delay_us"]), scheduler=scheduler)
 
 
 def load_serving(folder: Path = SERVING_DIR) -> ServingData:
@@ -114,7 +133,8 @@ def load_serving(folder: Path = SERVING_DIR) -> ServingData:
     requests and service times do not come in pairs, or a row names a setting ``meta.json`` lacks."""
     folder = Path(folder)
     meta = json.loads((folder / "meta.json").read_text())
-    settings = {s["name"]: batching_config(s) for s in meta["settings"]}
+    scheduler: Scheduler = "triton" if served_by_triton(meta) else "rule"
+    settings = {s["name"]: batching_config(s, scheduler) for s in meta["settings"]}
     request_files = sorted(folder.glob("requests-*.parquet"))
     service_files = sorted(folder.glob("service-*.parquet"))
     if not request_files or [p.name[len("requests-"):] for p in request_files] != \
@@ -273,6 +293,19 @@ def measured_service(service: pd.DataFrame) -> TableLatency:
     return TableLatency(medians, sigmas)
 
 
+def simulated_service(data: ServingData, model: str) -> TableLatency:
+    """The service times the simulator is given for ``model``'s loads: the server's measured batch
+    times, and for Triton the instance's turnaround after each batch added (its trace's
+    ``COMPUTE_END`` comes before the instance is free: :mod:`training.instance_turnaround`)."""
+    measured = measured_service(data.service[data.service["model"] == model])
+    if not data.triton:
+        return measured
+    gaps = [back_to_back(frame, data.settings[setting].max_queue_delay_us)
+            for name, setting, _, frame in data.loads() if name == model]
+    turnaround = turnaround_ms(gaps, sorted(measured.medians_ms))
+    return TableLatency(with_turnaround(measured.medians_ms, turnaround), measured.sigmas)
+
+
 def bundle_predictor(device_id: str = "nvidia-h200") -> Predictor:
     """The shipped bundle's predictor for ``device_id`` (by its exact id: a short name such as
     "h200" may match the catalogue's partitions of the same GPU too): its own bundle, or the
@@ -390,6 +423,9 @@ class LoadComparison:
     #: the predicted-service run's p99 with every batch at the low and at the high end of its
     #: prediction's interval (the range ``latpred capacity`` reports beside a plan's p99)
     sim_predicted_range: tuple[float, float] | None = None
+    #: where Triton served the load: the long run with measured service under Triton's documented
+    #: rule (``scheduler="rule"``) instead of its code's, to show what the staging model changes
+    sim_rule: SimResult | None = None
 
 
 @dataclass(frozen=True)
@@ -411,6 +447,9 @@ class MaxQpsComparison:
     #: --plan-for slow_end``): the predicted-service runs' p99 range's high ends
     sim_slow_end_qps: float = math.nan
     sim_slow_end_bound: bool = False
+    #: the measured-service runs under Triton's documented rule, where Triton served (``sim_rule``)
+    sim_rule_qps: float = math.nan
+    sim_rule_bound: bool = False
 
 
 def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None = None,
@@ -418,11 +457,13 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
     """Every measured load against its simulations; ``predicted`` maps a model to its predicted
     latency model (left out: no predicted-service runs); no noise seeds: no short runs."""
     rows = []
+    services = {model: simulated_service(data, model) for model in data.models}
+    timed = {model: measured_service(data.service[data.service["model"] == model]) for model in data.models}
     for model, setting, level, frame in data.loads():
         config = data.settings[setting]
-        service = measured_service(data.service[data.service["model"] == model])
+        service = services[model]
         measured = measure_load(model, setting, level, frame, config,
-                                {b: m * 1e-3 for b, m in service.medians_ms.items()},
+                                {b: m * 1e-3 for b, m in timed[model].medians_ms.items()},
                                 arrival_column=data.arrival_column)
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
         latency = None if predicted is None else predicted[model]
@@ -436,7 +477,9 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
             short=short,
             sim_predicted=(simulate_load(measured.offered_qps, config, latency, requests)
                            if latency is not None else None),
-            sim_predicted_range=bounds))
+            sim_predicted_range=bounds,
+            sim_rule=(simulate_load(measured.offered_qps, replace(config, scheduler="rule"), service, requests)
+                      if config.scheduler != "rule" else None)))
     return rows
 
 
@@ -454,6 +497,7 @@ def compare_max_qps(rows: Sequence[LoadComparison],
         sim_p99 = [r.sim_measured.p99_ms for r in curve]
         pred_p99 = [r.sim_predicted.p99_ms if r.sim_predicted is not None else math.nan for r in curve]
         slow_p99 = [r.sim_predicted_range[1] if r.sim_predicted_range is not None else math.nan for r in curve]
+        rule_p99 = [r.sim_rule.p99_ms if r.sim_rule is not None else math.nan for r in curve]
         for level in objective_levels:
             at = [r for r in curve if math.isclose(r.measured.level, level)]
             if not at:
@@ -465,8 +509,10 @@ def compare_max_qps(rows: Sequence[LoadComparison],
                               else (math.nan, False))
             w_qps, w_bound = (max_qps_under(qps, slow_p99, objective) if not any(map(math.isnan, slow_p99))
                               else (math.nan, False))
+            r_qps, r_bound = (max_qps_under(qps, rule_p99, objective) if not any(map(math.isnan, rule_p99))
+                              else (math.nan, False))
             out.append(MaxQpsComparison(model, setting, level, objective, m_qps, m_bound, s_qps, s_bound,
-                                        p_qps, p_bound, w_qps, w_bound))
+                                        p_qps, p_bound, w_qps, w_bound, r_qps, r_bound))
     return out
 
 
@@ -497,16 +543,21 @@ def _worst(ratios: Sequence[float]) -> float:
 
 def check_targets(rows: Sequence[LoadComparison], answers: Sequence[MaxQpsComparison],
                   tolerance: float = TARGET, up_to_level: float = TARGET_LEVEL) -> list[TargetCheck]:
-    """The targets for the measured-service runs and, where there are any, the predicted-service runs."""
+    """The targets for the measured-service runs and, where there are any, the predicted-service runs
+    and the measured-service runs under Triton's documented rule."""
     out = []
-    for name in ("measured service", "predicted service"):
-        sims = [(r.measured, r.sim_measured if name == "measured service" else r.sim_predicted) for r in rows
-                if r.measured.level <= up_to_level + 1e-9]
+    runs: dict[str, Callable[[LoadComparison], SimResult | None]] = {
+        "measured service": lambda r: r.sim_measured, "predicted service": lambda r: r.sim_predicted,
+        "measured service, documented rule": lambda r: r.sim_rule}
+    answer_qps: dict[str, Callable[[MaxQpsComparison], float]] = {
+        "measured service": lambda a: a.sim_measured_qps, "predicted service": lambda a: a.sim_predicted_qps,
+        "measured service, documented rule": lambda a: a.sim_rule_qps}
+    for name, run in runs.items():
+        sims = [(r.measured, run(r)) for r in rows if r.measured.level <= up_to_level + 1e-9]
         if any(sim is None for _, sim in sims):
             continue
         p99 = [sim.p99_ms / m.stats.p99_ms for m, sim in sims if sim is not None]
-        qps = [(a.sim_measured_qps if name == "measured service" else a.sim_predicted_qps) / a.measured_qps
-               for a in answers]
+        qps = [answer_qps[name](a) / a.measured_qps for a in answers]
         out.append(TargetCheck(name, sum(abs(r - 1) <= tolerance for r in p99), len(p99), _worst(p99),
                                sum(abs(r - 1) <= tolerance for r in qps), len(qps), _worst(qps)))
     return out

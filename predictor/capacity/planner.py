@@ -13,6 +13,9 @@ The model of the fleet, and its simplifications:
   ``qps / G``. A real balancer (round robin, least-loaded) gives each GPU steadier arrivals than
   Poisson, so the predicted p99 is, if anything, pessimistic; a skewed balancer is not modelled.
 - Every GPU behaves alike, so one GPU is simulated and its numbers stand for all.
+- Each GPU's server batches as Triton's code does (``scheduler="triton"``): a batch sent after its
+  queue delay waits, frozen, behind the running one, which makes a delay costlier than Triton's
+  documented rule says (:mod:`predictor.capacity.triton_scheduler`).
 - Everything :mod:`predictor.capacity.simulator` leaves out (network time, scheduler cost, one
   sample per request, ...) is left out here too.
 
@@ -64,9 +67,11 @@ from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_REQUESTS,
+    SCHEDULERS,
     Engine,
     LatencyFn,
     LatencyModel,
+    Scheduler,
     SimResult,
     is_finite_number,
     is_int,
@@ -131,6 +136,8 @@ class Plan:
     #: end's p99 says only that (it grows with the requests simulated)
     p99_low_ms: float | None = None
     p99_high_ms: float | None = None
+    #: how the simulation batched (``BatchingConfig.scheduler``): ``triton``, as Triton's code does
+    scheduler: Scheduler = "triton"
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -148,7 +155,8 @@ def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int
 def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES, delay_us_choices: Sequence[int] = DELAY_US_CHOICES,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
-         exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None) -> Plan:
+         exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
+         scheduler: Scheduler = "triton") -> Plan:
     """The fewest GPUs (one instance each, Poisson arrivals split evenly) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
@@ -160,6 +168,9 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     runs them on SimPy's event loop, as before ``single_instance`` (the benchmark's "before").
     ``runs`` shares simulations between the plans of a grid (one latency model, request count
     and seed; ``Runs(latency, requests, seed)``): the plan is the same, its simulations fewer.
+    ``scheduler`` is how the simulated server forms batches: ``triton``, as Triton's code does (a
+    batch sent after its queue delay waits frozen behind the running one), or ``rule``, Triton's
+    documented rule; they differ only for settings with a delay.
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -180,10 +191,13 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"budget: must be an integer in [requests={requests}, {MAX_BUDGET}] or None, not {budget!r}")
     if engine not in ("auto", "events"):
         raise ValueError(f"engine: must be 'auto' or 'events', not {engine!r}")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler: must be one of {SCHEDULERS}, not {scheduler!r}")
     if runs is None:
-        runs = Runs(latency, requests, seed, engine)
-    elif (runs.latency, runs.requests, runs.seed, runs.engine) != (latency, requests, seed, engine):
-        raise ValueError("runs: were made for another latency model, request count, seed or engine")
+        runs = Runs(latency, requests, seed, engine, scheduler)
+    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler) != \
+            (latency, requests, seed, engine, scheduler):
+        raise ValueError("runs: were made for another latency model, request count, seed, engine or scheduler")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.
@@ -286,7 +300,7 @@ def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimR
         p50_ms=result.p50_ms, p99_ms=result.p99_ms, throughput_qps=result.throughput_qps * gpus,
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
         candidates_evaluated=search.evaluated, simulated_requests=search.simulated, meets=meets,
-        reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high)
+        reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high, scheduler=search.runs.scheduler)
 
 
 def triton_config(plan: Plan) -> str:

@@ -25,6 +25,7 @@ from predictor.capacity.simulator import (
     Engine,
     LatencyFn,
     LatencyModel,
+    Scheduler,
     SimResult,
     checked_latency,
     high_end_is_own_run,
@@ -46,8 +47,11 @@ class Runs:
     GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
     The latency model is asked once per batch size."""
 
-    def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto") -> None:
+    def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
+                 scheduler: Scheduler = "triton") -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
+        #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
+        self.scheduler: Scheduler = scheduler
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
@@ -102,7 +106,7 @@ class Search:
 
     def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[Arrivals, BatchingConfig]:
         return (Arrivals("poisson", rate_qps=self.qps / gpus, seed=self.runs.seed),
-                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us))
+                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us, scheduler=self.runs.scheduler))
 
     def simulate(self, max_batch: int, delay_us: int, gpus: int) -> SimResult:
         """The setting's whole run on ``gpus`` (the exhaustive search's question)."""

@@ -39,3 +39,24 @@ def test_threads_below_one_are_refused_before_anything_is_written(tmp_path: Path
                                        "--threads", "0"])
     assert result.exit_code == 2 and "--threads" in result.output
     assert not list(tmp_path.iterdir())
+
+
+def test_a_folder_with_loads_is_not_relabelled_by_a_run_with_other_settings(tmp_path: Path) -> None:
+    from collectors.batching_server import ServerSettings
+    from collectors.serving_check import SETTINGS
+
+    folder = run_serving_check(tmp_path, "cpu", models=[])
+    meta = (folder / "meta.json").read_text()
+    (folder / "requests-resnet101-fp16.parquet").write_bytes(b"measured before")
+    other = (ServerSettings.parse("mb16-delay500us"),)
+    result = CliRunner().invoke(main, ["collect", "serving", "--out", str(tmp_path), "--device", "cpu",
+                                       "--models", "resnet101", "--setting", "mb16-delay500us"])
+    assert result.exit_code != 0 and "other settings" in result.output
+    try:
+        run_serving_check(tmp_path, "cpu", models=[], settings=other)
+    except ValueError as exc:
+        assert "another --out" in str(exc)
+    else:
+        raise AssertionError("other settings were written over a folder that holds loads")
+    assert (folder / "meta.json").read_text() == meta
+    assert run_serving_check(tmp_path, "cpu", models=[], settings=SETTINGS) == folder  # the same run resumes

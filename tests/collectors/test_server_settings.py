@@ -1,0 +1,33 @@
+"""A batching setting named on the command line (`latpred collect serving --setting NAME`)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from collectors.batching_server import ServerSettings
+from collectors.serving_check import SETTINGS
+
+
+def test_the_committed_settings_read_back_from_their_names() -> None:
+    for setting in SETTINGS:
+        assert ServerSettings.parse(setting.name) == setting
+
+
+def test_a_name_gives_max_batch_preferred_sizes_and_delay() -> None:
+    assert ServerSettings.parse("mb32-pref8,16-delay2000us") == ServerSettings(
+        "mb32-pref8,16-delay2000us", max_batch=32, preferred=(8, 16), max_queue_delay_us=2000.0)
+    assert ServerSettings.parse("mb16-delay500us").preferred == ()
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("mb8", "expected mb<max batch>"),
+    ("mb8-delay", "expected mb<max batch>"),
+    ("mb8-pref16-nodelay", "in 1..max batch 8"),
+    ("mb8-pref4,4-nodelay", "distinct"),
+    ("mb0-nodelay", "in 1..max batch 0"),
+])
+def test_a_malformed_name_is_refused_with_what_to_write(name: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)):
+        ServerSettings.parse(name)
