@@ -4,7 +4,7 @@ Triton's trace stamps each batch's ``COMPUTE_START`` and ``COMPUTE_END`` around 
 execute. The instance is not free at ``COMPUTE_END``: the backend still hands back a response per
 request and releases them before the instance takes its next payload. Measured through PyTriton on
 an H100 (``datasets/nvidia-h100-80gb-hbm3/serving-triton/``), that gap was 50-70 us after a batch of
-one request and 550-600 us after one of 32, growing by about 16 us a request. The simulator serves a
+one request and 570-610 us after one of 32, growing by 16-18 us a request. The simulator serves a
 batch for its service time and frees the instance at once, so the service time it is given must be
 the instance's occupancy: compute plus this turnaround. Leaving it out makes a server at 0.8 of its
 capacity look like one at 0.78, and a p99 there is steep in the load.

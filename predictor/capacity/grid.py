@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from predictor.capacity.planner import DEFAULT_BUDGET, REQUESTS, SEED, Plan, plan
 from predictor.capacity.runs import Runs
-from predictor.capacity.simulator import LatencyFn, LatencyModel
+from predictor.capacity.simulator import LatencyFn, LatencyModel, Scheduler
 
 
 class GridOverBudget(Exception):
@@ -33,13 +33,13 @@ class GridOverBudget(Exception):
 
 
 def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_ms: Sequence[float], *,
-              max_gpus: int = 64, budget: int = DEFAULT_BUDGET) -> list[Plan]:
+              max_gpus: int = 64, budget: int = DEFAULT_BUDGET, scheduler: Scheduler = "triton") -> list[Plan]:
     """A plan for each (qps, objective), loads first (``itertools.product`` order), with the
     planner's defaults; each plan is the one ``plan`` gives the cell alone, or
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot
     cover the next cell's search (its requests are then spent: at most ``budget``, one run, and the
     runs of that cell's p99 range where the latency model has an interval: two, one at the slow end)."""
-    runs = Runs(latency, REQUESTS, SEED)
+    runs = Runs(latency, REQUESTS, SEED, scheduler=scheduler)
     plans: list[Plan] = []
     cells = list(itertools.product(qps, slo_p99_ms))
     simulated = 0
@@ -48,7 +48,8 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
         cell_budget = min(DEFAULT_BUDGET, left)
         if cell_budget < REQUESTS:
             raise GridOverBudget(len(plans), len(cells), simulated, budget)
-        result = plan(latency, load, objective, max_gpus=max_gpus, budget=cell_budget, runs=runs)
+        result = plan(latency, load, objective, max_gpus=max_gpus, budget=cell_budget, runs=runs,
+                      scheduler=scheduler)
         simulated += result.simulated_requests
         if result.budget_spent and cell_budget < DEFAULT_BUDGET:  # the grid's budget stopped it, not its own
             raise GridOverBudget(len(plans), len(cells), simulated, budget)

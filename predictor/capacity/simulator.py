@@ -27,7 +27,7 @@ What is simulated:
   That is ``BatchingConfig.scheduler="rule"``. Triton's code does otherwise while every instance
   is busy: it forms and stages batches ahead of them, and one sent after its queue delay stays
   frozen until an instance takes it (``scheduler="triton"``, :mod:`predictor.capacity.triton_scheduler`).
-  Without a delay the two form the same batches, and the rule's loops run both. Against Triton
+  Without a delay or preferred sizes the two form the same batches, and the rule's loops run both. Against Triton
   2.51 on an H100, on 34 loads measured after the code's model was written, it put p99 within 10%
   in 26, the rule in 7 (``benchmarks/results/simulator_vs_triton_h100_blind.txt``).
 - **Service**: a batch of ``b`` takes ``median_ms(b) * exp(sigma * Z)`` with ``Z`` standard normal:

@@ -12,15 +12,15 @@ walks the code's state machine, with every thread taking no time:
   batches even while the instances are busy, as long as fewer than ``2 * instances`` payloads wait
   for an instance (``RateLimiter::PayloadSlotAvailable``); otherwise it blocks until one is taken.
 - **Forming** (``GetDynamicBatch``) scans the queue from its front, with the payload's size ``P``:
-  a request that would take ``P + pending`` past the largest preferred size marks the payload
-  saturated; past ``max_batch`` it ends the scan; a preferred size reached is remembered. Then:
-  a preferred size (and the delay not yet run out) is sent at once; a full or saturated batch is
-  sent; with the delay run out, or no delay, everything scanned is sent; a payload already queued
-  and not at a preferred size takes the scan at once; otherwise the batcher sleeps until the
-  oldest request's delay runs out. Without preferred sizes Triton uses ``{max_batch}``
-  (``model_config_utils.cc``).
+  a request that would take ``P + pending`` past the largest preferred size, before any preferred
+  size was reached in the scan, marks the payload saturated; past ``max_batch`` it ends the scan;
+  a preferred size reached is remembered. Then: a preferred size (and the delay not yet run out)
+  is sent at once; a full or saturated batch is sent; with the delay run out, or no delay,
+  everything scanned is sent; a payload already queued and not at a preferred size takes the scan
+  at once; otherwise the batcher sleeps until the oldest request's delay runs out. Without
+  preferred sizes Triton uses ``{max_batch}`` (``model_config_utils.cc``).
 - **A payload that is queued but not yet running grows**: the batcher keeps adding to it until an
-  instance takes it. But the batcher only wakes for an arrival when
+  instance takes it. But the batcher only wakes for an arrival when a payload slot is free and
   ``queued >= next_preferred_batch_size_`` (or the payload is saturated or running), and that
   threshold is left at the next preferred size whenever the payload went out after a delay wait.
   So a payload sent after waiting out the delay stays frozen while the instance is busy: later

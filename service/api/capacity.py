@@ -64,7 +64,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-2"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-3"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -137,7 +137,8 @@ def _capacity(query: CapacityQuery) -> Response:
     eager_host = base.host_key if mode == "eager" else None
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
-                               query.max_gpus, query.plan_for, query.format, query.value, base.predictor.bundle.version,
+                               query.max_gpus, query.plan_for, query.scheduler, query.format, query.value,
+                               base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
     if matches(request.headers.get("If-None-Match"), etag):
@@ -145,7 +146,8 @@ def _capacity(query: CapacityQuery) -> Response:
 
     latency = _latency(st, graph, base).for_plan(query.plan_for)
     try:
-        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated)
+        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
+                          scheduler=query.scheduler)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None
@@ -181,7 +183,8 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, pl
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
-        p99_ms=result.p99_ms, plan_for=plan_for, p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
+        p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, p99_low_ms=result.p99_low_ms,
+        p99_high_ms=result.p99_high_ms,
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field
 
 from predictor.capacity.planner import MAX_GPUS
-from predictor.capacity.simulator import PlanFor
+from predictor.capacity.simulator import PlanFor, Scheduler
 from predictor.compose import MODES
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
 from predictor.precision import PRECISIONS
@@ -46,7 +46,7 @@ TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms"
 TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
-               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for")
+               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for", "scheduler")
 
 
 def one_of(item: str) -> str:
@@ -114,6 +114,11 @@ class CapacityQuery(RequestModel):
         "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
                               "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "
                               "allows)")
+    scheduler: Scheduler = Field(
+        "triton", description="how each GPU's server forms batches in the simulation: as Triton's code does "
+                              "(triton: a batch sent after its queue delay waits, frozen, behind the running one), or "
+                              "by Triton's documented rule (rule: a batch forms when the instance frees); they differ "
+                              "only with a queue delay")
     format: Literal["json", "csv", "txt"] = Field(
         "json", description="json: a list of plans; csv: a header and one row per combination; txt: one number "
                             "per combination (`value`), one per line in the csv's row order")
@@ -141,6 +146,7 @@ class CapacityPlan(ResponseModel):
     p99_ms: float = Field(description="simulated p99 latency, ms")
     plan_for: PlanFor = Field(description=(
         "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
+    scheduler: Scheduler = Field(description="how the simulated server formed batches: triton (its code) or rule")
     p99_low_ms: float | None = Field(description=(
         "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
     p99_high_ms: float | None = Field(description=(
