@@ -278,9 +278,8 @@ def main() -> None:
            f"== most qps with p99 <= objective (objectives: the measured p99 at levels {levels}; linear between the",
            "six loads; + = never crossed, a lower bound)", *max_qps_table(answers)]
     if predicted:
-        triton = str(data.meta.get("server", "")).startswith("tritonserver")
         what = ("Triton's own time per batch (its trace: each load's batches, COMPUTE_START to COMPUTE_END, and the "
-                "serial pass's for sizes the loads formed fewer than 5 times)" if triton else
+                "serial pass's for sizes the loads formed fewer than 5 times)" if data.triton else
                 "median of 40 timed services, one CUDA-graph replay then an event wait")
         out += ["", f"== predicted / measured service time (measured: {what})", *service_table(measured, predicted)]
         replays = sorted(Path(args.folder).glob("graph-service-*.parquet"))

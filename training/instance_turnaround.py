@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from training.load_batches import batch_heads
+
 #: a batch size needs this many back-to-back gaps for its own median; rarer sizes take the line
 MIN_SEEN = 5
 
@@ -33,8 +35,7 @@ def back_to_back(frame: pd.DataFrame, max_queue_delay_us: float) -> tuple[np.nda
     start = frame["start_us"].to_numpy(dtype=np.int64)
     finish = frame["finish_us"].to_numpy(dtype=np.int64)
     received = frame["received_us"].to_numpy(dtype=np.int64)
-    heads = np.nonzero(np.r_[True, start[1:] != start[:-1]])[0]
-    sizes = np.diff(np.r_[heads, len(start)])
+    heads, sizes = batch_heads(start)
     ended = finish[heads][:-1]
     ready = received[heads][1:] + max_queue_delay_us <= ended
     gaps = start[heads][1:] - ended

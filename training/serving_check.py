@@ -52,6 +52,7 @@ from predictor.capacity.simulator import (
     simulate,
 )
 from training.instance_turnaround import back_to_back, turnaround_ms, with_turnaround
+from training.load_batches import batch_heads
 
 if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted service is asked for
     from predictor.predict import Predictor
@@ -178,8 +179,7 @@ def request_stats(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarr
     p50, p99 = np.percentile(latency_ms, [50, 99])
     t0, t1 = float(arrival_s[first]), float(arrival_s[-1])
     window = t1 - t0
-    heads = np.nonzero(np.r_[True, start_s[1:] != start_s[:-1]])[0]  # each batch's first request
-    sizes = np.diff(np.r_[heads, len(start_s)])
+    heads, sizes = batch_heads(start_s)
     busy = np.clip(finish_s[heads], t0, t1) - np.clip(start_s[heads], t0, t1)
     measured_sizes = sizes[heads >= first]  # as the simulator: batches whose first request is measured
     if window > 0:
@@ -222,8 +222,7 @@ def dispatch_lateness_us(received_us: np.ndarray, start_us: np.ndarray, finish_u
     preferred size (or ``max_batch`` without preferred sizes) queued, or else the oldest request's
     queue delay running out. This is the time the server's polling loop adds per batch, which the
     simulator (whose batcher acts the instant it may) does not have."""
-    heads = np.nonzero(np.r_[True, start_us[1:] != start_us[:-1]])[0]
-    sizes = np.diff(np.r_[heads, len(start_us)])
+    heads, sizes = batch_heads(start_us)
     oldest = received_us[heads].astype(float)
     newest = received_us[heads + sizes - 1].astype(float)
     delay_us = config.max_queue_delay_us
@@ -252,7 +251,7 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
         p50, p99 = np.percentile(values, [50, 99])
         return float(p50), float(p99)
 
-    heads = np.nonzero(np.r_[True, us["start_us"][1:] != us["start_us"][:-1]])[0]
+    heads, _ = batch_heads(us["start_us"])
     sizes = frame["batch_size"].to_numpy()[heads]
     service_s = (us["finish_us"][heads] - us["start_us"][heads]) * 1e-6
     ratio = service_s / np.asarray([median_service_s[int(b)] for b in sizes])

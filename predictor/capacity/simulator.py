@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
-from predictor.capacity.single_instance import EPS_S, GiveUp, serve
+from predictor.capacity.single_instance import EPS_S, GiveUp, Served, serve
 from predictor.capacity.triton_scheduler import serve_like_triton
 
 if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
@@ -497,19 +497,17 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
         # the bound is widened by a hair so that float rounding of finish - arrival never decides it
         count = measured - math.floor(0.99 * (measured - 1))
         give_up = GiveUp(first, bound_ms * 1e-3 * (1 + 1e-9), count)
+    served: Served | None = None
     if config.scheduler == "triton" and not _triton_forms_the_rules_batches(config):
         served = serve_like_triton(arrival_s, config.max_batch, config.preferred_batch_sizes,
                                    config.max_queue_delay_us * 1e-6, config.instances, service_s, give_up)
+    elif engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes and arrivals.kind != "trace":
+        served = serve(arrival_s, config.max_batch, config.max_queue_delay_us * 1e-6, service_s, give_up)
+    if served is not None:
         if not served.complete:
             return BoundedRun(None, served.requests)
         return BoundedRun(_measure(arrival_s, served.start_s, served.finish_s, served.batches, config.instances,
                                    first), len(arrival_s))
-    if engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes and arrivals.kind != "trace":
-        served = serve(arrival_s, config.max_batch, config.max_queue_delay_us * 1e-6, service_s, give_up)
-        if not served.complete:
-            return BoundedRun(None, served.requests)
-        return BoundedRun(_measure(arrival_s, served.start_s, served.finish_s, served.batches, 1, first),
-                          len(arrival_s))
 
     import simpy
 

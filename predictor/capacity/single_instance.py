@@ -41,6 +41,16 @@ class GiveUp:
     bound_s: float
     count: int
 
+    def late_in(self, arrivals: list[float], lo: int, hi: int, finish: float) -> int:
+        """How many measured requests of the batch ``lo..hi`` (arrival order), all finishing at
+        ``finish``, took longer than the bound: the earliest arrivals of a batch wait longest, so
+        they are a prefix of it, found by bisection."""
+        lo = max(lo, self.first)
+        cutoff = finish - self.bound_s
+        if lo >= hi or arrivals[lo] >= cutoff:
+            return 0
+        return bisect_left(arrivals, cutoff, lo + 1, hi) - lo
+
 
 @dataclass(frozen=True)
 class Served:
@@ -53,6 +63,11 @@ class Served:
     batches: np.ndarray
     requests: int
     complete: bool = False
+
+    @classmethod
+    def given_up(cls, requests: int) -> Served:
+        """A run given up after sending ``requests`` requests: no times kept."""
+        return cls(np.empty(0), np.empty(0), np.empty((0, 4)), requests=requests)
 
 
 def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Callable[[int], float],
@@ -70,7 +85,7 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Call
     free_at = 0.0
     head = 0
     late = 0
-    first, bound, count = (give_up.first, give_up.bound_s, give_up.count) if give_up else (n, 0.0, 0)
+    first, count = (give_up.first, give_up.count) if give_up else (n, 0)
     while head < n:
         oldest = arrivals[head]
         now = free_at if free_at > oldest else oldest
@@ -89,13 +104,10 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Call
         services.append(service)
         sizes.append(end - head)
         free_at = send + service
-        if end > first:
-            # the earliest arrivals of a batch wait longest: count those that arrived before finish - bound
-            lo = head if head > first else first
-            if arrivals[lo] < free_at - bound:
-                late += bisect_left(arrivals, free_at - bound, lo + 1, end) - lo
-                if late >= count:
-                    return Served(np.empty(0), np.empty(0), np.empty((0, 4)), requests=end)
+        if give_up is not None and end > first:
+            late += give_up.late_in(arrivals, head, end, free_at)
+            if late >= count:
+                return Served.given_up(end)
         head = end
     start = np.asarray(starts)
     counts = np.asarray(sizes)

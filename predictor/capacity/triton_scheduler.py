@@ -94,7 +94,7 @@ def serve_like_triton(arrival_s: np.ndarray, max_batch: int, preferred: Sequence
     try:
         return server.run()
     except _GaveUp:
-        return Served(np.empty(0), np.empty(0), np.empty((0, 4)), requests=server.tail)
+        return Served.given_up(server.tail)
 
 
 class _GaveUp(Exception):
@@ -114,7 +114,6 @@ class _TritonServer:
         self.scans: dict[tuple[int, int], tuple[int, int, bool, bool]] = {}
         self.delay_s = delay_s
         self.slots = 2 * instances
-        self.instances = instances
         #: walk the stretches where the instance idles batch by batch (``_serve_from_empty``)
         self.skip_idle = instances == 1 and delay_s > 0 and self.preferred == [max_batch]
         self.service_s = service_s
@@ -329,24 +328,16 @@ class _TritonServer:
         service = self.service_s(size)
         finish = self.now + service
         self.batches.append((self.now, service, size, lo))
-        if self.give_up is not None and lo + size > self.give_up.first:
-            self._count_late(max(lo, self.give_up.first), lo + size, finish)
+        if self.give_up is not None:
+            self.late += self.give_up.late_in(self.arrivals, lo, lo + size, finish)
+            if self.late >= self.give_up.count:
+                raise _GaveUp
         return finish
 
     def _occupy(self, finish: float) -> None:
         """An instance runs the batch recorded last until ``finish``."""
         self.idle -= 1
         heapq.heappush(self.done, (finish, len(self.batches) - 1))
-
-    def _count_late(self, lo: int, hi: int, finish: float) -> None:
-        """Count the requests in ``lo..hi`` that finish later than the bound after arriving (the
-        earliest arrivals of a batch wait longest), and give up once there are enough."""
-        assert self.give_up is not None
-        cutoff = finish - self.give_up.bound_s
-        if self.arrivals[lo] < cutoff:
-            self.late += bisect_left(self.arrivals, cutoff, lo + 1, hi) - lo
-            if self.late >= self.give_up.count:
-                raise _GaveUp
 
     def _finish(self, batch: int) -> None:
         self.finished += self.batches[batch][2]
