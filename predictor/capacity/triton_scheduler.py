@@ -29,6 +29,11 @@ walks the code's state machine, with every thread taking no time:
 - **An instance** takes the front payload when free; with a queue delay it merges the payloads
   behind it whose oldest request has waited longer than the delay, up to ``max_batch``
   (``InstanceQueue::Dequeue``). Taking a payload wakes the batcher (the payload's callback).
+  Dequeue marks the payload behind EXECUTING *before* it checks that the two fit in
+  ``max_batch``: one that does not fit stays in the queue, unmerged, and the batcher, which
+  takes an EXECUTING payload for stale (``IsStaleState``), starts a new one behind it. So under
+  a backlog with a delay, the payload waiting behind a batch stops growing the moment that batch
+  starts: measured Triton ran a full batch, then the small one frozen behind it, in turn.
 - The batcher also wakes every 500 ms when idle, as Triton's does.
 
 Not modelled: request timeouts, priorities and queue policies (Triton then stops prefetching:
@@ -315,11 +320,15 @@ class _TritonServer:
         payload.queued = False
         payload.running = True
         while (self.instance_queue and self.delay_s > 0 and self.max_batch > 1
-               and self.now - self.arrivals[self.instance_queue[0].first] > self.delay_s
-               and payload.size + self.instance_queue[0].size <= self.max_batch):
-            merged = self.instance_queue.popleft()
-            merged.running = True
-            payload.size += merged.size  # the next payload's requests follow this one's
+               and self.now - self.arrivals[self.instance_queue[0].first] > self.delay_s):
+            front = self.instance_queue[0]
+            # Triton marks it EXECUTING before it checks the fit: one that does not fit stays
+            # queued, and the batcher, finding its payload stale, grows it no more
+            front.running = True
+            if payload.size + front.size > self.max_batch:
+                break
+            self.instance_queue.popleft()
+            payload.size += front.size  # the next payload's requests follow this one's
         self._occupy(self._start(payload.first, payload.size))
 
     def _start(self, lo: int, size: int) -> float:

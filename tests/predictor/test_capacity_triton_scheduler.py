@@ -4,8 +4,8 @@ Without a queue delay or preferred sizes Triton's code and its documented rule f
 batches: a queued payload grows until an instance takes it, which is what "a free instance takes
 what is queued" gives. With a delay they part: a payload sent after waiting out the delay is
 frozen while the instance is busy, and payloads queued behind a running one merge when it is
-taken. The scenarios below are traced by hand through ``dynamic_batch_scheduler.cc`` (see the
-module docstring).
+taken (or, when they do not fit, stop growing). The scenarios below are traced by hand through
+``dynamic_batch_scheduler.cc`` and ``instance_queue.cc`` (see the module docstring).
 """
 
 from __future__ import annotations
@@ -70,6 +70,19 @@ def test_payloads_queued_behind_a_running_batch_merge_when_it_is_taken() -> None
     triton = serve_like_triton(arrivals, 4, (2,), 1e-3, 1, constant(10.0))
     np.testing.assert_allclose(triton.batches[:, 2], [1, 4])
     np.testing.assert_allclose(triton.finish_s, [11e-3, 21e-3, 21e-3, 21e-3, 21e-3])
+
+
+def test_a_payload_too_big_to_merge_stops_growing_when_the_one_ahead_is_taken() -> None:
+    # Preferred 4 and 8 of at most 8, delay 1 ms, 10 ms a batch. r0 runs 1-11 ms. r1-r8 (2.0-2.7 ms)
+    # fill one payload of 8; r9-r12 (3.0-3.3 ms) make a second of 4; both slots are then taken, so
+    # r13-r20 (3.5-4.2 ms) wait in the queue. At 11 ms the instance takes the 8, and Dequeue marks
+    # the 4 behind it EXECUTING before finding that 8 + 4 do not fit: the 4 stays unmerged and the
+    # batcher, finding it stale, puts r13-r20 in a new payload. Measured Triton ran a full batch,
+    # then the small one frozen behind it, in turn; had the 4 kept growing it would run 8, then 4.
+    arrivals = np.r_[0.0, 2.0 + 0.1 * np.arange(8), 3.0 + 0.1 * np.arange(4), 3.5 + 0.1 * np.arange(8)] * 1e-3
+    triton = serve_like_triton(arrivals, 8, (4, 8), 1e-3, 1, constant(10.0))
+    np.testing.assert_allclose(triton.batches[:, 2], [1, 8, 4, 8])
+    np.testing.assert_allclose(triton.batches[:, 0], [1e-3, 11e-3, 21e-3, 31e-3])
 
 
 def test_every_request_is_served_once_in_order_under_overload() -> None:
