@@ -29,7 +29,8 @@ What is simulated:
   frozen until an instance takes it (``scheduler="triton"``, :mod:`predictor.capacity.triton_scheduler`).
   Without a delay or preferred sizes the two form the same batches, and the rule's loops run both. Against Triton
   2.51 on an H100, on 34 loads measured after the code's model was written, it put p99 within 10%
-  in 26, the rule in 7 (``benchmarks/results/simulator_vs_triton_h100_blind.txt``).
+  in 26 (28 after a second reading of the code, found on other loads), the rule in 7
+  (``benchmarks/results/simulator_vs_triton_h100_blind.txt``).
 - **Service**: a batch of ``b`` takes ``median_ms(b) * exp(sigma * Z)`` with ``Z`` standard normal:
   lognormal around the predicted median; ``sigma = 0`` is deterministic.
 
