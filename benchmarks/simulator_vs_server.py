@@ -274,6 +274,9 @@ def main() -> None:
            "client send - Poisson schedule; dispatch: a batch's start after the instance was free and the rule let it",
            "go (the polling loop's own time, zero in the simulator); p50 share: dispatch p50 over the measured p50;",
            "service/timed: each batch's service in the load over the timed median of its size",
+           *(["for Triton's loads dispatch is measured against the documented rule, which Triton's code does not",
+              "follow (it stages batches ahead of the busy instance and freezes them): it is no delay of Triton's, and",
+              "what the simulator adds to each batch is the turnaround in the table below"] if data.triton else []),
            *overhead_table(rows), "",
            f"== most qps with p99 <= objective (objectives: the measured p99 at levels {levels}; linear between the",
            "six loads; + = never crossed, a lower bound)", *max_qps_table(answers)]
