@@ -29,11 +29,13 @@ walks the code's state machine, with every thread taking no time:
 - **An instance** takes the front payload when free; with a queue delay it merges the payloads
   behind it whose oldest request has waited longer than the delay, up to ``max_batch``
   (``InstanceQueue::Dequeue``). Taking a payload wakes the batcher (the payload's callback).
-  Dequeue marks the payload behind EXECUTING *before* it checks that the two fit in
-  ``max_batch``: one that does not fit stays in the queue, unmerged, and the batcher, which
-  takes an EXECUTING payload for stale (``IsStaleState``), starts a new one behind it. So under
-  a backlog with a delay, the payload waiting behind a batch stops growing the moment that batch
-  starts: measured Triton ran a full batch, then the small one frozen behind it, in turn.
+  Dequeue marks the payload behind EXECUTING (when its oldest request has waited longer than
+  the delay) *before* it checks that the two fit in ``max_batch``: one that does not fit stays in
+  the queue, unmerged, and the batcher, which takes an EXECUTING payload for stale
+  (``IsStaleState``), starts a new one behind it. So under a backlog with a delay, the payload
+  waiting behind a batch stops growing the moment that batch starts, once its oldest request has
+  waited out the delay: measured Triton ran a full batch, then the small one frozen behind it, in
+  turn.
 - The batcher also wakes every 500 ms when idle, as Triton's does.
 
 Not modelled: request timeouts, priorities and queue policies (Triton then stops prefetching:
