@@ -45,7 +45,6 @@ from training.serving_check import (  # noqa: E402
     TARGET_LEVEL,
     LoadComparison,
     MaxQpsComparison,
-    ServingData,
     TableLatency,
     TargetCheck,
     bundle_predictor,
@@ -61,6 +60,8 @@ from training.serving_check import (  # noqa: E402
 )
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
+#: the batch sizes the service and turnaround tables show
+TABLE_BATCHES = (1, 2, 4, 8, 16, 24, 32)
 SHORT = {"mb8-nodelay": "mb8", "mb32-pref16,32-delay1000us": "mb32p", "mb16-delay500us": "mb16d",
          "mb32-pref8,16-delay2000us": "mb32q"}
 #: what a request's arrival is, by ServingData.arrival_column
@@ -149,7 +150,7 @@ def max_qps_table(answers: Sequence[MaxQpsComparison]) -> list[str]:
 
 def service_table(measured: dict[str, TableLatency], predicted: dict[str, LatencyModel]) -> list[str]:
     """The predicted service time of each model over the measured one (median of 40 timed runs)."""
-    batches = (1, 2, 4, 8, 16, 24, 32)
+    batches = TABLE_BATCHES
     head = f"{'model':<13} {'b1 ms':>6} {'b32 ms':>7} | " + " ".join(f"{f'b{b}':>5}" for b in batches)
     lines = [head, "-" * len(head)]
     for model, table in measured.items():
@@ -158,14 +159,14 @@ def service_table(measured: dict[str, TableLatency], predicted: dict[str, Latenc
     return lines
 
 
-def turnaround_table(data: ServingData, timed: dict[str, TableLatency]) -> list[str]:
-    """Per model, the turnaround added to a few batch sizes' service, and its share of that service."""
-    batches = (1, 2, 4, 8, 16, 24, 32)
+def turnaround_table(given: dict[str, TableLatency], timed: dict[str, TableLatency]) -> list[str]:
+    """Per model, the turnaround added to a few batch sizes' service (``given``: what the simulator
+    was given; ``timed``: the measured batch times), and its share of that service."""
+    batches = TABLE_BATCHES
     head = f"{'model':<16} | " + " ".join(f"{f'b{b}':>11}" for b in batches)
     lines = [head, "-" * len(head)]
     for model, table in timed.items():
-        given = simulated_service(data, model)
-        added = {b: given.medians_ms[b] - table.medians_ms[b] for b in batches if b in table.medians_ms}
+        added = {b: given[model].medians_ms[b] - table.medians_ms[b] for b in batches if b in table.medians_ms}
         cells = " ".join(f"{added[b]:5.3f} {added[b] / table.medians_ms[b]:4.0%}" if b in added else " " * 11
                          for b in batches)
         lines.append(f"{model:<16} | {cells}")
@@ -260,7 +261,8 @@ def main() -> None:
                       f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
-    rows = compare_loads(data, predicted or None, args.requests, seeds)
+    given = {m: simulated_service(data, m, measured[m]) for m in data.models}
+    rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given)
     answers = compare_max_qps(rows)
     levels = ", ".join(map(str, OBJECTIVE_LEVELS))
     out = [*header, "",
@@ -297,7 +299,7 @@ def main() -> None:
     if data.triton:
         out += ["", "== the instance's turnaround after a batch (ms; training/instance_turnaround.py): COMPUTE_END to "
                 "the next batch's COMPUTE_START where that batch was ready, added to each batch's service",
-                *turnaround_table(data, measured)]
+                *turnaround_table(given, measured)]
     out += ["", "== issue #14's targets", *target_lines(check_targets(rows, answers), rows, answers, schedules),
             f"({time.perf_counter() - started:.0f} s)"]
     publish(out, args.out)

@@ -292,11 +292,13 @@ def measured_service(service: pd.DataFrame) -> TableLatency:
     return TableLatency(medians, sigmas)
 
 
-def simulated_service(data: ServingData, model: str) -> TableLatency:
+def simulated_service(data: ServingData, model: str, measured: TableLatency | None = None) -> TableLatency:
     """The service times the simulator is given for ``model``'s loads: the server's measured batch
-    times, and for Triton the instance's turnaround after each batch added (its trace's
-    ``COMPUTE_END`` comes before the instance is free: :mod:`training.instance_turnaround`)."""
-    measured = measured_service(data.service[data.service["model"] == model])
+    times (``measured``, that model's ``measured_service``, when the caller has it already), and for
+    Triton the instance's turnaround after each batch added (its trace's ``COMPUTE_END`` comes before
+    the instance is free: :mod:`training.instance_turnaround`)."""
+    if measured is None:
+        measured = measured_service(data.service[data.service["model"] == model])
     if not data.triton:
         return measured
     gaps = [back_to_back(frame, data.settings[setting].max_queue_delay_us)
@@ -452,12 +454,18 @@ class MaxQpsComparison:
 
 
 def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None = None,
-                  requests: int = SIM_REQUESTS, noise_seeds: Sequence[int] = NOISE_SEEDS) -> list[LoadComparison]:
+                  requests: int = SIM_REQUESTS, noise_seeds: Sequence[int] = NOISE_SEEDS,
+                  timed: Mapping[str, TableLatency] | None = None,
+                  services: Mapping[str, TableLatency] | None = None) -> list[LoadComparison]:
     """Every measured load against its simulations; ``predicted`` maps a model to its predicted
-    latency model (left out: no predicted-service runs); no noise seeds: no short runs."""
+    latency model (left out: no predicted-service runs); no noise seeds: no short runs. ``timed``
+    and ``services`` are each model's ``measured_service`` and ``simulated_service``, built here
+    unless the caller has them already."""
     rows = []
-    services = {model: simulated_service(data, model) for model in data.models}
-    timed = {model: measured_service(data.service[data.service["model"] == model]) for model in data.models}
+    if timed is None:
+        timed = {model: measured_service(data.service[data.service["model"] == model]) for model in data.models}
+    if services is None:
+        services = {model: simulated_service(data, model, timed[model]) for model in data.models}
     for model, setting, level, frame in data.loads():
         config = data.settings[setting]
         service = services[model]
@@ -504,15 +512,20 @@ def compare_max_qps(rows: Sequence[LoadComparison],
             objective = at[0].measured.stats.p99_ms
             m_qps, m_bound = max_qps_under(qps, measured_p99, objective)
             s_qps, s_bound = max_qps_under(qps, sim_p99, objective)
-            p_qps, p_bound = (max_qps_under(qps, pred_p99, objective) if not any(map(math.isnan, pred_p99))
-                              else (math.nan, False))
-            w_qps, w_bound = (max_qps_under(qps, slow_p99, objective) if not any(map(math.isnan, slow_p99))
-                              else (math.nan, False))
-            r_qps, r_bound = (max_qps_under(qps, rule_p99, objective) if not any(map(math.isnan, rule_p99))
-                              else (math.nan, False))
+            p_qps, p_bound = _max_qps_if_simulated(qps, pred_p99, objective)
+            w_qps, w_bound = _max_qps_if_simulated(qps, slow_p99, objective)
+            r_qps, r_bound = _max_qps_if_simulated(qps, rule_p99, objective)
             out.append(MaxQpsComparison(model, setting, level, objective, m_qps, m_bound, s_qps, s_bound,
                                         p_qps, p_bound, w_qps, w_bound, r_qps, r_bound))
     return out
+
+
+def _max_qps_if_simulated(offered_qps: Sequence[float], p99_ms: Sequence[float],
+                          objective_ms: float) -> tuple[float, bool]:
+    """``max_qps_under`` for a simulation the loads may lack (a NaN p99: not run), else (NaN, False)."""
+    if any(map(math.isnan, p99_ms)):
+        return math.nan, False
+    return max_qps_under(offered_qps, p99_ms, objective_ms)
 
 
 @dataclass(frozen=True)

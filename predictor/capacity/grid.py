@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from predictor.capacity.planner import DEFAULT_BUDGET, REQUESTS, SEED, Plan, plan
 from predictor.capacity.runs import Runs
-from predictor.capacity.simulator import LatencyFn, LatencyModel, Scheduler
+from predictor.capacity.simulator import DEFAULT_SCHEDULER, LatencyFn, LatencyModel, Scheduler
 
 
 class GridOverBudget(Exception):
@@ -33,7 +33,7 @@ class GridOverBudget(Exception):
 
 
 def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_ms: Sequence[float], *,
-              max_gpus: int = 64, budget: int = DEFAULT_BUDGET, scheduler: Scheduler = "triton") -> list[Plan]:
+              max_gpus: int = 64, budget: int = DEFAULT_BUDGET, scheduler: Scheduler = DEFAULT_SCHEDULER) -> list[Plan]:
     """A plan for each (qps, objective), loads first (``itertools.product`` order), with the
     planner's defaults; each plan is the one ``plan`` gives the cell alone, or
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting
 from predictor.capacity.simulator import (
+    DEFAULT_SCHEDULER,
     MAX_RATE_QPS,
     MAX_REQUESTS,
     SCHEDULERS,
@@ -137,7 +138,7 @@ class Plan:
     p99_low_ms: float | None = None
     p99_high_ms: float | None = None
     #: how the simulation batched (``BatchingConfig.scheduler``): ``triton``, as Triton's code does
-    scheduler: Scheduler = "triton"
+    scheduler: Scheduler = DEFAULT_SCHEDULER
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -156,7 +157,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES, delay_us_choices: Sequence[int] = DELAY_US_CHOICES,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
          exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
-         scheduler: Scheduler = "triton") -> Plan:
+         scheduler: Scheduler = DEFAULT_SCHEDULER) -> Plan:
     """The fewest GPUs (one instance each, Poisson arrivals split evenly) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
@@ -165,7 +166,8 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``budget`` caps the requests this plan simulates (None: no cap). ``exhaustive`` runs every
     simulation to its end, the search as it was before runs were given up (the baseline of
     ``benchmarks/capacity_planner.py``: the same plan, slower, with no budget); ``engine="events"``
-    runs them on SimPy's event loop, as before ``single_instance`` (the benchmark's "before").
+    runs them on SimPy's event loop, as before ``single_instance`` (the benchmark's "before"; a
+    setting Triton's code batches otherwise than the rule keeps its own walk).
     ``runs`` shares simulations between the plans of a grid (one latency model, request count
     and seed; ``Runs(latency, requests, seed)``): the plan is the same, its simulations fewer.
     ``scheduler`` is how the simulated server forms batches: ``triton``, as Triton's code does (a

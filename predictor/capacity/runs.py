@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 
 from predictor.capacity.simulator import (
+    DEFAULT_SCHEDULER,
     Arrivals,
     BatchingConfig,
     Engine,
@@ -48,7 +49,7 @@ class Runs:
     The latency model is asked once per batch size."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
-                 scheduler: Scheduler = "triton") -> None:
+                 scheduler: Scheduler = DEFAULT_SCHEDULER) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler

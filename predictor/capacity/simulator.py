@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 import numpy as np
 
 from predictor.capacity.single_instance import EPS_S, GiveUp, Served, serve
-from predictor.capacity.triton_scheduler import serve_like_triton
+from predictor.capacity.triton_scheduler import forms_the_rules_batches, serve_like_triton
 
 if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
     import simpy
@@ -85,6 +85,9 @@ PLAN_FOR: tuple[str, ...] = get_args(PlanFor)
 #: how the simulated server forms batches while its instances are busy (``BatchingConfig.scheduler``)
 Scheduler = Literal["rule", "triton"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
+#: how the planner's simulated servers batch unless told otherwise: as Triton's code does
+#: (``BatchingConfig`` itself keeps ``rule``, the model of our own server and of the documented rule)
+DEFAULT_SCHEDULER: Scheduler = "triton"
 
 
 def is_int(value: object) -> bool:
@@ -401,6 +404,8 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     to completion; the first ``warmup_fraction`` of them are left out of the statistics.
     ``engine="events"`` runs SimPy's event loop even where the one-instance loop
     (``single_instance``, chosen by ``"auto"`` where it applies) would give the same run faster.
+    Triton's code (``scheduler="triton"``, where it forms other batches than the rule) has its own
+    walk, whatever ``engine`` says: SimPy's loop runs only the rule.
     """
     result = _run(arrivals, config, latency, requests, duration_s, warmup_fraction, engine, None).result
     assert result is not None  # nothing to give up on
@@ -455,9 +460,10 @@ def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: Latenc
     out): where the one-instance loop applies it stops as soon as enough measured requests have
     taken longer than the bound for the p99 to be above it whatever the rest do (the run's
     percentile interpolates between two of its sorted latencies, so it is above the bound once
-    the lower one is), which for a setting far from the bound is a fraction of the run. A run that
-    is not given up is the very run ``simulate`` makes; a given-up run never had its p99 within the
-    bound. Elsewhere (SimPy's event loop) the run always goes to the end.
+    the lower one is), which for a setting far from the bound is a fraction of the run; so does
+    Triton's code (``scheduler="triton"``), at any number of instances. A run that is not given up
+    is the very run ``simulate`` makes; a given-up run never had its p99 within the bound.
+    Elsewhere (SimPy's event loop) the run always goes to the end.
     """
     if not is_finite_number(p99_bound_ms) or p99_bound_ms <= 0:
         raise ValueError(f"p99_bound_ms: must be a positive number of milliseconds, not {p99_bound_ms!r}")
@@ -499,7 +505,8 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
         count = measured - math.floor(0.99 * (measured - 1))
         give_up = GiveUp(first, bound_ms * 1e-3 * (1 + 1e-9), count)
     served: Served | None = None
-    if config.scheduler == "triton" and not _triton_forms_the_rules_batches(config):
+    if config.scheduler == "triton" and not forms_the_rules_batches(
+            config.max_batch, config.preferred_batch_sizes, config.max_queue_delay_us * 1e-6):
         served = serve_like_triton(arrival_s, config.max_batch, config.preferred_batch_sizes,
                                    config.max_queue_delay_us * 1e-6, config.instances, service_s, give_up)
     elif engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes and arrivals.kind != "trace":
@@ -520,14 +527,6 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
     batches = np.asarray(server.batches, dtype=float).reshape(-1, 4)
     return BoundedRun(_measure(arrival_s, server.start_s, server.finish_s, batches, config.instances, first),
                       len(arrival_s))
-
-
-def _triton_forms_the_rules_batches(config: BatchingConfig) -> bool:
-    """Whether Triton's code forms the documented rule's batches under ``config``: without a queue
-    delay or preferred sizes (other than ``max_batch``, Triton's default) a queued payload grows
-    until an instance takes it, which is the rule (``tests/predictor/test_capacity_triton_scheduler.py``
-    holds them to the same numbers), and the rule's faster loops may run it."""
-    return config.max_queue_delay_us == 0 and config.preferred_batch_sizes in ((), (config.max_batch,))
 
 
 def _first_measured(requests: int, warmup_fraction: float) -> int:

@@ -70,7 +70,6 @@ class Payload:
     first: int = -1
     size: int = 0
     running: bool = False  # EXECUTING: an instance took it (Triton's "stale" state for the batcher)
-    queued: bool = False  # READY, REQUESTED or SCHEDULED: waiting in the instance queue
 
     def add(self, first: int, count: int) -> None:
         if self.size == 0:
@@ -86,6 +85,14 @@ class _Batcher:
     saturated: bool = False  # payload_saturated_
     next_preferred: float = 0  # next_preferred_batch_size_
     blocked: bool = False  # in WaitForPayloadSlotAvailable
+
+
+def forms_the_rules_batches(max_batch: int, preferred: Sequence[int], delay_s: float) -> bool:
+    """Whether Triton's code forms the documented rule's batches: without a queue delay or preferred
+    sizes (other than ``max_batch``, Triton's default) a queued payload grows until an instance
+    takes it, which is the rule (``tests/predictor/test_capacity_triton_scheduler.py`` holds them
+    to the same numbers), and the rule's faster loops may run it."""
+    return delay_s == 0 and tuple(preferred) in ((), (max_batch,))
 
 
 def serve_like_triton(arrival_s: np.ndarray, max_batch: int, preferred: Sequence[int], delay_s: float,
@@ -177,7 +184,7 @@ class _TritonServer:
         runs out (its timer, which goes before an arrival at the same instant), and the idle instance
         takes it. Only a request arriving while a batch runs makes the two differ. This walks the
         light-load stretches, where most of a plan's runs are, without an event per step."""
-        arrivals, n, b = self.arrivals, len(self.arrivals), self.batcher
+        arrivals, n = self.arrivals, len(self.arrivals)
         while self.tail < n:
             head = self.tail
             full = head + self.max_batch - 1
@@ -191,7 +198,7 @@ class _TritonServer:
             finish = self._start(head, end - head)
             if end < n and arrivals[end] < finish:  # a request arrives while the batch runs
                 self._occupy(finish)
-                b.payload, b.saturated, b.next_preferred, b.blocked = Payload(), False, 0, False
+                self.batcher = _Batcher()
                 self._sleep(IDLE_WAKE_S)
                 return  # the event loop takes over
             self.finished += end - head
@@ -243,11 +250,10 @@ class _TritonServer:
                 wait_s, pending = self._dynamic_batch()
                 newly_formed = False
                 if wait_s == 0 and pending > 0:
-                    newly_formed = b.payload.size == 0 and not b.payload.queued
+                    newly_formed = b.payload.size == 0  # a queued payload has requests already
                     b.payload.add(self.head, pending)
                     self.head += pending
                 if newly_formed:  # READY: handed to the rate limiter, which queues it for an instance
-                    b.payload.queued = True
                     self.instance_queue.append(b.payload)
                     self._dispatch_idle()
                 if wait_s > 0:
@@ -319,7 +325,6 @@ class _TritonServer:
 
     def _take(self) -> None:
         payload = self.instance_queue.popleft()
-        payload.queued = False
         payload.running = True
         while (self.instance_queue and self.delay_s > 0 and self.max_batch > 1
                and self.now - self.arrivals[self.instance_queue[0].first] > self.delay_s):

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field
 
 from predictor.capacity.planner import MAX_GPUS
-from predictor.capacity.simulator import PlanFor, Scheduler
+from predictor.capacity.simulator import DEFAULT_SCHEDULER, PlanFor, Scheduler
 from predictor.compose import MODES
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
 from predictor.precision import PRECISIONS
@@ -115,7 +115,7 @@ class CapacityQuery(RequestModel):
                               "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "
                               "allows)")
     scheduler: Scheduler = Field(
-        "triton", description="how each GPU's server forms batches in the simulation: as Triton's code does "
+        DEFAULT_SCHEDULER, description="how each GPU's server forms batches in the simulation: as Triton's code does "
                               "(triton: a batch sent after its queue delay waits, frozen, behind the running one), or "
                               "by Triton's documented rule (rule: a batch forms when the instance frees); they differ "
                               "only with a queue delay")
