@@ -34,6 +34,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
+from predictor.capacity.host_stalls import STALLED_OVER, HostStalls  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
 from training.serving_check import (  # noqa: E402
     NOISE_SEEDS,
@@ -58,6 +59,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
+from training.serving_stalls import PAUSES_UP_TO_LEVEL, host_stalls, service_without_stalls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
 #: the batch sizes the service and turnaround tables show
@@ -226,6 +228,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=len(NOISE_SEEDS),
                         help="short runs of the measured length per load, for the band (0: none)")
     parser.add_argument("--no-predicted", action="store_true", help="leave out the bundle's predicted service")
+    parser.add_argument("--stalls", action="store_true",
+                        help="give the measured-service runs the host's pauses, read off the loads' batches "
+                             "(training/serving_stalls.py), and the batch times without the stalled ones")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the table is written")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -261,8 +266,23 @@ def main() -> None:
                       f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
-    given = {m: simulated_service(data, m, measured[m]) for m in data.models}
-    rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given)
+    stalls: dict[str, HostStalls] | None = None
+    if args.stalls:
+        found = {m: host_stalls(data, m, measured[m]) for m in data.models}
+        stalls = {m: f.stalls for m, f in found.items()}
+        unpaused = {m: measured_service(service_without_stalls(data.service[data.service["model"] == m], measured[m]))
+                    for m in data.models}
+        given = {m: simulated_service(data, m, unpaused[m]) for m in data.models}
+        header.append(f"# host pauses (--stalls): a batch over {STALLED_OVER:g}x its size's median was stalled, a run "
+                      "of stalled batches one pause of what they took over their medians, read from the loads up to "
+                      f"{PAUSES_UP_TO_LEVEL:g}, replayed as a Poisson process in wall-clock time, the batch times "
+                      "drawn without the stalled ones (training/serving_stalls.py); per model: "
+                      + "; ".join(f"{m} {f.stalls.rate_per_s:.2f}/s, median "
+                                  f"{np.median(f.stalls.pauses_ms or (0,)):.1f} ms, {f.stalls.paused_share:.2%} of "
+                                  f"the time, {f.stalled.mean():.2%} of batches" for m, f in found.items()))
+    else:
+        given = {m: simulated_service(data, m, measured[m]) for m in data.models}
+    rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given, stalls=stalls)
     answers = compare_max_qps(rows)
     levels = ", ".join(map(str, OBJECTIVE_LEVELS))
     out = [*header, "",

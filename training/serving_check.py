@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.simulator import (
     Arrivals,
     BatchingConfig,
@@ -340,19 +341,21 @@ def predicted_service(predictor: Predictor, model: str, precision: str, batches:
 
 
 def simulate_load(offered_qps: float, config: BatchingConfig, latency: LatencyFn, requests: int = SIM_REQUESTS,
-                  seed: int = SEED) -> SimResult:
-    """The simulator's run of a load: Poisson arrivals at the measured offered rate, warm-up as measured."""
+                  seed: int = SEED, stalls: HostStalls | None = None) -> SimResult:
+    """The simulator's run of a load: Poisson arrivals at the measured offered rate, warm-up as
+    measured; ``stalls``, the host's pauses (:mod:`training.serving_stalls`)."""
     return simulate(Arrivals("poisson", rate_qps=offered_qps, seed=seed), config, latency, requests=requests,
-                    warmup_fraction=WARMUP_FRACTION)
+                    warmup_fraction=WARMUP_FRACTION, stalls=stalls)
 
 
-def simulate_trace(load: MeasuredLoad, config: BatchingConfig, latency: LatencyFn) -> SimResult:
+def simulate_trace(load: MeasuredLoad, config: BatchingConfig, latency: LatencyFn,
+                   stalls: HostStalls | None = None) -> SimResult:
     """The simulator's run of the very arrivals the server received: the sampled arrivals' luck
     (a burst in a 4-second load moves its p99) is then common to both sides. In the order the
     server received them: Triton's gRPC front end can take a request a few microseconds before
     one the client sent just ahead of it."""
     return simulate(Arrivals("trace", times=tuple(np.sort(load.received_s).tolist())), config, latency,
-                    warmup_fraction=WARMUP_FRACTION)
+                    warmup_fraction=WARMUP_FRACTION, stalls=stalls)
 
 
 @dataclass(frozen=True)
@@ -376,9 +379,10 @@ class ShortRuns:
 
 
 def short_runs(offered_qps: float, config: BatchingConfig, latency: LatencyFn, requests: int,
-               seeds: Sequence[int] = NOISE_SEEDS) -> ShortRuns:
+               seeds: Sequence[int] = NOISE_SEEDS, stalls: HostStalls | None = None) -> ShortRuns:
     """Runs of ``requests`` requests (a measured load's length) at ``offered_qps``, one per seed."""
-    return ShortRuns(tuple(simulate_load(offered_qps, config, latency, requests, seed).p99_ms for seed in seeds))
+    return ShortRuns(tuple(simulate_load(offered_qps, config, latency, requests, seed, stalls).p99_ms
+                           for seed in seeds))
 
 
 def independent_schedules(data: ServingData, compared: int = 2000) -> int:
@@ -456,11 +460,14 @@ class MaxQpsComparison:
 def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None = None,
                   requests: int = SIM_REQUESTS, noise_seeds: Sequence[int] = NOISE_SEEDS,
                   timed: Mapping[str, TableLatency] | None = None,
-                  services: Mapping[str, TableLatency] | None = None) -> list[LoadComparison]:
+                  services: Mapping[str, TableLatency] | None = None,
+                  stalls: Mapping[str, HostStalls] | None = None) -> list[LoadComparison]:
     """Every measured load against its simulations; ``predicted`` maps a model to its predicted
     latency model (left out: no predicted-service runs); no noise seeds: no short runs. ``timed``
     and ``services`` are each model's ``measured_service`` and ``simulated_service``, built here
-    unless the caller has them already."""
+    unless the caller has them already. ``stalls``: each model's host pauses, which the
+    measured-service runs then replay (give ``services`` without the stalled batches then:
+    :mod:`training.serving_stalls`); the predicted-service runs never have them."""
     rows = []
     if timed is None:
         timed = {model: measured_service(data.service[data.service["model"] == model]) for model in data.models}
@@ -469,23 +476,25 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
     for model, setting, level, frame in data.loads():
         config = data.settings[setting]
         service = services[model]
+        paused = stalls.get(model) if stalls is not None else None
         measured = measure_load(model, setting, level, frame, config,
                                 {b: m * 1e-3 for b, m in timed[model].medians_ms.items()},
                                 arrival_column=data.arrival_column)
-        short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds)
+        short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds, paused)
         latency = None if predicted is None else predicted[model]
         bounds = None if latency is None else p99_at_ends(
             Arrivals("poisson", rate_qps=measured.offered_qps, seed=SEED), config, latency, requests=requests,
             warmup_fraction=WARMUP_FRACTION)
         rows.append(LoadComparison(
             measured=measured,
-            sim_measured=simulate_load(measured.offered_qps, config, service, requests),
-            sim_trace=simulate_trace(measured, config, service),
+            sim_measured=simulate_load(measured.offered_qps, config, service, requests, stalls=paused),
+            sim_trace=simulate_trace(measured, config, service, paused),
             short=short,
             sim_predicted=(simulate_load(measured.offered_qps, config, latency, requests)
                            if latency is not None else None),
             sim_predicted_range=bounds,
-            sim_rule=(simulate_load(measured.offered_qps, replace(config, scheduler="rule"), service, requests)
+            sim_rule=(simulate_load(measured.offered_qps, replace(config, scheduler="rule"), service, requests,
+                                    stalls=paused)
                       if config.scheduler != "rule" else None)))
     return rows
 

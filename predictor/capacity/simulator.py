@@ -65,7 +65,8 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
-from predictor.capacity.single_instance import EPS_S, GiveUp, Served, serve
+from predictor.capacity.host_stalls import HostStalls, PauseSchedule
+from predictor.capacity.single_instance import EPS_S, GiveUp, Served, ServiceFn, serve
 from predictor.capacity.triton_scheduler import forms_the_rules_batches, serve_like_triton
 
 if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
@@ -288,7 +289,7 @@ class _Server:
     arrive in index order, so it is two counters: ``head`` (next to send) and ``tail`` (arrived)."""
 
     def __init__(self, env: simpy.Environment, arrival_s: np.ndarray, config: BatchingConfig,
-                 service_s: Callable[[int], float]) -> None:
+                 service_s: ServiceFn) -> None:
         self.env = env
         self.arrival_s = arrival_s
         self.config = config
@@ -344,7 +345,7 @@ class _Server:
         lo, hi = self.head, self.head + size
         self.head = hi
         self.free -= 1
-        service = self.service_s(size)
+        service = self.service_s(size, now)
         self.start_s[lo:hi] = now
         self.batches.append((now, service, size, lo))
         done = self.env.timeout(service)
@@ -367,25 +368,29 @@ class _Server:
             self.wake.succeed()
 
 
-def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator) -> Callable[[int], float]:
-    """Service seconds of a batch; the latency model is asked once per batch size (it may be a
-    whole-model prediction), and normals are drawn in blocks (one numpy call per draw is slow)."""
+def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator,
+                     pauses: PauseSchedule | None = None) -> ServiceFn:
+    """Service seconds of a batch starting at a time; the latency model is asked once per batch
+    size (it may be a whole-model prediction), and normals are drawn in blocks (one numpy call per
+    draw is slow). With ``pauses`` the batch also waits out the host's pauses it runs into."""
     cache: dict[int, tuple[float, float]] = {}
     normals: Iterator[float] = iter(())
 
-    def sample(batch: int) -> float:
+    def sample(batch: int, start_s: float) -> float:
         nonlocal normals
         if batch not in cache:
             median, sigma = checked_latency(latency, batch)
             cache[batch] = (median * 1e-3, sigma)
         median_s, sigma = cache[batch]
         if sigma == 0:
-            return median_s
-        z = next(normals, None)
-        if z is None:
-            normals = iter(rng.standard_normal(4096).tolist())
-            z = next(normals)
-        return float(median_s * math.exp(sigma * z))
+            work = median_s
+        else:
+            z = next(normals, None)
+            if z is None:
+                normals = iter(rng.standard_normal(4096).tolist())
+                z = next(normals)
+            work = float(median_s * math.exp(sigma * z))
+        return work if pauses is None else pauses.finish(start_s, work) - start_s
 
     return sample
 
@@ -395,7 +400,7 @@ Engine = Literal["auto", "events"]
 
 def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
              requests: int | None = None, duration_s: float | None = None,
-             warmup_fraction: float = 0.1, engine: Engine = "auto") -> SimResult:
+             warmup_fraction: float = 0.1, engine: Engine = "auto", stalls: HostStalls | None = None) -> SimResult:
     """Serve ``arrivals`` with ``config``'s batcher and instances, each batch taking ``latency(batch)``,
     and measure latency percentiles, queue wait, throughput, utilisation and batch sizes.
 
@@ -405,9 +410,11 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     ``engine="events"`` runs SimPy's event loop even where the one-instance loop
     (``single_instance``, chosen by ``"auto"`` where it applies) would give the same run faster.
     Triton's code (``scheduler="triton"``, where it forms other batches than the rule) has its own
-    walk, whatever ``engine`` says: SimPy's loop runs only the rule.
+    walk, whatever ``engine`` says: SimPy's loop runs only the rule. ``stalls``: the host's pauses,
+    which every batch running into one waits out (:mod:`predictor.capacity.host_stalls`; drawn
+    from a third stream of the seed, so the arrivals and service draws stay those of a run without).
     """
-    result = _run(arrivals, config, latency, requests, duration_s, warmup_fraction, engine, None).result
+    result = _run(arrivals, config, latency, requests, duration_s, warmup_fraction, engine, None, stalls).result
     assert result is not None  # nothing to give up on
     return result
 
@@ -420,7 +427,7 @@ def high_end_is_own_run(latency: LatencyModel | LatencyFn, own_run: SimResult | 
 
 def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
                 requests: int | None = None, warmup_fraction: float = 0.1, engine: Engine = "auto",
-                own_run: SimResult | None = None) -> tuple[float, float] | None:
+                own_run: SimResult | None = None, stalls: HostStalls | None = None) -> tuple[float, float] | None:
     """The p99 of ``arrivals`` served with every batch at the low, then at the high end of
     ``latency``'s interval (``LatencyModel.at_bound``), on the same arrivals and draws as
     ``simulate`` of ``latency`` itself: a prediction's p99 range. None for a latency without an
@@ -437,7 +444,7 @@ def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyMode
             assert own_run is not None
             return own_run.p99_ms
         return simulate(arrivals, config, latency.at_bound(end), requests=requests, warmup_fraction=warmup_fraction,
-                        engine=engine).p99_ms
+                        engine=engine, stalls=stalls).p99_ms
 
     return at("low"), at("high")
 
@@ -453,7 +460,7 @@ class BoundedRun:
 
 def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
                      requests: int, p99_bound_ms: float, warmup_fraction: float = 0.1,
-                     engine: Engine = "auto") -> BoundedRun:
+                     engine: Engine = "auto", stalls: HostStalls | None = None) -> BoundedRun:
     """``simulate(...)``, given up once the run shows its p99 above ``p99_bound_ms``.
 
     For a caller that only wants runs whose p99 is within a bound (the planner, ruling settings
@@ -467,11 +474,12 @@ def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: Latenc
     """
     if not is_finite_number(p99_bound_ms) or p99_bound_ms <= 0:
         raise ValueError(f"p99_bound_ms: must be a positive number of milliseconds, not {p99_bound_ms!r}")
-    return _run(arrivals, config, latency, requests, None, warmup_fraction, engine, float(p99_bound_ms))
+    return _run(arrivals, config, latency, requests, None, warmup_fraction, engine, float(p99_bound_ms), stalls)
 
 
 def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, requests: int | None,
-         duration_s: float | None, warmup_fraction: float, engine: Engine, bound_ms: float | None) -> BoundedRun:
+         duration_s: float | None, warmup_fraction: float, engine: Engine, bound_ms: float | None,
+         stalls: HostStalls | None = None) -> BoundedRun:
     if engine not in ("auto", "events"):
         raise ValueError(f"engine: must be 'auto' or 'events', not {engine!r}")
     if requests is not None and (not is_int(requests) or not 1 <= requests <= MAX_REQUESTS):
@@ -490,11 +498,15 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
     if not is_finite_number(warmup_fraction) or not 0 <= warmup_fraction < 1:
         raise ValueError(f"warmup_fraction: must be in [0, 1), not {warmup_fraction!r}")
 
-    arrival_rng, service_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(arrivals.seed).spawn(2))
+    if stalls is not None and not isinstance(stalls, HostStalls):
+        raise ValueError(f"stalls: must be a HostStalls, not {type(stalls).__name__}")
+    arrival_rng, service_rng, pause_rng = (np.random.default_rng(s)
+                                           for s in np.random.SeedSequence(arrivals.seed).spawn(3))
     arrival_s = arrivals.generate(requests, duration_s, arrival_rng)
     if len(arrival_s) == 0:
         raise ValueError("duration_s: no request arrives within it")
-    service_s = _service_sampler(latency, service_rng)
+    pauses = stalls.schedule(pause_rng) if stalls is not None and stalls.rate_per_s > 0 else None
+    service_s = _service_sampler(latency, service_rng, pauses)
     first = _first_measured(len(arrival_s), warmup_fraction)
 
     give_up = None

@@ -31,6 +31,9 @@ import numpy as np
 
 #: Seconds of slack when comparing a clock with a deadline: the simulator's (float sums of times are not exact).
 EPS_S = 1e-12
+#: A batch's service seconds from its size and its start (s): the start matters where the host pauses
+#: (:mod:`predictor.capacity.host_stalls`)
+ServiceFn = Callable[[int, float], float]
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,11 @@ class Served:
         return cls(np.empty(0), np.empty(0), np.empty((0, 4)), requests=requests)
 
 
-def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Callable[[int], float],
+def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: ServiceFn,
           give_up: GiveUp | None = None) -> Served:
     """Serve ``arrival_s`` (sorted seconds) with one instance, or stop once ``give_up`` is met.
 
-    ``service_s(size)`` is asked once per batch, in the order the batches start (the order in which
+    ``service_s(size, start)`` is asked once per batch, in the order the batches start (the order in which
     the simulator's event loop asks it, so a seeded sampler draws the same service times).
     """
     arrivals: list[float] = arrival_s.tolist()  # indexing and bisect on a list: no numpy call per batch
@@ -99,7 +102,7 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Call
         end = head + 1  # one past the batch's last request: every arrival by `send`, up to max_batch
         if end < n and arrivals[end] <= send:  # (at light load the next request comes later: no search)
             end = bisect_right(arrivals, send, end, full + 1 if full < n else n)
-        service = service_s(end - head)
+        service = service_s(end - head, send)
         starts.append(send)
         services.append(service)
         sizes.append(end - head)
@@ -117,4 +120,4 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Call
     return Served(np.repeat(start, counts), np.repeat(finish, counts), batches, requests=n, complete=True)
 
 
-__all__: Sequence[str] = ["GiveUp", "Served", "serve"]
+__all__: Sequence[str] = ["EPS_S", "GiveUp", "ServiceFn", "Served", "serve"]

@@ -49,12 +49,12 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictor.capacity.single_instance import EPS_S, GiveUp, Served
+from predictor.capacity.single_instance import EPS_S, GiveUp, Served, ServiceFn
 
 #: Triton's batcher sleeps this long when its queue is empty (``default_wait_microseconds``).
 IDLE_WAKE_S = 0.5
@@ -96,13 +96,13 @@ def forms_the_rules_batches(max_batch: int, preferred: Sequence[int], delay_s: f
 
 
 def serve_like_triton(arrival_s: np.ndarray, max_batch: int, preferred: Sequence[int], delay_s: float,
-                      instances: int, service_s: Callable[[int], float], give_up: GiveUp | None = None) -> Served:
+                      instances: int, service_s: ServiceFn, give_up: GiveUp | None = None) -> Served:
     """Serve ``arrival_s`` (sorted seconds, one sample per request) the way Triton's code batches,
     or stop once ``give_up`` is met (a batch's finish is known when it starts, so the count of
     requests over the bound is known batch by batch, whatever the number of instances).
 
     ``preferred`` are the preferred batch sizes (empty: Triton's default, ``max_batch`` alone);
-    ``service_s(size)`` is asked once per batch, in the order the batches start.
+    ``service_s(size, start)`` is asked once per batch, in the order the batches start.
     """
     server = _TritonServer(arrival_s, max_batch, preferred, delay_s, instances, service_s, give_up)
     try:
@@ -117,7 +117,7 @@ class _GaveUp(Exception):
 
 class _TritonServer:
     def __init__(self, arrival_s: np.ndarray, max_batch: int, preferred: Sequence[int], delay_s: float,
-                 instances: int, service_s: Callable[[int], float], give_up: GiveUp | None = None) -> None:
+                 instances: int, service_s: ServiceFn, give_up: GiveUp | None = None) -> None:
         self.arrivals: list[float] = arrival_s.tolist()
         self.give_up = give_up
         self.late = 0
@@ -341,7 +341,7 @@ class _TritonServer:
     def _start(self, lo: int, size: int) -> float:
         """The batch of requests ``lo..lo + size`` starts now: its service is drawn and it is
         recorded; returns when it ends (the caller runs it on an instance, or is done with it)."""
-        service = self.service_s(size)
+        service = self.service_s(size, self.now)
         finish = self.now + service
         self.batches.append((self.now, service, size, lo))
         if self.give_up is not None:

@@ -19,14 +19,14 @@ from predictor.capacity.triton_scheduler import _TritonServer, serve_like_triton
 
 
 def constant(ms: float):  # noqa: ANN201 - a service-time callable
-    return lambda size: ms * 1e-3
+    return lambda size, start: ms * 1e-3
 
 
 @pytest.mark.parametrize("rate", [300.0, 900.0, 1500.0])
 def test_without_a_delay_it_forms_the_rules_batches(rate: float) -> None:
     arrivals = np.cumsum(np.random.default_rng(1).exponential(1 / rate, 20_000))
 
-    def service(size: int) -> float:
+    def service(size: int, start: float) -> float:
         return 0.002 + 0.0004 * size
 
     rule = serve(arrivals, 8, 0.0, service)
@@ -87,7 +87,7 @@ def test_a_payload_too_big_to_merge_stops_growing_when_the_one_ahead_is_taken() 
 
 def test_every_request_is_served_once_in_order_under_overload() -> None:
     arrivals = np.cumsum(np.random.default_rng(2).exponential(1 / 4000, 5_000))
-    served = serve_like_triton(arrivals, 16, (), 500e-6, 1, lambda size: 0.002 + 0.0002 * size)
+    served = serve_like_triton(arrivals, 16, (), 500e-6, 1, lambda size, start: 0.002 + 0.0002 * size)
     assert not np.isnan(served.finish_s).any()
     assert served.batches[:, 2].sum() == len(arrivals)
     assert (served.batches[:, 2] <= 16).all()
@@ -122,7 +122,7 @@ def test_the_walk_over_idle_stretches_gives_the_event_loops_very_run() -> None:
 
         def service(seed: int = trial, base: float = base, per_request: float = per_request) -> object:
             draws = np.random.default_rng(seed)
-            return lambda size: (base + per_request * size) * float(np.exp(0.1 * draws.standard_normal()))
+            return lambda size, start: (base + per_request * size) * float(np.exp(0.1 * draws.standard_normal()))
 
         events = _TritonServer(arrivals, max_batch, (), delay, 1, service())  # type: ignore[arg-type]
         events.skip_idle = False
