@@ -33,6 +33,10 @@ What is simulated:
   (``benchmarks/results/simulator_vs_triton_h100_blind.txt``).
 - **Service**: a batch of ``b`` takes ``median_ms(b) * exp(sigma * Z)`` with ``Z`` standard normal:
   lognormal around the predicted median; ``sigma = 0`` is deterministic.
+- **Host pauses** (``stalls``, optional): the host stops every instance now and then, in wall-clock
+  time, and a batch that runs into a pause waits it out (:mod:`predictor.capacity.host_stalls`).
+  A host measured to pause one to three times a second held whole loads' p99 that way, which no
+  spread of independent batch times reproduces.
 
 Simplifications of Triton's batcher:
 
