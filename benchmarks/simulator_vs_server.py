@@ -34,7 +34,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
-from predictor.capacity.host_stalls import STALLED_OVER, HostStalls  # noqa: E402
+from predictor.capacity.host_stalls import STALLED_OVER, HostStalls, StalledBatches  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
 from training.serving_check import (  # noqa: E402
     NOISE_SEEDS,
@@ -208,6 +208,15 @@ def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], 
     return lines
 
 
+def pauses_in_words(model: str, found: StalledBatches) -> str:
+    """A model's host pauses as the header gives them."""
+    stalls = found.stalls
+    if not stalls.pauses_ms:
+        return f"{model} no pauses"
+    return (f"{model} {stalls.rate_per_s:.2f}/s, median {np.median(stalls.pauses_ms):.1f} ms, "
+            f"{stalls.paused_share:.2%} of the time, {found.stalled.mean():.2%} of batches")
+
+
 def machine() -> str:
     """This machine in a few words: CPU model, cores, Python, how busy it was (others share it)."""
     cpu = platform.processor() or platform.machine()
@@ -277,9 +286,7 @@ def main() -> None:
                       "of stalled batches one pause of what they took over their medians, read from the loads up to "
                       f"{PAUSES_UP_TO_LEVEL:g}, replayed as a Poisson process in wall-clock time, the batch times "
                       "drawn without the stalled ones (training/serving_stalls.py); per model: "
-                      + "; ".join(f"{m} {f.stalls.rate_per_s:.2f}/s, median "
-                                  f"{np.median(f.stalls.pauses_ms or (0,)):.1f} ms, {f.stalls.paused_share:.2%} of "
-                                  f"the time, {f.stalled.mean():.2%} of batches" for m, f in found.items()))
+                      + "; ".join(pauses_in_words(m, f) for m, f in found.items()))
     else:
         given = {m: simulated_service(data, m, measured[m]) for m in data.models}
     rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given, stalls=stalls)

@@ -17,30 +17,30 @@ import numpy as np
 import pandas as pd
 
 from predictor.capacity.host_stalls import STALLED_OVER, StalledBatches, stalls_of_batches
-from training.load_batches import batch_heads
+from training.load_batches import batches_by_start
 
 if TYPE_CHECKING:
     from training.serving_check import ServingData, TableLatency
 
-#: the pauses are read from loads up to this level of the setting's capacity (issue #14's p99
-#: target's): above it the server's own backlog slows its batches (on the first two Triton sets'
-#: hosts, 27 stalled stretches came in the 22 loads at 0.85 and 0.9, 22 in the 58 loads up to 0.8:
-#: three times as many a load), and that is the load, not the host pausing
+#: the pauses are read from loads up to this level of the setting's capacity (where issue #14's
+#: p99 target applies): above it the server's own backlog slows its batches (on the first two Triton
+#: sets' hosts 7 of the 9 stalled stretches came in the 22 loads at 0.85 and 0.9, 2 in the 58 loads
+#: up to 0.8), and that is the load, not the host pausing
 PAUSES_UP_TO_LEVEL = 0.8
 
 
 def batch_series(data: ServingData, model: str, max_level: float = math.inf
                  ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per load of ``model`` up to ``max_level``: its batches' (start s, time s, size), in the order
-    they ran (the server's batch start and finish: Triton's COMPUTE_START and COMPUTE_END)."""
+    they ran (the server's batch start and finish: Triton's COMPUTE_START and COMPUTE_END; one
+    instance, whose batches never overlap)."""
     series = []
     for name, _, level, frame in data.loads():
         if name != model or level > max_level + 1e-9:
             continue
-        start = frame["start_us"].to_numpy(dtype=np.int64)
-        finish = frame["finish_us"].to_numpy(dtype=np.int64)
-        heads, sizes = batch_heads(start)
-        series.append((start[heads] * 1e-6, (finish[heads] - start[heads]) * 1e-6, sizes))
+        start, took, sizes = batches_by_start(frame["start_us"].to_numpy(dtype=np.int64),
+                                              frame["finish_us"].to_numpy(dtype=np.int64))
+        series.append((start * 1e-6, took * 1e-6, sizes))
     return series
 
 

@@ -16,6 +16,10 @@ reads the process off a server's own batch series: a batch over ``STALLED_OVER``
 median is stalled, a run of stalled batches in a row is one episode, and the episode's pause is
 what its batches took over their medians. The batches left are the service time distribution
 without the pauses, so the pauses are not counted twice.
+
+Simplification: a batch formed just before or during a pause keeps the requests it had; on the
+host the batcher pauses too, and requests arriving meanwhile could join the batch after it. The
+model so puts the requests behind a pause a batch later than the host may (a few ms at most).
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ STALLED_OVER = 2.0
 MAX_RATE_PER_S = 1000.0
 #: a pause longer than this (ms) is a host that stopped, not one that paused
 MAX_PAUSE_MS = 60_000.0
+#: a host paused this share of the time or more is not serving (and at 1 the pauses never end)
+MAX_PAUSED_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,10 @@ class HostStalls:
                    and 0 < p <= MAX_PAUSE_MS for p in pauses):
             raise ValueError(f"pauses_ms: each must be a number of milliseconds in (0, {MAX_PAUSE_MS:g}]")
         object.__setattr__(self, "pauses_ms", tuple(float(p) for p in pauses))
+        if self.paused_share >= MAX_PAUSED_SHARE:
+            raise ValueError(f"rate_per_s, pauses_ms: {rate:g} pauses a second of {np.mean(pauses):g} ms on "
+                             f"average pause the host {self.paused_share:.0%} of the time; a host paused "
+                             f"{MAX_PAUSED_SHARE:.0%} of the time or more is not serving")
 
     @property
     def paused_share(self) -> float:
@@ -126,7 +136,8 @@ def stalls_of_batches(series: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]
 
     A batch that took over ``STALLED_OVER`` times its size's median was stalled; a run of stalled
     batches in a row is one episode, whose pause is the sum of what they took over their medians;
-    the rate is the episodes over the series' time from first to last batch start."""
+    the rate is the episodes over the series' time, each from its first batch's start to its last
+    batch's end."""
     pauses: list[float] = []
     stalled_all: list[np.ndarray] = []
     span_s = 0.0
@@ -151,4 +162,5 @@ def stalls_of_batches(series: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]
                           np.concatenate(stalled_all) if stalled_all else np.zeros(0, dtype=bool))
 
 
-__all__: Sequence[str] = ["STALLED_OVER", "HostStalls", "PauseSchedule", "StalledBatches", "stalls_of_batches"]
+__all__: Sequence[str] = ["MAX_PAUSED_SHARE", "STALLED_OVER", "HostStalls", "PauseSchedule", "StalledBatches",
+                          "stalls_of_batches"]

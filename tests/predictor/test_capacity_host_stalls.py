@@ -28,7 +28,7 @@ def finish_by_steps(starts: list[float], ends: list[float], start: float, work: 
 
 
 def test_a_batch_waits_out_every_pause_it_runs_into() -> None:
-    schedule = HostStalls(50.0, (3.0, 12.0, 40.0)).schedule(np.random.default_rng(3))
+    schedule = HostStalls(15.0, (3.0, 12.0, 40.0)).schedule(np.random.default_rng(3))
     rng = np.random.default_rng(4)
     asked = []
     start = 0.0
@@ -41,6 +41,36 @@ def test_a_batch_waits_out_every_pause_it_runs_into() -> None:
     for start, work, got in asked:
         assert got == pytest.approx(finish_by_steps(schedule.starts, schedule.ends, start, work), abs=1e-12)
         assert got >= start + work
+
+
+def test_a_batch_at_the_edge_of_a_pause_or_with_no_work() -> None:
+    schedule = HostStalls(5.0, (10.0,)).schedule(np.random.default_rng(1))
+    schedule.finish(10.0, 0.0)
+    start, end = schedule.starts[0], schedule.ends[0]
+    assert schedule.finish(start, 0.002) == pytest.approx(end + 0.002)  # starts as the pause does
+    assert schedule.finish(end, 0.002) == pytest.approx(end + 0.002)  # starts as it ends: no wait
+    assert schedule.finish(start - 0.001, 0.0) == start - 0.001
+    assert schedule.finish(start + 0.001, 0.0) == pytest.approx(end)  # no work, but inside a pause
+
+
+def test_the_pauses_drawn_do_not_depend_on_what_was_asked() -> None:
+    """Asked in order, out of order, or once far ahead: the same pauses, and the same answers as a
+    walk over them."""
+    stalls = HostStalls(20.0, (2.0, 9.0, 30.0))
+    asked = np.random.default_rng(8).uniform(0, 30, 500)
+    in_order = stalls.schedule(np.random.default_rng(5))
+    shuffled = stalls.schedule(np.random.default_rng(5))
+    ahead = stalls.schedule(np.random.default_rng(5))
+    ahead.finish(40.0, 0.0)
+    for t in np.sort(asked):
+        in_order.finish(float(t), 0.01)
+    answers = [shuffled.finish(float(t), 0.01) for t in asked]
+    in_order.finish(40.0, 0.0)
+    shuffled.finish(40.0, 0.0)
+    assert in_order.starts == shuffled.starts == ahead.starts
+    assert in_order.ends == shuffled.ends == ahead.ends
+    for t, got in zip(asked, answers):
+        assert got == pytest.approx(finish_by_steps(ahead.starts, ahead.ends, float(t), 0.01), abs=1e-12)
 
 
 def test_pauses_come_at_their_rate_and_take_their_share_of_the_time() -> None:
@@ -90,10 +120,23 @@ def test_pauses_hold_the_requests_behind_them(engine: str) -> None:
     np.testing.assert_allclose(other.finish_s, paused.finish_s, rtol=0, atol=1e-12)
 
 
+def test_pauses_hold_every_instance_of_tritons_batcher() -> None:
+    """Triton's code with two instances: a pause stops both, so the tail grows by about a pause."""
+    arrivals = Arrivals("poisson", rate_qps=1500.0, seed=4)
+    config = BatchingConfig(max_batch=16, preferred_batch_sizes=(4, 8), max_queue_delay_us=1000, instances=2,
+                            scheduler="triton")
+    latency = LatencyModel(lambda b: 1.5 + 0.1 * b, sigma=0.05)
+    plain = simulate(arrivals, config, latency, requests=30_000)
+    paused = simulate(arrivals, config, latency, requests=30_000, stalls=HostStalls(1.0, (25.0,)))
+    np.testing.assert_array_equal(plain.arrival_s, paused.arrival_s)
+    assert paused.p50_ms < 1.2 * plain.p50_ms
+    assert paused.p99_ms > plain.p99_ms + 10.0
+
+
 @pytest.mark.parametrize("rate, pauses, field", [
     (-1.0, (5.0,), "rate_per_s"), (math.nan, (5.0,), "rate_per_s"), (5000.0, (5.0,), "rate_per_s"),
     (True, (5.0,), "rate_per_s"), (2.0, (), "pauses_ms"), (2.0, (0.0,), "pauses_ms"), (2.0, (math.inf,), "pauses_ms"),
-    (2.0, (1e9,), "pauses_ms"),
+    (2.0, (1e9,), "pauses_ms"), (100.0, (20.0,), "paused"),
 ])
 def test_absurd_pauses_are_refused_by_name(rate: float, pauses: tuple[float, ...], field: str) -> None:
     with pytest.raises(ValueError, match=field):

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from predictor.capacity.host_stalls import STALLED_OVER
 from training.serving_check import ServingData, TableLatency, load_serving, measured_service
-from training.serving_stalls import host_stalls, service_without_stalls
+from training.serving_stalls import batch_series, host_stalls, service_without_stalls
 
 H100 = Path(__file__).resolve().parents[2] / "datasets" / "nvidia-h100-80gb-hbm3"
 
@@ -29,10 +28,23 @@ def test_the_host_that_stalled_pauses_far_more_often_than_the_first_sets() -> No
 
 
 def test_loads_above_the_level_are_left_out() -> None:
+    """resnet34's host paused at 0.85 and 0.9 too: counting those loads finds more pauses."""
+    data = load_serving(H100 / "serving-triton-blind2")
+    upto = host_stalls(data, "resnet34", timed(data, "resnet34"))
+    every = host_stalls(data, "resnet34", timed(data, "resnet34"), max_level=1.0)
+    assert len(every.stalls.pauses_ms) > len(upto.stalls.pauses_ms) > 0
+    assert len(every.stalled) > len(upto.stalled)  # more batches read
+
+
+def test_a_batch_whose_requests_are_not_consecutive_is_one_batch() -> None:
+    """Triton can take a request before one sent just ahead of it: the batch is still one."""
     data = load_serving(H100 / "serving-triton")
-    upto = host_stalls(data, "resnet101", timed(data, "resnet101"))
-    every = host_stalls(data, "resnet101", timed(data, "resnet101"), max_level=1.0)
-    assert len(every.stalls.pauses_ms) > len(upto.stalls.pauses_ms)  # it stalled most at 0.85 and 0.9
+    series = batch_series(data, "densenet169")
+    loads = [frame for name, _, _, frame in data.loads() if name == "densenet169"]
+    for (start, _, sizes), frame in zip(series, loads):
+        assert len(start) == frame["start_us"].nunique()
+        assert sizes.sum() == len(frame)
+        assert (sizes == frame.groupby("start_us")["batch_size"].first().to_numpy()).all()
 
 
 def test_the_batch_times_left_have_no_stalled_batch() -> None:
@@ -41,6 +53,4 @@ def test_the_batch_times_left_have_no_stalled_batch() -> None:
     table = measured_service(service)
     kept = service_without_stalls(service, table)
     assert 0 < len(service) - len(kept) < 0.05 * len(service)
-    medians = kept["batch"].map(lambda b: table.medians_ms[int(b)] * 1e-3)
-    assert (kept["service_s"] <= STALLED_OVER * medians).all()
     assert max(measured_service(kept).sigmas.values()) < max(table.sigmas.values())
