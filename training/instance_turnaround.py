@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from training.load_batches import batch_heads
+from training.load_batches import load_batches
 
 #: a batch size needs this many back-to-back gaps for its own median; rarer sizes take the line
 MIN_SEEN = 5
@@ -32,14 +32,11 @@ MIN_SEEN = 5
 def back_to_back(frame: pd.DataFrame, max_queue_delay_us: float) -> tuple[np.ndarray, np.ndarray]:
     """(size of the first batch, gap in us) for each pair of batches in a row in one load's rows
     (request order, Triton's times in us) where the second could have started when the first ended."""
-    start = frame["start_us"].to_numpy(dtype=np.int64)
-    finish = frame["finish_us"].to_numpy(dtype=np.int64)
-    received = frame["received_us"].to_numpy(dtype=np.int64)
-    heads, sizes = batch_heads(start)
-    ended = finish[heads][:-1]
-    ready = received[heads][1:] + max_queue_delay_us <= ended
-    gaps = start[heads][1:] - ended
-    return sizes[:-1][ready], gaps[ready]
+    batches = load_batches(*(frame[c].to_numpy(dtype=np.int64) for c in ("start_us", "finish_us", "received_us")))
+    ended = batches.finish[:-1]
+    ready = batches.oldest[1:] + max_queue_delay_us <= ended
+    gaps = batches.start[1:] - ended
+    return batches.size[:-1][ready], gaps[ready]
 
 
 def turnaround_ms(gaps: Iterable[tuple[np.ndarray, np.ndarray]], batches: Sequence[int]) -> dict[int, float]:

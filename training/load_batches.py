@@ -1,14 +1,15 @@
 """The batches of one served load, read back from its request rows.
 
-A serving folder keeps one row per request, in arrival order, with its batch's start time. One
-instance serves the queue in order, so a batch is a run of consecutive requests sharing one start:
-every reader of a load (its statistics, the server's dispatch lateness, the instance's turnaround)
-needs those runs, found here once.
+A serving folder keeps one row per request, in the client's send order, with its batch's start
+and finish. One instance runs one batch at a time, so a batch is the requests sharing one start:
+every reader of a load (its statistics, the server's dispatch lateness, the instance's turnaround,
+the host's pauses) needs them, found here once (``load_batches``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,16 +20,33 @@ def batch_heads(start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return heads, np.diff(np.r_[heads, len(start)])
 
 
-def batches_by_start(start: np.ndarray, finish: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each batch's (start, time it took, size), in the order the batches started, from its requests'
-    batch start and finish in any order. Triton's front end can take a request before one sent just
-    ahead of it, so a batch's requests need not be consecutive in the rows (0.6% of the H100 sets'
-    batches were not), and ``batch_heads`` would cut such a batch in pieces, each judged as a smaller
-    batch; one instance starts one batch at a time, so a start time names a batch."""
+@dataclass(frozen=True)
+class Batches:
+    """One load's batches in the order they started: the lowest row of each one's requests (the
+    rows are in the client's send order), its start, finish and size, and the first and last
+    arrival among its requests."""
+
+    first: np.ndarray
+    start: np.ndarray
+    finish: np.ndarray
+    size: np.ndarray
+    oldest: np.ndarray
+    newest: np.ndarray
+
+
+def load_batches(start: np.ndarray, finish: np.ndarray, arrival: np.ndarray | None = None) -> Batches:
+    """The batches of one load from its requests' rows (each request's batch start and finish, and
+    its arrival; without arrivals, ``oldest`` and ``newest`` are the start). A start time names a
+    batch: one instance starts one batch at a time. The rows need not hold a batch's requests
+    together: Triton's front end can take a request before one sent just ahead of it (0.6% of the
+    H100 sets' batches were not consecutive rows), and ``batch_heads`` on the rows as they are
+    would cut such a batch in pieces, each read as a smaller batch."""
     order = np.argsort(start, kind="stable")
     heads, sizes = batch_heads(start[order])
-    first = order[heads]
-    return start[first], finish[first] - start[first], sizes
+    rows = order[heads]
+    came = (start if arrival is None else arrival)[order]
+    return Batches(first=np.minimum.reduceat(order, heads), start=start[rows], finish=finish[rows], size=sizes,
+                   oldest=np.minimum.reduceat(came, heads), newest=np.maximum.reduceat(came, heads))
 
 
-__all__: Sequence[str] = ["batch_heads", "batches_by_start"]
+__all__: Sequence[str] = ["Batches", "batch_heads", "load_batches"]

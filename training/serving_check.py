@@ -53,7 +53,7 @@ from predictor.capacity.simulator import (
     simulate,
 )
 from training.instance_turnaround import back_to_back, turnaround_ms, with_turnaround
-from training.load_batches import batch_heads
+from training.load_batches import load_batches
 
 if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted service is asked for
     from predictor.predict import Predictor
@@ -173,16 +173,16 @@ def request_stats(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarr
     """p50/p99 of finish - arrival over the measured requests, throughput (every request finished
     inside the window, per second) and utilisation (busy share of one instance inside the window),
     the window running from the first measured arrival to the last arrival: the simulator's
-    ``_measure``, so a measured load and a simulated one are read alike. A batch is a run of
-    consecutive requests with one start time: one instance serves the queue in order."""
+    ``_measure``, so a measured load and a simulated one are read alike. A batch is the requests
+    with one start time (``load_batches``): one instance runs one batch at a time."""
     first = first_measured(len(arrival_s), warmup_fraction)
     latency_ms = (finish_s[first:] - arrival_s[first:]) * 1e3
     p50, p99 = np.percentile(latency_ms, [50, 99])
     t0, t1 = float(arrival_s[first]), float(arrival_s[-1])
     window = t1 - t0
-    heads, sizes = batch_heads(start_s)
-    busy = np.clip(finish_s[heads], t0, t1) - np.clip(start_s[heads], t0, t1)
-    measured_sizes = sizes[heads >= first]  # as the simulator: batches whose first request is measured
+    batches = load_batches(start_s, finish_s)
+    busy = np.clip(batches.finish, t0, t1) - np.clip(batches.start, t0, t1)
+    measured_sizes = batches.size[batches.first >= first]  # as the simulator: batches whose first request is measured
     if window > 0:
         throughput = float(np.count_nonzero((finish_s >= t0) & (finish_s <= t1))) / window
         utilisation = float(busy.sum()) / window
@@ -223,15 +223,15 @@ def dispatch_lateness_us(received_us: np.ndarray, start_us: np.ndarray, finish_u
     preferred size (or ``max_batch`` without preferred sizes) queued, or else the oldest request's
     queue delay running out. This is the time the server's polling loop adds per batch, which the
     simulator (whose batcher acts the instant it may) does not have."""
-    heads, sizes = batch_heads(start_us)
-    oldest = received_us[heads].astype(float)
-    newest = received_us[heads + sizes - 1].astype(float)
+    batches = load_batches(start_us, finish_us, received_us)
+    oldest = batches.oldest.astype(float)
+    newest = batches.newest.astype(float)
     delay_us = config.max_queue_delay_us
     full = set(config.preferred_batch_sizes) if config.preferred_batch_sizes else {config.max_batch}
-    by_size = np.isin(sizes, sorted(full))
+    by_size = np.isin(batches.size, sorted(full))
     allowed = np.where(by_size, np.minimum(newest, oldest + delay_us), oldest + delay_us)
-    free = np.r_[-np.inf, finish_us[heads][:-1].astype(float)]
-    return start_us[heads] - np.maximum(free, allowed)
+    free = np.r_[-np.inf, batches.finish[:-1].astype(float)]
+    return batches.start - np.maximum(free, allowed)
 
 
 def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, config: BatchingConfig,
@@ -252,17 +252,16 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
         p50, p99 = np.percentile(values, [50, 99])
         return float(p50), float(p99)
 
-    heads, _ = batch_heads(us["start_us"])
-    sizes = frame["batch_size"].to_numpy()[heads]
-    service_s = (us["finish_us"][heads] - us["start_us"][heads]) * 1e-6
-    ratio = service_s / np.asarray([median_service_s[int(b)] for b in sizes])
+    batches = load_batches(us["start_us"], us["finish_us"])
+    service_s = (batches.finish - batches.start) * 1e-6
+    ratio = service_s / np.asarray([median_service_s[int(b)] for b in batches.size])
     dispatch = dispatch_lateness_us(us[arrival_column], us["start_us"], us["finish_us"], config)
     return MeasuredLoad(
         model=model, setting=setting, level=level, offered_qps=float(frame["offered_qps"].iloc[0]), stats=stats,
         pipe_us=p50_p99((us["received_us"] - us["sent_us"])[first:]),
         late_us=p50_p99((us["sent_us"] - us["scheduled_us"])[first:]),
-        dispatch_us=p50_p99(dispatch[heads >= first]),
-        service_ratio=p50_p99(ratio[heads >= first]), received_s=received_s)
+        dispatch_us=p50_p99(dispatch[batches.first >= first]),
+        service_ratio=p50_p99(ratio[batches.first >= first]), received_s=received_s)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.capacity.host_stalls import STALLED_OVER, StalledBatches, stalls_of_batches
-from training.load_batches import batches_by_start
+from training.load_batches import load_batches
 
 if TYPE_CHECKING:
     from training.serving_check import ServingData, TableLatency
@@ -38,9 +38,8 @@ def batch_series(data: ServingData, model: str, max_level: float = math.inf
     for name, _, level, frame in data.loads():
         if name != model or level > max_level + 1e-9:
             continue
-        start, took, sizes = batches_by_start(frame["start_us"].to_numpy(dtype=np.int64),
-                                              frame["finish_us"].to_numpy(dtype=np.int64))
-        series.append((start * 1e-6, took * 1e-6, sizes))
+        batches = load_batches(frame["start_us"].to_numpy(dtype=np.int64), frame["finish_us"].to_numpy(dtype=np.int64))
+        series.append((batches.start * 1e-6, (batches.finish - batches.start) * 1e-6, batches.size))
     return series
 
 
