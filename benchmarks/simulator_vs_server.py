@@ -155,9 +155,11 @@ def service_table(measured: dict[str, TableLatency], predicted: dict[str, Latenc
     batches = TABLE_BATCHES
     head = f"{'model':<13} {'b1 ms':>6} {'b32 ms':>7} | " + " ".join(f"{f'b{b}':>5}" for b in batches)
     lines = [head, "-" * len(head)]
-    for model, table in measured.items():
-        cells = " ".join(f"{predicted[model](b)[0] / table.medians_ms[b]:5.2f}" for b in batches)
-        lines.append(f"{model:<13} {table.medians_ms[1]:6.3f} {table.medians_ms[32]:7.3f} | {cells}")
+    for model, table in measured.items():  # a size the server never ran (max batch 16 or 24) is blank
+        cells = " ".join(f"{predicted[model](b)[0] / table.medians_ms[b]:5.2f}" if b in table.medians_ms else " " * 5
+                         for b in batches)
+        b32 = f"{table.medians_ms[32]:7.3f}" if 32 in table.medians_ms else " " * 7
+        lines.append(f"{model:<13} {table.medians_ms[1]:6.3f} {b32} | {cells}")
     return lines
 
 

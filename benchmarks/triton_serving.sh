@@ -15,7 +15,8 @@
 # Brings back $OUT/triton_serving.tgz (the serving-triton folder; untar it into datasets/) and
 # $OUT/triton_serving.txt.
 #   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [SETTINGS="mb16-delay500us mb8-nodelay"] [LIMIT=540] \
-#     [SECONDS=4] [LEVELS=0.3,0.6,0.7,0.8,0.85,0.9] bash benchmarks/triton_serving.sh
+#     [LOAD_SECONDS=4] [LEVELS=0.3,0.6,0.7,0.8,0.85,0.9] bash benchmarks/triton_serving.sh
+# (not SECONDS: bash's own variable of that name counts the script's seconds from the value given)
 set -u
 source benchmarks/device_env.sh
 log=$OUT/triton_serving.txt
@@ -26,7 +27,7 @@ ldd "$site/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend
 setting_flags=()
 for name in ${SETTINGS:-}; do setting_flags+=(--setting "$name"); done
 timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 "${setting_flags[@]}" \
-  --seconds ${SECONDS:-4} --levels "${LEVELS:-}" \
+  --seconds ${LOAD_SECONDS:-4} --levels "${LEVELS:-}" \
   --models ${MODELS:-resnet101,densenet169,roberta-large} --out $OUT/root >> $log 2>&1 || echo "stopped (exit $?)" >> $log
 date -u >> $log
 tar -C $OUT/root -czf $OUT/triton_serving.tgz . && rm -rf $OUT/root

@@ -38,7 +38,7 @@ def load_batches(start: np.ndarray, finish: np.ndarray, arrival: np.ndarray | No
     """The batches of one load from its requests' rows (each request's batch start and finish, and
     its arrival; without arrivals, ``oldest`` and ``newest`` are the start). A start time names a
     batch: one instance starts one batch at a time. The rows need not hold a batch's requests
-    together: Triton's front end can take a request before one sent just ahead of it (0.6% of the
+    together: Triton's front end can take a request before one sent just ahead of it (0.3% of the
     H100 sets' batches were not consecutive rows), and ``batch_heads`` on the rows as they are
     would cut such a batch in pieces, each read as a smaller batch."""
     order = np.argsort(start, kind="stable")

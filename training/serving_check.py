@@ -253,6 +253,10 @@ def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, co
         return float(p50), float(p99)
 
     batches = load_batches(us["start_us"], us["finish_us"])
+    column = frame["batch_size"].to_numpy()[batches.first]
+    if not np.array_equal(column, batches.size):  # two batches with one start: the server's clock or ours
+        raise ValueError(f"{model} {setting} at {level:g}: batches read by their start time do not match the "
+                         "batch_size column (two batches started at one time?)")
     service_s = (batches.finish - batches.start) * 1e-6
     ratio = service_s / np.asarray([median_service_s[int(b)] for b in batches.size])
     dispatch = dispatch_lateness_us(us[arrival_column], us["start_us"], us["finish_us"], config)
