@@ -7,8 +7,10 @@
 # PyTriton (55 MB as a wheel) and what it needs that the GPU machine lacks travel as one xz tarball of
 # the unpacked cp312 wheels, .whl/pytriton_site.tar.xz (39 MB: nvidia-pytriton 0.7.0, tritonclient,
 # pyzmq, sh, importlib_metadata, python-rapidjson, geventhttpclient, gevent, greenlet, zope.event,
-# zope.interface, brotli; `pip download --no-deps --python-version 3.12 ...`, unzip each into one
-# folder, `tar -cJf`), carried with `.whl`. It is unpacked into the interpreter's own site-packages:
+# zope.interface, brotli; `pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux_2_35_x86_64 ...` (tritonclient==2.51.0, the server's release), unzip each into one folder,
+# move tritonclient-*.data/purelib/* up into it (that wheel keeps its package there), `tar -cJf`),
+# carried with `.whl`. It is unpacked into the interpreter's own site-packages:
 # Triton's Python backend stub embeds the interpreter it finds on PATH and reads that one's
 # site-packages, not PYTHONPATH. The repository's datasets and bundles must stay behind (git rm
 # --cached, .git/info/exclude) for the tarball to fit the 64 MiB a call carries.
