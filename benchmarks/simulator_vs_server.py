@@ -13,6 +13,7 @@ most qps under p99 objectives; then the predicted service times against the meas
 issue #14's targets, met or not.
 
 Run: .venv/bin/python benchmarks/simulator_vs_server.py [--requests 200000] [--seeds 20] [--no-predicted]
+[--stalls] (the host's pauses replayed, ``training/serving_stalls.py``) [--folder F] [--out FILE]
 (a minute or two on two cores). Saved: results/simulator_vs_server.txt.
 """
 
@@ -59,7 +60,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
-from training.serving_stalls import PAUSES_UP_TO_LEVEL, host_stalls, service_without_stalls  # noqa: E402
+from training.serving_stalls import PAUSES_UP_TO_LEVEL, paused_services  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
 #: the batch sizes the service and turnaround tables show
@@ -279,11 +280,8 @@ def main() -> None:
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
     stalls: dict[str, HostStalls] | None = None
     if args.stalls:
-        found = {m: host_stalls(data, m, measured[m]) for m in data.models}
+        found, given = paused_services(data, measured)
         stalls = {m: f.stalls for m, f in found.items()}
-        unpaused = {m: measured_service(service_without_stalls(data.service[data.service["model"] == m], measured[m]))
-                    for m in data.models}
-        given = {m: simulated_service(data, m, unpaused[m]) for m in data.models}
         header.append(f"# host pauses (--stalls): a batch over {STALLED_OVER:g}x its size's median was stalled, a run "
                       "of stalled batches one pause of what they took over their medians, read from the loads up to "
                       f"{PAUSES_UP_TO_LEVEL:g}, replayed as a Poisson process in wall-clock time, the batch times "

@@ -43,9 +43,9 @@ def load_batches(start: np.ndarray, finish: np.ndarray, arrival: np.ndarray | No
     would cut such a batch in pieces, each read as a smaller batch."""
     order = np.argsort(start, kind="stable")
     heads, sizes = batch_heads(start[order])
-    rows = order[heads]
+    rows = order[heads]  # a stable sort: each batch's lowest row comes first
     came = (start if arrival is None else arrival)[order]
-    return Batches(first=np.minimum.reduceat(order, heads), start=start[rows], finish=finish[rows], size=sizes,
+    return Batches(first=rows, start=start[rows], finish=finish[rows], size=sizes,
                    oldest=np.minimum.reduceat(came, heads), newest=np.maximum.reduceat(came, heads))
 
 

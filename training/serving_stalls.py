@@ -10,17 +10,14 @@ wall-clock time, so that a pause holds every request that arrives during it, as 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from predictor.capacity.host_stalls import STALLED_OVER, StalledBatches, stalls_of_batches
 from training.load_batches import load_batches
-
-if TYPE_CHECKING:
-    from training.serving_check import ServingData, TableLatency
+from training.serving_check import ServingData, TableLatency, measured_service, simulated_service
 
 #: the pauses are read from loads up to this level of the setting's capacity (where issue #14's
 #: p99 target applies): above it the server's own backlog slows its batches (on the first two Triton
@@ -58,4 +55,16 @@ def service_without_stalls(service: pd.DataFrame, timed: TableLatency) -> pd.Dat
     return service[service["service_s"] <= STALLED_OVER * medians_s]
 
 
-__all__: Sequence[str] = ["PAUSES_UP_TO_LEVEL", "batch_series", "host_stalls", "service_without_stalls"]
+def paused_services(data: ServingData, timed: Mapping[str, TableLatency]
+                    ) -> tuple[dict[str, StalledBatches], dict[str, TableLatency]]:
+    """Per model of ``data``: its host's pauses (``host_stalls``), and the service the simulator is
+    given beside them (``simulated_service`` of the batch times without the stalled ones); ``timed``
+    is each model's ``measured_service``."""
+    found = {m: host_stalls(data, m, timed[m]) for m in data.models}
+    services = {m: simulated_service(data, m, measured_service(
+        service_without_stalls(data.service[data.service["model"] == m], timed[m]))) for m in data.models}
+    return found, services
+
+
+__all__: Sequence[str] = ["PAUSES_UP_TO_LEVEL", "batch_series", "host_stalls", "paused_services",
+                          "service_without_stalls"]
