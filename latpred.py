@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("predictor", "Predict the latency of each PATH (an .onnx or .json graph, or a zoo name)."),
     "select": ("predictor", "Rank the devices for PATH (zoo name, ONNX or JSON graph) by cost per million "
                             "inferences."),
+    "serving-path": ("training", "Fit a server's own time per batch (its serving path) from Triton loads measured "
+                                 "on one host."),
     "serve": ("service", "Serve the REST API with Flask's development server (docs at /docs, spec at "
                          "/openapi.json)."),
     "train": ("training", "Fit per-layer models (XGBoost and LightGBM), learn composition, export, track."),

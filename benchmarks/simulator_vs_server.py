@@ -13,7 +13,8 @@ most qps under p99 objectives; then the predicted service times against the meas
 issue #14's targets, met or not.
 
 Run: .venv/bin/python benchmarks/simulator_vs_server.py [--requests 200000] [--seeds 20] [--no-predicted]
-[--stalls] (the host's pauses replayed, ``training/serving_stalls.py``) [--folder F] [--out FILE]
+[--stalls] (the host's pauses replayed, ``training/serving_stalls.py``) [--serving-path NAME|PATH.json]
+(the server's own time per batch added to the predicted service) [--folder F] [--out FILE]
 (a minute or two on two cores). Saved: results/simulator_vs_server.txt.
 """
 
@@ -36,6 +37,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
 
 from benchmarks._report import publish  # noqa: E402
 from predictor.capacity.host_stalls import STALLED_OVER, HostStalls, StalledBatches  # noqa: E402
+from predictor.capacity.serving_path import ServingPath, serving_path  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
 from training.serving_check import (  # noqa: E402
     NOISE_SEEDS,
@@ -47,6 +49,7 @@ from training.serving_check import (  # noqa: E402
     TARGET_LEVEL,
     LoadComparison,
     MaxQpsComparison,
+    ServingData,
     TableLatency,
     TargetCheck,
     bundle_predictor,
@@ -60,6 +63,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
+from training.serving_path_fit import measured_serving_path, model_hosts  # noqa: E402
 from training.serving_stalls import PAUSES_UP_TO_LEVEL, paused_services  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
@@ -185,7 +189,7 @@ def target_lines(checks: Sequence[TargetCheck], rows: Sequence[LoadComparison], 
         lines.append(f"{c.latency_model}: p99 within +-{TARGET:.0%} at levels <= {TARGET_LEVEL:g}: "
                      f"{c.p99_within}/{c.p99_loads} loads (worst ratio {c.worst_p99_ratio:.2f}); max qps within "
                      f"+-{TARGET:.0%}: {c.qps_within}/{c.qps_answers} (worst {c.worst_qps_ratio:.2f}): "
-                     f"{'MET' if c.met else 'NOT MET'}")
+                     f"{c.verdict}")
     ranged = [r for r in rows if r.sim_predicted_range is not None]
     if ranged:
         held = {id(r) for r in ranged if r.sim_predicted_range is not None
@@ -233,6 +237,22 @@ def machine() -> str:
             f"{os.getloadavg()[0]:.2f} at the start")
 
 
+#: ``--serving-path`` for each model's own host's path, measured on the host's other models
+PEERS = "host-peers"
+
+
+def peer_paths(data: ServingData) -> dict[str, ServingPath]:
+    """Per model of ``data``: the serving path of the host that served it, measured on the other
+    models that host served in the folder (a model alone on its host has none)."""
+    hosts = model_hosts(data.folder)
+    paths = {}
+    for model in data.models:
+        peers = [m for m in data.models if m != model and hosts.get(m) == hosts.get(model)]
+        if peers:
+            paths[model] = measured_serving_path(data, f"{hosts.get(model, '')[:8]}-without-{model}", peers)
+    return paths
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, default=SERVING_DIR, help="the serving measurements")
@@ -243,6 +263,10 @@ def main() -> None:
     parser.add_argument("--stalls", action="store_true",
                         help="give the measured-service runs the host's pauses, read off the loads' batches "
                              "(training/serving_stalls.py), and the batch times without the stalled ones")
+    parser.add_argument("--serving-path", default=None, metavar="NAME|PATH.json",
+                        help="add this serving path (predictor/capacity/serving_path.py) to the predicted service, "
+                             f"as latpred capacity --serving-path does; '{PEERS}': each model's host's own path, "
+                             "measured on the other models that host served in the folder")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the table is written")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -270,6 +294,9 @@ def main() -> None:
                   "share one schedule, scaled to their rates")
     measured = {m: measured_service(data.service[data.service["model"] == m]) for m in data.models}
     predicted: dict[str, LatencyModel] = {}
+    path_stalls: dict[str, HostStalls] | None = None
+    if args.serving_path and args.no_predicted:
+        raise SystemExit("--serving-path is added to the predicted service: leave out --no-predicted")
     if not args.no_predicted:
         predictor = bundle_predictor(fp["device_id"])
         predicted = {m: predicted_service(predictor, m, data.meta["precision"], sorted(measured[m].medians_ms))
@@ -277,6 +304,26 @@ def main() -> None:
         header.append(f"# predicted: bundle {predictor.bundle.version}'s {serving_mode(predictor)} predictions, "
                       f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
+        if args.serving_path == PEERS:
+            paths = peer_paths(data)
+            predicted = {m: paths[m].around(latency) for m, latency in predicted.items() if m in paths}
+            path_stalls = {m: p.stalls for m, p in paths.items() if p.stalls.rate_per_s > 0}
+            header.append(f"# serving path {PEERS}: each model's predicted batches plus the path of its own host, "
+                          "measured on that host's other models in this folder (training/serving_path_fit.py: "
+                          "measured_serving_path), their host's pauses included; "
+                          + "; ".join(f"{m} {p.cost.per_batch_ms:.3f} + {p.cost.per_request_ms:.3f} ms, pauses "
+                                      f"{p.stalls.rate_per_s:.2f}/s" for m, p in paths.items())
+                          + ("; left out (no other model on its host): " + ", ".join(
+                              m for m in data.models if m not in paths) if len(paths) < len(data.models) else ""))
+        elif args.serving_path:
+            path = serving_path(args.serving_path)
+            predicted = {m: path.around(latency) for m, latency in predicted.items()}
+            path_stalls = {m: path.stalls for m in predicted} if path.stalls.rate_per_s > 0 else None
+            header.append(f"# serving path {path.name} ({path.label}; {args.serving_path}) added to each predicted "
+                          f"batch: {path.cost.per_batch_ms:.3f} ms + {path.cost.per_request_ms:.3f} ms a request "
+                          f"(ends {path.low.per_batch_ms:.3f}-{path.high.per_batch_ms:.3f} and "
+                          f"{path.low.per_request_ms:.3f}-{path.high.per_request_ms:.3f}), sigma at least "
+                          f"{path.sigma:.3f}, host pauses {path.stalls.rate_per_s:.2f}/s; {path.note}")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
     stalls: dict[str, HostStalls] | None = None
     if args.stalls:
@@ -289,7 +336,8 @@ def main() -> None:
                       + "; ".join(pauses_in_words(m, f) for m, f in found.items()))
     else:
         given = {m: simulated_service(data, m, measured[m]) for m in data.models}
-    rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given, stalls=stalls)
+    rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given, stalls=stalls,
+                         predicted_stalls=path_stalls)
     answers = compare_max_qps(rows)
     levels = ", ".join(map(str, OBJECTIVE_LEVELS))
     out = [*header, "",

@@ -15,7 +15,8 @@
 # site-packages, not PYTHONPATH. The repository's datasets and bundles must stay behind (git rm
 # --cached, .git/info/exclude) for the tarball to fit the 64 MiB a call carries.
 # Brings back $OUT/triton_serving.tgz (the serving-triton folder; untar it into datasets/) and
-# $OUT/triton_serving.txt.
+# $OUT/triton_serving.txt; host_before.json and host_after.json in the folder are the host's
+# profile probed (without reference forwards) before and after the loads.
 #   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [SETTINGS="mb16-delay500us mb8-nodelay"] [LIMIT=540] \
 #     [LOAD_SECONDS=4] [LEVELS=0.3,0.6,0.7,0.8,0.85,0.9] bash benchmarks/triton_serving.sh
 # (not SECONDS: bash's own variable of that name counts the script's seconds from the value given)
@@ -28,9 +29,13 @@ tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTrit
 ldd "$site/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" | grep -i python >> $log
 setting_flags=()
 for name in ${SETTINGS:-}; do setting_flags+=(--setting "$name"); done
+mkdir -p $OUT/root
+# the host's profile before and after: the PyTriton path's own time per batch is Python on this host
+python3 -m latpred host probe --no-references --note "before the Triton loads" --out $OUT/root/host_before.json >> $log 2>&1
 timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 "${setting_flags[@]}" \
   --seconds ${LOAD_SECONDS:-4} --levels "${LEVELS:-}" \
   --models ${MODELS:-resnet101,densenet169,roberta-large} --out $OUT/root >> $log 2>&1 || echo "stopped (exit $?)" >> $log
+python3 -m latpred host probe --no-references --note "after the Triton loads" --out $OUT/root/host_after.json >> $log 2>&1
 date -u >> $log
 tar -C $OUT/root -czf $OUT/triton_serving.tgz . && rm -rf $OUT/root
 grep -v -E '^[IW][0-9]{4} ' $log | tail -60

@@ -140,6 +140,25 @@ class CpuModel:
         return True
 
 
+#: the model name that runs nothing: served, a server's time per batch is its own serving path
+#: (``predictor.capacity.serving_path``), measured on this host with no model's work beside it
+EMPTY_MODEL = "empty"
+
+
+class EmptyModel:
+    """A model whose batches take no time (``launch`` does nothing, ``done`` at once): what a server
+    spends on each batch of it is the server's own path, on any host, with or without a GPU."""
+
+    def __init__(self, precision: str) -> None:
+        self.name, self.precision = EMPTY_MODEL, precision
+
+    def launch(self, batch: int) -> None:
+        pass
+
+    def done(self) -> bool:
+        return True
+
+
 def service_times(model: ServedModel, batches: range, reps: int = 40) -> dict[int, np.ndarray]:
     """Seconds per batch, measured the way the server runs one (replay, then wait on an event),
     batch sizes interleaved so that drift lands on all alike: the latency(batch) the simulator is

@@ -281,7 +281,9 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
 @collect.command()
 @click.option("--out", type=click.Path(path_type=Path), default=Path("datasets"), show_default=True,
               help="dataset root; files go to OUT/<device-id>/serving")
-@click.option("--models", default="", help="comma-separated zoo models or nas-<seed> architectures "
+@click.option("--models", default="", help="comma-separated zoo models or nas-<seed> architectures, or 'empty' "
+                                           "(a model that runs nothing: the server's own time per batch, its "
+                                           "serving path, for 'latpred serving-path') "
                                            "(default: collectors.serving_check.MODELS)")
 @click.option("--precision", default="fp16", show_default=True)
 @click.option("--levels", default="", help="loads as fractions of capacity (default: collectors.serving_check.LEVELS)")
@@ -302,7 +304,7 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
 def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str,
             threads: int | None, server: str, setting_names: tuple[str, ...]) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
-    from collectors.batching_server import ServerSettings, model_source
+    from collectors.batching_server import EMPTY_MODEL, ServerSettings, model_source
     from collectors.serving_check import LEVELS, MODELS, SETTINGS, run_serving_check
     from predictor.precision import get_precision
 
@@ -310,7 +312,8 @@ def serving(out: Path, models: str, precision: str, levels: str, seconds: float,
         settings = tuple(ServerSettings.parse(name) for name in setting_names) or SETTINGS
         names = _items(models) or MODELS
         for name in names:
-            model_source(name)
+            if name != EMPTY_MODEL:
+                model_source(name)
         wanted = tuple(float(x) for x in _items(levels)) or LEVELS
         if not all(0 < x < 1 for x in wanted):
             raise ValueError(f"--levels must be fractions of capacity in (0, 1), got {levels!r}")

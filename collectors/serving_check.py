@@ -28,7 +28,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.batching_server import CapturedModel, CpuModel, ServedModel, ServerSettings, serve, service_times
+from collectors.batching_server import (
+    EMPTY_MODEL,
+    CapturedModel,
+    CpuModel,
+    EmptyModel,
+    ServedModel,
+    ServerSettings,
+    serve,
+    service_times,
+)
 from collectors.fingerprint import read_fingerprint
 from collectors.load_client import client_main
 
@@ -94,8 +103,10 @@ def models_to_serve(folder: Path, models: Sequence[str], precision: str,
 def timed_model(name: str, precision: str, max_batch: int, kind: str,
                 reps: int) -> tuple[ServedModel, dict[int, np.ndarray]]:
     """Zoo model ``name`` ready to serve batches 1..``max_batch`` (CUDA graphs on a GPU, eager on a
-    CPU), and each batch size's service times, ``reps`` of them."""
-    model: ServedModel = (CapturedModel if kind == "cuda" else CpuModel)(name, precision, max_batch)
+    CPU), or the empty model (``EMPTY_MODEL``: the server's own path alone), and each batch size's
+    service times, ``reps`` of them."""
+    model: ServedModel = (EmptyModel(precision) if name == EMPTY_MODEL else
+                          (CapturedModel if kind == "cuda" else CpuModel)(name, precision, max_batch))
     return model, service_times(model, range(1, max_batch + 1), reps)
 
 

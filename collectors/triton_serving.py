@@ -292,7 +292,8 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
     """``model`` under each setting, each in a Triton of its own: Triton's service time of every
     batch size the setting allows and its capacity, then every load; with the service table of
     what it ran (``service_table``). A server that dies ends its setting's loads
-    (said, and the loads it answered kept); the next setting starts a new one."""
+    (said, and the loads it answered kept; a setting whose server died before its trace wrote a
+    part is left out, said); the next setting starts a new one."""
     frames: list[pd.DataFrame] = []
     services: list[pd.DataFrame] = []
     for setting_index, setting in enumerate(settings):
@@ -301,7 +302,11 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
             log = BatchLog()
             done = _serve_setting(model, setting, setting_index, trace_file, log, levels, seconds, seed, requests,
                                   reps, say)
-            trace = read_trace(trace_file)
+            try:
+                trace = read_trace(trace_file)
+            except ValueError as exc:  # a server that died before its trace wrote a part: the next setting
+                say(f"  {setting.name}: left out, {exc}")
+                continue
         for level, capacity, start_at, run, offsets in done:
             try:
                 frame = load_frame(trace, run, start_at, offsets)
@@ -311,6 +316,8 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
             frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
                                        level=level, capacity_qps=capacity, offered_qps=level * capacity))
         services.append(batch_service(trace, "s").assign(setting=setting.name))
+    if not services:
+        return frames, pd.DataFrame({"batch": [], "service_s": [], "source": []})
     return frames, service_table(frames, pd.concat(services, ignore_index=True))
 
 

@@ -29,7 +29,9 @@ from predictor.spreadsheet_cells import SpreadsheetWriter, fixed
 from predictor.variant import MAX_BATCH
 
 if TYPE_CHECKING:  # imported where used: the capacity modules load only for 'latpred capacity'
+    from predictor.capacity.host_stalls import HostStalls
     from predictor.capacity.planner import Plan
+    from predictor.capacity.serving_path import ServingPath
     from predictor.capacity.simulator import LatencyFn, PlanFor, Scheduler
 
 
@@ -159,9 +161,14 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
               help="how the simulated server batches: as Triton's code does (a batch sent after its queue delay "
                    "waits behind the running one) or by Triton's documented rule (a batch forms when the "
                    "instance frees); they differ only with a queue delay")
+@click.option("--serving-path", "serving_path_spec", default=None, metavar="NAME|FILE.json",
+              help="add a server's own time per batch to the GPU's (and the host's pauses, if it has any): a "
+                   "shipped serving path by name (e.g. pytriton-h100) or a JSON file of one ('latpred "
+                   "serving-path' fits one from Triton loads measured on your host; default: none, the GPU's time "
+                   "alone)")
 def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
              sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None, host_spec: str | None,
-             plot_path: Path | None, scheduler: Scheduler) -> None:
+             plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
@@ -171,13 +178,19 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     answered, with the nearest plan and why it falls short. The plan's p99 comes with its range at
     either end of the latency prediction's 90% interval; --plan-for slow_end plans for the slow end
     instead of the predicted medians. --plot draws the recommended setting's latency against load
-    on one GPU, with the objective and the planned per-GPU load marked."""
+    on one GPU, with the objective and the planned per-GPU load marked.
+
+    The prediction is the GPU's time; a server (Triton through PyTriton measured 0.8-2.7 ms a batch
+    plus 0.15-0.28 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
+    p99 the server will not keep. --serving-path adds a server's own time to every batch, with its
+    range, and replays its host's pauses."""
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
 
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
+    path_added = load_serving_path(serving_path_spec)  # before the predictions: a bad one costs no wait
     predictor, host = predictor_and_host(device, bundle, host_spec)
     refusal = predictor.device.planning_refusal()
     if refusal is not None:
@@ -186,9 +199,13 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         graph = load_graph(path, None, {})
     except ValueError as exc:
         raise click.ClickException(f"{path}: {exc}") from None
-    service = predicted_service_time(predictor, graph, precision, mode, host, sigma).for_plan(plan_for)
+    service = predicted_service_time(predictor, graph, precision, mode, host, sigma)
+    if path_added is not None:  # around the medians, then for_plan: a slow-end plan takes both slow ends
+        service = path_added.around(service)
+    service = service.for_plan(plan_for)
+    stalls = path_added.stalls if path_added is not None else None
     try:
-        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler)
+        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
@@ -197,16 +214,46 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     if fmt == "json":
         click.echo(json.dumps({"model": graph.name, "device": predictor.device.device_id, "precision": precision,
                                "mode": mode, "plan_for": plan_for, **dataclasses.asdict(result),
-                               "triton_config": config}))
+                               "triton_config": config,
+                               "serving_path": path_added.to_dict() if path_added is not None else None}))
     else:
         echo_plan(result, config, graph.name, predictor.device.name, precision, mode, plan_for)
+        echo_serving_path(path_added)
     if plot_path is not None:
-        write_load_curve(plot_path, service, result, curve_title(
+        write_load_curve(plot_path, service, result, stalls, curve_title(
             graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us,
             slow_end=plan_for == "slow_end"))
         # to stderr under --format json: stdout stays one JSON object
         click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
                    f"on one GPU written to {plot_path}", err=fmt == "json")
+
+
+def load_serving_path(spec: str | None) -> ServingPath | None:
+    """The ``--serving-path`` asked for (a shipped name, or a JSON file), None without one, or a
+    click error naming the option with what is wrong (an unknown name lists the known ones)."""
+    if spec is None:
+        return None
+    from predictor.capacity.serving_path import serving_path
+
+    try:
+        return serving_path(spec)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--serving-path") from None
+
+
+def echo_serving_path(path: ServingPath | None) -> None:
+    """Say what the plan's latency per batch covers: the GPU's time alone, or that plus a named
+    server's own time (its median cost and range, and its host's pauses)."""
+    if path is None:
+        click.echo("no serving path: a server's own time per batch is not included; see --serving-path")
+        return
+    low, high = path.low, path.high
+    click.echo(f"serving path {path.name} ({path.label}, {path.server}): {path.cost.per_batch_ms:.3f} ms a batch + "
+               f"{path.cost.per_request_ms:.3f} ms a request added to each batch (range {low.per_batch_ms:.3f} + "
+               f"{low.per_request_ms:.3f} to {high.per_batch_ms:.3f} + {high.per_request_ms:.3f} ms)")
+    if path.stalls.rate_per_s > 0:
+        click.echo(f"  host pauses {path.stalls.rate_per_s:.3g} times a second, "
+                   f"{path.stalls.paused_share:.1%} of the time, replayed in every run")
 
 
 def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str,
@@ -245,18 +292,19 @@ def check_plot_path(path: Path) -> None:
         raise click.ClickException(f"--plot: {exc}") from None
 
 
-def write_load_curve(path: Path, service: LatencyFn, result: Plan, title: str) -> None:
+def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None, title: str) -> None:
     """The load curve of the plan's setting on one GPU (one instance, Poisson arrivals), from 5% to
     98% of what it can serve and through the plan's per-GPU load, drawn to ``path``. The planner's
-    request count and seed make the point at the planned load the plan's own simulation."""
+    request count and seed, and the plan's latency model and host pauses (``stalls``), make the
+    point at the planned load the plan's own simulation."""
     from predictor.capacity.load_curve import capacity_qps, load_curve, qps_range
     from predictor.capacity.plot import render_load_curves
     from predictor.capacity.simulator import BatchingConfig
 
     config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us,
                             scheduler=result.scheduler)
-    capacity = capacity_qps(service, config)
-    points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]))
+    capacity = capacity_qps(service, config, stalls)
+    points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]), stalls=stalls)
     try:
         render_load_curves(path, {"": points}, title=title, slo_p99_ms=result.slo_p99_ms,
                            planned_qps=result.per_gpu_qps, capacity_qps=capacity,

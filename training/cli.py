@@ -284,3 +284,36 @@ def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: s
         click.echo(result.kernels.to_string(index=False, formatters={
             "within10": "{:.0%}".format, "MAPE": "{:.1%}".format, "coverage90": "{:.0%}".format,
             "median ratio": "{:.3f}".format}))
+
+
+@commands.command("serving-path")
+@click.argument("folder", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--models", default="", help="comma-separated: fit only these models' loads (default: all, "
+                                           "which must have been served on one host)")
+@click.option("--name", default=None, help="the path's name (default: the folder's name)")
+@click.option("--no-pauses", is_flag=True, help="leave the host's pauses out of the path")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, metavar="PATH.json")
+def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, out: Path) -> None:
+    """Fit a server's own time per batch (its serving path) from Triton loads measured on one host.
+
+    FOLDER is what 'latpred collect serving --server triton' wrote there, for the empty model (the
+    server's time alone) or any other: Triton's time per batch less the model's CUDA graph replayed
+    alone. 'latpred capacity --serving-path PATH.json' adds the path to each predicted batch."""
+    import json
+
+    from training.serving_check import load_serving
+    from training.serving_path_fit import measured_serving_path
+
+    with _reported():
+        data = load_serving(folder)
+        path = measured_serving_path(data, name or folder.name, [m.strip() for m in models.split(",") if m.strip()],
+                                     pauses=not no_pauses)
+    try:
+        out.write_text(json.dumps(path.to_dict(), indent=1) + "\n")
+    except OSError as exc:
+        raise click.BadParameter(f"{out}: cannot be written ({exc.strerror or exc})", param_hint="--out") from None
+    stalls = path.stalls
+    click.echo(f"{path.name}: {path.cost.per_batch_ms:.3f} ms a batch + {path.cost.per_request_ms:.3f} ms a request "
+               f"({path.low.per_batch_ms:.3f}-{path.high.per_batch_ms:.3f} and {path.low.per_request_ms:.3f}-"
+               f"{path.high.per_request_ms:.3f}), served batches' sigma {path.sigma:.3f}, host pauses "
+               f"{stalls.rate_per_s:.2f} a second; written to {out}")

@@ -464,13 +464,15 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
                   requests: int = SIM_REQUESTS, noise_seeds: Sequence[int] = NOISE_SEEDS,
                   timed: Mapping[str, TableLatency] | None = None,
                   services: Mapping[str, TableLatency] | None = None,
-                  stalls: Mapping[str, HostStalls] | None = None) -> list[LoadComparison]:
+                  stalls: Mapping[str, HostStalls] | None = None,
+                  predicted_stalls: Mapping[str, HostStalls] | None = None) -> list[LoadComparison]:
     """Every measured load against its simulations; ``predicted`` maps a model to its predicted
     latency model (left out: no predicted-service runs); no noise seeds: no short runs. ``timed``
     and ``services`` are each model's ``measured_service`` and ``simulated_service``, built here
     unless the caller has them already. ``stalls``: each model's host pauses, which the
     measured-service runs then replay (give ``services`` without the stalled batches then:
-    :mod:`training.serving_stalls`); the predicted-service runs never have them."""
+    :mod:`training.serving_stalls`); the predicted-service runs have each model's ``predicted_stalls``
+    (its serving path's pauses: ``predictor.capacity.serving_path``) or none."""
     rows = []
     if timed is None:
         timed = {model: measured_service(data.service[data.service["model"] == model]) for model in data.models}
@@ -484,16 +486,17 @@ def compare_loads(data: ServingData, predicted: Mapping[str, LatencyFn] | None =
                                 {b: m * 1e-3 for b, m in timed[model].medians_ms.items()},
                                 arrival_column=data.arrival_column)
         short = short_runs(measured.offered_qps, config, service, len(frame), noise_seeds, paused)
-        latency = None if predicted is None else predicted[model]
+        latency = None if predicted is None else predicted.get(model)
+        predicted_paused = predicted_stalls.get(model) if predicted_stalls is not None else None
         bounds = None if latency is None else p99_at_ends(
             Arrivals("poisson", rate_qps=measured.offered_qps, seed=SEED), config, latency, requests=requests,
-            warmup_fraction=WARMUP_FRACTION)
+            warmup_fraction=WARMUP_FRACTION, stalls=predicted_paused)
         rows.append(LoadComparison(
             measured=measured,
             sim_measured=simulate_load(measured.offered_qps, config, service, requests, stalls=paused),
             sim_trace=simulate_trace(measured, config, service, paused),
             short=short,
-            sim_predicted=(simulate_load(measured.offered_qps, config, latency, requests)
+            sim_predicted=(simulate_load(measured.offered_qps, config, latency, requests, stalls=predicted_paused)
                            if latency is not None else None),
             sim_predicted_range=bounds,
             sim_rule=(simulate_load(measured.offered_qps, replace(config, scheduler="rule"), service, requests,
@@ -555,8 +558,18 @@ class TargetCheck:
 
     @property
     def met(self) -> bool:
-        """Both targets, on every load and answer."""
-        return self.p99_within == self.p99_loads and self.qps_within == self.qps_answers
+        """Both targets, on every load and answer, with at least one of each to check: a set whose
+        loads leave no max-qps answer (too few levels) has not met the max-qps target."""
+        return (0 < self.p99_loads == self.p99_within) and (0 < self.qps_answers == self.qps_within)
+
+    @property
+    def verdict(self) -> str:
+        """MET, NOT MET, or what could not be checked."""
+        if self.p99_loads == 0 or self.qps_answers == 0:
+            missing = " and ".join(what for what, n in (("no load up to the target level", self.p99_loads),
+                                                         ("no max-qps answer", self.qps_answers)) if n == 0)
+            return f"NOT CHECKED ({missing})"
+        return "MET" if self.met else "NOT MET"
 
 
 def _worst(ratios: Sequence[float]) -> float:
@@ -568,7 +581,7 @@ def _worst(ratios: Sequence[float]) -> float:
 def check_targets(rows: Sequence[LoadComparison], answers: Sequence[MaxQpsComparison],
                   tolerance: float = TARGET, up_to_level: float = TARGET_LEVEL) -> list[TargetCheck]:
     """The targets for the measured-service runs and, where there are any, the predicted-service runs
-    and the measured-service runs under Triton's documented rule."""
+    and the measured-service runs under Triton's documented rule, each over the loads it ran."""
     out = []
     runs: dict[str, Callable[[LoadComparison], SimResult | None]] = {
         "measured service": lambda r: r.sim_measured, "predicted service": lambda r: r.sim_predicted,
@@ -578,10 +591,11 @@ def check_targets(rows: Sequence[LoadComparison], answers: Sequence[MaxQpsCompar
         "measured service, documented rule": lambda a: a.sim_rule_qps}
     for name, run in runs.items():
         sims = [(r.measured, run(r)) for r in rows if r.measured.level <= up_to_level + 1e-9]
-        if any(sim is None for _, sim in sims):
+        if all(sim is None for _, sim in sims):
             continue
+        # the loads this simulation ran (a model without a prediction has none), and their answers
         p99 = [sim.p99_ms / m.stats.p99_ms for m, sim in sims if sim is not None]
-        qps = [answer_qps[name](a) / a.measured_qps for a in answers]
+        qps = [answer_qps[name](a) / a.measured_qps for a in answers if not math.isnan(answer_qps[name](a))]
         out.append(TargetCheck(name, sum(abs(r - 1) <= tolerance for r in p99), len(p99), _worst(p99),
                                sum(abs(r - 1) <= tolerance for r in qps), len(qps), _worst(qps)))
     return out

@@ -6,7 +6,9 @@ Poisson arrivals). Every point uses the same seed: the arrival gaps are then one
 the rate, so neighbouring points differ by the load and not by the luck of the draw (common random
 numbers), and the curve is smooth without simulating millions of requests. With the planner's
 request count and seed (``DEFAULT_REQUESTS``, ``DEFAULT_SEED``) the point at a plan's per-GPU load
-is the plan's own simulation, so the curve passes through the numbers the plan printed.
+is the plan's own simulation, so the curve passes through the numbers the plan printed. A plan
+made for a host that pauses (``plan(stalls=)``) passes through its curve when the curve is given
+the same pauses.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     Arrivals,
@@ -67,12 +70,15 @@ def _cached(latency: LatencyModel | LatencyFn) -> LatencyFn:
     return cached
 
 
-def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig) -> float:
+def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig,
+                 stalls: HostStalls | None = None) -> float:
     """The most requests per second ``config`` can serve: each instance sending its best batch
-    (``max over b <= max_batch of b / median(b)``) back to back. Beyond it the queue grows without
-    bound, so it is the natural right end of a latency-versus-load curve."""
+    (``max over b <= max_batch of b / median(b)``) back to back, except while the host is paused
+    (``stalls``: their share of the time is taken off, as the planner does). Beyond it the queue
+    grows without bound, so it is the natural right end of a latency-versus-load curve."""
     per_instance = max(b / checked_latency(latency, b)[0] * 1e3 for b in range(1, config.max_batch + 1))
-    return per_instance * config.instances
+    paused = stalls.paused_share if stalls is not None else 0.0
+    return per_instance * config.instances * (1 - paused)
 
 
 def qps_range(capacity: float, *, points: int = DEFAULT_POINTS, low: float = 0.05, high: float = 0.98,
@@ -102,13 +108,14 @@ def _checked_qps(qps: float, name: str) -> float:
 
 def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_values: Sequence[float], *,
                requests: int = DEFAULT_REQUESTS, seed: int = DEFAULT_SEED,
-               warmup_fraction: float = 0.1) -> list[LoadPoint]:
+               warmup_fraction: float = 0.1, stalls: HostStalls | None = None) -> list[LoadPoint]:
     """Simulate ``config`` at each offered load in ``qps_values`` (Poisson arrivals, ``requests``
     each, the same ``seed`` at every load: see the module docstring) and return one point per load,
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
     latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
     each load the slow end can serve, for the points' p99 range: three runs a point (two for a
-    slow-end model, whose own run is its range's high end)."""
+    slow-end model, whose own run is its range's high end). ``stalls``: the host's pauses, replayed
+    in every run (the same pauses at every load, drawn from the seed)."""
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")
@@ -116,14 +123,15 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
         raise ValueError(f"qps_values: {len(values)} loads is more than {MAX_POINTS}")
     service = _cached(latency)
     # the slow end's queue never drains past its capacity: no range there (LoadPoint)
-    slow_capacity = (capacity_qps(latency.at_bound("high"), config)
+    slow_capacity = (capacity_qps(latency.at_bound("high"), config, stalls)
                      if isinstance(latency, LatencyModel) and latency.interval_ms is not None else 0.0)
     points = []
     for qps in values:
         arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
-        result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction)
+        result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction,
+                          stalls=stalls)
         ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction,
-                           own_run=result) if qps < slow_capacity else None
+                           own_run=result, stalls=stalls) if qps < slow_capacity else None
         low, high = ends or (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,
                                 throughput_qps=result.throughput_qps, utilisation=result.utilisation,

@@ -17,7 +17,10 @@ The model of the fleet, and its simplifications:
   queue delay waits, frozen, behind the running one, which makes a delay costlier than Triton's
   documented rule says (:mod:`predictor.capacity.triton_scheduler`).
 - Everything :mod:`predictor.capacity.simulator` leaves out (network time, scheduler cost, one
-  sample per request, ...) is left out here too.
+  sample per request, ...) is left out here too. A server's own time per batch is in the latency
+  model only where the caller put it there (``ServingPath.around``); the host's pauses, where the
+  caller gives them (``stalls``), stop every GPU's server now and then in every run, and their
+  share of the time is taken off each GPU's capacity.
 
 A setting is feasible on G GPUs when the simulated p99 is at most the objective and each GPU's
 load is below ``MAX_UTILISATION`` of what it can serve at that maximum batch (``max over b <=
@@ -63,7 +66,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting
+from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, never_paused_as_none
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     MAX_RATE_QPS,
@@ -157,7 +161,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES, delay_us_choices: Sequence[int] = DELAY_US_CHOICES,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
          exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
-         scheduler: Scheduler = DEFAULT_SCHEDULER) -> Plan:
+         scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None) -> Plan:
     """The fewest GPUs (one instance each, Poisson arrivals split evenly) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
@@ -173,6 +177,8 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``scheduler`` is how the simulated server forms batches: ``triton``, as Triton's code does (a
     batch sent after its queue delay waits frozen behind the running one), or ``rule``, Triton's
     documented rule; they differ only for settings with a delay.
+    ``stalls`` are the serving host's pauses (``ServingPath.stalls``), replayed in every run: the
+    p99 a host that stops now and then serves (None, or a rate of 0: one that never does, as before).
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -195,11 +201,15 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"engine: must be 'auto' or 'events', not {engine!r}")
     if scheduler not in SCHEDULERS:
         raise ValueError(f"scheduler: must be one of {SCHEDULERS}, not {scheduler!r}")
+    if stalls is not None and not isinstance(stalls, HostStalls):
+        raise ValueError(f"stalls: must be a HostStalls or None, not {type(stalls).__name__}")
+    stalls = never_paused_as_none(stalls)
     if runs is None:
-        runs = Runs(latency, requests, seed, engine, scheduler)
-    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler) != \
-            (latency, requests, seed, engine, scheduler):
-        raise ValueError("runs: were made for another latency model, request count, seed, engine or scheduler")
+        runs = Runs(latency, requests, seed, engine, scheduler, stalls)
+    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls) != \
+            (latency, requests, seed, engine, scheduler, stalls):
+        raise ValueError("runs: were made for another latency model, request count, seed, engine, scheduler or "
+                         "host pauses (stalls)")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.

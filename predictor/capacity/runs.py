@@ -12,6 +12,10 @@ count and seed: a run's outcome does not depend on which plan asked for it, so a
 grid of objectives at one load (or loads whose split over GPUs coincides) reuses what an earlier
 cell simulated. A :class:`Search` is one plan's view of them: the requests it simulated itself
 (what its ``budget`` caps) and the settings it asked about.
+
+The host's pauses (``stalls``, :mod:`predictor.capacity.host_stalls`) are part of what the runs
+simulate, as the latency model is: every run of one :class:`Runs` replays the same pause process,
+so a run kept for one plan answers another only when both plan for the same host.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     Arrivals,
@@ -39,6 +44,12 @@ from predictor.capacity.simulator import (
 Setting = tuple[int, int]
 
 
+def never_paused_as_none(stalls: HostStalls | None) -> HostStalls | None:
+    """``stalls``, or None for a host that never pauses (rate 0): the two simulate alike, and as
+    one value they share runs (a serving path without pauses plans as no path's pauses)."""
+    return stalls if stalls is not None and stalls.rate_per_s > 0 else None
+
+
 class OutOfBudget(Exception):
     """The plan has simulated as many requests as its budget allows."""
 
@@ -46,13 +57,17 @@ class OutOfBudget(Exception):
 class Runs:
     """Simulations of one latency model at one request count and seed, by (qps, max_batch, delay,
     GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
-    The latency model is asked once per batch size."""
+    The latency model is asked once per batch size. ``stalls``: the serving host's pauses, which
+    every run (its p99 range's too) replays; None, a host that never pauses."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
-                 scheduler: Scheduler = DEFAULT_SCHEDULER) -> None:
+                 scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler
+        #: the host's pauses (``simulate(stalls=)``), the same in every run; None for a host that never
+        #: pauses (rate 0 too: it simulates exactly as None does)
+        self.stalls = never_paused_as_none(stalls)
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
@@ -80,8 +95,10 @@ class Search:
         return self.runs.cached_latency(batch)
 
     def capacity_qps(self, max_batch: int) -> float:
-        """The most requests per second one instance can serve with batches of at most ``max_batch``."""
-        return max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1))
+        """The most requests per second one instance can serve with batches of at most ``max_batch``:
+        while the host is paused it serves none, so its pauses' share of the time is taken off."""
+        paused = self.runs.stalls.paused_share if self.runs.stalls is not None else 0.0
+        return max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1)) * (1 - paused)
 
     def fastest_ms(self, max_batch: int) -> float:
         """The shortest median service time of any batch the setting can send: no p99 is below it
@@ -117,7 +134,7 @@ class Search:
             self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
             self.runs.results[key] = simulate(arrivals, config, self.cached_latency, requests=self.runs.requests,
-                                              engine=self.runs.engine)
+                                              engine=self.runs.engine, stalls=self.runs.stalls)
             self._charge(self.runs.requests)
         return self.runs.results[key]
 
@@ -133,7 +150,7 @@ class Search:
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
             latency = self.runs.latency
             ends = p99_at_ends(arrivals, config, latency, requests=self.runs.requests, engine=self.runs.engine,
-                               own_run=own_run)
+                               own_run=own_run, stalls=self.runs.stalls)
             if ends is None:
                 return None
             self.runs.ranges[key] = ends
@@ -154,7 +171,7 @@ class Search:
             self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
             run = simulate_bounded(arrivals, config, self.cached_latency, requests=runs.requests,
-                                   p99_bound_ms=bound_ms, engine=runs.engine)
+                                   p99_bound_ms=bound_ms, engine=runs.engine, stalls=runs.stalls)
             self._charge(run.simulated)
             if run.result is None:
                 runs.above[key] = max(bound_ms, runs.above.get(key, -math.inf))
@@ -182,4 +199,4 @@ class Search:
         return best
 
 
-__all__: Sequence[str] = ["OutOfBudget", "Runs", "Search", "Setting"]
+__all__: Sequence[str] = ["OutOfBudget", "Runs", "Search", "Setting", "never_paused_as_none"]

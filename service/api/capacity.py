@@ -6,6 +6,10 @@ for each combination. The model's latency at every batch size the planner weighs
 predicted here as ``/v1/latency`` predicts it (and cached with its predictions); queueing is
 simulated by ``predictor.capacity`` (``grid.plan_grid``). No plan is computed in this module.
 
+``serving_path`` puts a shipped serving path around the predictions (``ServingPath.around``, as
+``latpred capacity --serving-path`` does) and gives the plans its host's pauses; it names a
+shipped path only, never a file, so a request cannot make the server read anything else.
+
 A request's work has two bounds, both checked before it can run long: its predictions by the
 work budget (``LATPRED_MAX_WORK``, as every predicting endpoint), its simulations by
 ``LATPRED_MAX_SIMULATED`` simulated requests for the whole grid. An objective that no number of GPUs
@@ -15,6 +19,7 @@ not refused: "you cannot have that" is the answer a capacity sheet needs to show
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from dataclasses import replace
@@ -34,6 +39,7 @@ from predictor.capacity.planner import (
     triton_config,
 )
 from predictor.capacity.service_time import run_spread
+from predictor.capacity.serving_path import ServingPath, stored_serving_paths
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
@@ -64,7 +70,10 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-4"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-5"
+#: the response header that names the serving path a plan includes ("none": the GPU's time alone),
+#: so that format=txt, whose body is numbers only, says it too
+SERVING_PATH_HEADER = "Latpred-Serving-Path"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -73,6 +82,11 @@ OK_RESPONSE = {
         "application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/CapacityPlan"}}},
         "text/csv": {"schema": {"type": "string"}},
         "text/plain": {"schema": {"type": "string"}},
+    },
+    "headers": {
+        SERVING_PATH_HEADER: {"description": "the serving path the plans include (the `serving_path` asked for), "
+                                             "or `none`: the GPU's time alone",
+                              "schema": {"type": "string"}},
     },
 }
 
@@ -101,11 +115,17 @@ def capacity(query: CapacityQuery) -> Response:
     plan for the slow end of the intervals instead of the predicted medians: one that holds if the
     model runs as slowly as its prediction allows (its `p99_ms` is then its `p99_high_ms`).
 
+    The predictions are the GPU's time alone; a server takes longer (Triton through PyTriton added
+    0.8-2.7 ms a batch and 0.15-0.28 ms a request on H100 hosts). `serving_path` (a shipped path's
+    name) adds a server's own time, with its range, to every batch, and replays its host's pauses;
+    each plan names it (`serving_path`: its stored form, or null), as does the
+    `Latpred-Serving-Path` header (`none` without one).
+
     `format=csv` answers the columns model, device, precision, mode, qps, slo_p99_ms, gpus,
     instances_per_gpu, max_batch, max_queue_delay_us, p50_ms, p99_ms, throughput_qps, utilisation,
     meets, reason, triton_config (on one line, as protobuf text allows), model_version, host (an
-    eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, plan_for, one row
-    per combination, qps first;
+    eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, plan_for, scheduler,
+    serving_path (its name; empty without one), one row per combination, qps first;
     `format=txt` one number per combination (`value`, default gpus; meets as 1 or 0) in that order.
     A request whose predictions are over the server's work budget (`LATPRED_MAX_WORK`), or whose
     plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
@@ -127,6 +147,7 @@ def _capacity(query: CapacityQuery) -> Response:
     mode = variant_field("mode", query.mode, DEFAULT_MODE)
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
                                        host=query.host.strip(" ") if query.host else None, store=st.host_store)
+    path = _serving_path(query.serving_path)
     loads = numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
     objectives = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
     if len(loads) * len(objectives) > MAX_COMBINATIONS:
@@ -138,24 +159,51 @@ def _capacity(query: CapacityQuery) -> Response:
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
                                query.max_gpus, query.plan_for, query.scheduler, query.format, query.value,
-                               base.predictor.bundle.version,
+                               path.to_dict() if path is not None else None, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
-    headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}"}
+    headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}",
+               SERVING_PATH_HEADER: path.name if path is not None else "none"}
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    latency = _latency(st, graph, base).for_plan(query.plan_for)
+    latency = _latency(st, graph, base)
+    if path is not None:  # around the medians, then for_plan: a slow-end plan takes both slow ends
+        latency = path.around(latency)
     try:
-        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
-                          scheduler=query.scheduler)
+        plans = plan_grid(latency.for_plan(query.plan_for), loads, objectives, max_gpus=query.max_gpus,
+                          budget=st.config.max_simulated, scheduler=query.scheduler,
+                          stalls=path.stalls if path is not None else None)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None
     host = base.host.id if mode == "eager" and base.host is not None else None
-    rows = [_row(p, graph, base, host, query.plan_for) for p in plans]
+    rows = [_row(p, graph, base, host, query.plan_for, path) for p in plans]
     response = _render(rows, query.format, query.value)
     response.headers.update(headers)
     return response
+
+
+@functools.cache
+def _stored_paths() -> dict[str, ServingPath]:
+    """The shipped serving paths, read once (the files are package data: they change with a new
+    install, which restarts the service)."""
+    return stored_serving_paths()
+
+
+def _serving_path(value: str | None) -> ServingPath | None:
+    """The shipped serving path ``value`` names (spaces around it allowed, as around every value
+    of a sheet's query), None without one, or a 400 naming ``serving_path`` that lists the names:
+    only a name is looked up, so a file path is just a name that is not there."""
+    if value is None:
+        return None
+    name = value.strip(" ")
+    paths = _stored_paths()
+    if name not in paths:
+        known = sorted(paths)
+        raise ProblemError(400, f"serving_path: no shipped serving path named {name[:100]!r} (there are: "
+                                f"{', '.join(known)})", field="serving_path", kind="unknown-serving-path",
+                           serving_paths=known)
+    return paths[name]
 
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:
@@ -178,7 +226,8 @@ def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyMo
                         interval_ms=intervals.__getitem__)
 
 
-def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, plan_for: PlanFor) -> dict[str, Any]:
+def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, plan_for: PlanFor,
+         path: ServingPath | None) -> dict[str, Any]:
     return CapacityPlan(
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
@@ -188,6 +237,7 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, pl
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
+        serving_path=path.to_dict() if path is not None else None,
         candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
     ).model_dump()
 
@@ -197,6 +247,8 @@ def _cell(row: dict[str, Any], column: str) -> Any:
     value = row[column]
     if column == "triton_config":
         return " ".join(line.strip() for line in value.splitlines())
+    if column == "serving_path":
+        return value["name"] if value is not None else ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):

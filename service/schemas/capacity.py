@@ -6,7 +6,8 @@ fills a table of loads by objectives. The model, device, precision, mode and hos
 each: a grid over those would multiply plans, each seconds of simulation, past what one request
 may cost. Numbers are plain decimals (``2500``, ``7.5``), which is what a sheet's ``&`` of a number
 writes; their patterns hold the bounds the planner takes, so the document rejects what the view
-would refuse.
+would refuse. ``serving_path`` names one of the shipped serving paths (never a file: a request
+does not get to name what the server reads), and its pattern lists them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Literal, get_args
 from pydantic import Field
 
 from predictor.capacity.planner import MAX_GPUS
+from predictor.capacity.serving_path import stored_serving_paths
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, PlanFor, Scheduler
 from predictor.compose import MODES
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
@@ -46,7 +48,10 @@ TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms"
 TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
-               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for", "scheduler")
+               "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for", "scheduler",
+               "serving_path")
+#: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)
+SERVING_PATHS: tuple[str, ...] = tuple(sorted(stored_serving_paths()))
 
 
 def one_of(item: str) -> str:
@@ -89,6 +94,16 @@ def host_text() -> Any:
                 description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
 
 
+def serving_path_text() -> Any:
+    """One shipped serving path's name: the pattern is the names themselves (only '.' needs escaping
+    in them: names are letters, digits, '-', '_' and '.')."""
+    names = "|".join(name.replace(".", r"\.") for name in SERVING_PATHS)
+    return Text(one_of(f"({names})"), 100, example=SERVING_PATHS[0] if SERVING_PATHS else None,
+                description="a server's own time per batch to add to the GPU's, and its host's pauses: one of the "
+                            f"shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's time "
+                            "alone, which a server such as Triton exceeds by milliseconds a batch)")
+
+
 class CapacityQuery(RequestModel):
     """Query parameters of ``GET /v1/capacity``."""
 
@@ -110,6 +125,7 @@ class CapacityQuery(RequestModel):
                                        "combinations a request")
     max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
                           description="the most GPUs a plan may use (one model instance each)")
+    serving_path: str | None = serving_path_text()
     plan_for: PlanFor = Field(
         "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
                               "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "
@@ -161,6 +177,9 @@ class CapacityPlan(ResponseModel):
     triton_config: str = Field(description="the config.pbtxt lines: max_batch_size and the dynamic_batching block")
     model_version: str = Field(description="the version of the bundle that predicted the latency per batch")
     host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
+    serving_path: dict[str, Any] | None = Field(description=(
+        "the serving path added to each batch's predicted time (its stored form: name, server, label, per_batch_ms, "
+        "per_request_ms, low, high, sigma, pauses, note); null when the plan covers the GPU's time alone"))
     candidates_evaluated: int = Field(description="settings on a GPU count the search asked about")
     simulated_requests: int = Field(description="requests this plan simulated (runs shared with an earlier "
                                                 "combination of the grid are not counted again)")

@@ -1,0 +1,144 @@
+"""The serving path through PyTriton, fitted from the measured Triton sets and scored on sets it never saw.
+
+Reads every Triton serving folder given (default: ``datasets/nvidia-h100-80gb-hbm3/serving-triton*``),
+finds each host's path (``training/serving_path_fit.py``: Triton's time per batch with turnaround,
+less the model's CUDA graph replayed alone), and prints:
+
+1. each host's path (per batch, per request, the spread of its served batches);
+2. leaving each set out: the path fitted on the other sets' hosts, written to
+   ``results/serving_paths/without-<set>.json`` (what ``simulator_vs_server.py --serving-path`` takes), and
+   the set's served batch times against (a) the bundle's prediction alone, as ``latpred capacity`` planned
+   before, (b) the prediction plus that path, (c) the replay the collector timed plus that path (the
+   path's own error, without the prediction's): the share of (model, batch size) within +-10%, the
+   median and the range of predicted / served, and how many fall inside the path's range;
+3. with ``--write``: the path fitted on every host, as the shipped ``pytriton-h100``
+   (``predictor/capacity/serving_paths/``).
+
+Run: .venv/bin/python benchmarks/serving_path.py [--write] [FOLDER ...] (seconds). Saved: results/serving_path.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import publish  # noqa: E402
+from predictor.capacity.serving_path import STORED_DIR  # noqa: E402
+from training.serving_check import TARGET, bundle_predictor, load_serving, predicted_service  # noqa: E402
+from training.serving_path_fit import fit_serving_path, host_paths, path_points  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_FOLDERS = sorted((ROOT / "datasets" / "nvidia-h100-80gb-hbm3").glob("serving-triton*"))
+RESULTS = Path(__file__).resolve().parent / "results"
+SHIPPED_NAME = "pytriton-h100"
+
+
+def server_of(folders: Sequence[Path]) -> str:
+    """The server the folders name (they must agree: one path is one server's)."""
+    servers = {json.loads((f / "meta.json").read_text())["server"] for f in folders}
+    if len(servers) != 1:
+        raise SystemExit(f"the folders were served by different servers: {sorted(servers)}")
+    return servers.pop()
+
+
+def predictions(folders: Sequence[Path], points: pd.DataFrame) -> pd.DataFrame:
+    """The bundle's prediction (ms) for each point's (model, batch), in the mode the device serves in,
+    with its 90% interval: columns predicted_ms, low_ms, high_ms."""
+    out = pd.DataFrame(np.nan, index=points.index, columns=["predicted_ms", "low_ms", "high_ms"])
+    for folder in folders:
+        data = load_serving(folder)
+        predictor = bundle_predictor(data.meta["fingerprint"]["device_id"])
+        here = points["set"] == folder.name
+        for model, group in points[here].groupby("model"):
+            batches = [int(b) for b in group["batch"]]
+            latency = predicted_service(predictor, str(model), data.meta["precision"], sorted(batches))
+            assert latency.interval_ms is not None  # a prediction has its interval
+            out.loc[group.index] = [(latency(b)[0], *latency.interval_ms(b)) for b in batches]
+    return out
+
+
+def scored(ratio: pd.Series, inside: pd.Series | None = None) -> str:
+    """Share within +-TARGET, median and range of a column of predicted / measured."""
+    text = (f"{(abs(ratio - 1) <= TARGET).mean():5.0%} {ratio.median():5.2f} {ratio.min():5.2f}-"
+            f"{ratio.max():4.2f}")
+    return text + (f" {inside.mean():6.0%}" if inside is not None else "")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="*", type=Path, default=DEFAULT_FOLDERS)
+    parser.add_argument("--write", action="store_true", help=f"write the path of every host as {SHIPPED_NAME}")
+    parser.add_argument("--out", type=Path, default=RESULTS / "serving_path.txt")
+    args = parser.parse_args()
+    folders = [Path(f) for f in args.folders]
+    server = server_of(folders)
+    points = pd.concat([path_points(load_serving(f)) for f in folders], ignore_index=True)
+    points = points.join(predictions(folders, points))
+    out = [f"# .venv/bin/python benchmarks/serving_path.py {' '.join(sys.argv[1:])}".rstrip()
+           + f"   ({datetime.date.today().isoformat()})",
+           f"# {server}; {len(points)} (model, batch size) points formed at least 20 times in the loads, "
+           f"{points['model'].nunique()} models, {points['host'].nunique()} hosts, {len(folders)} sets",
+           "# added = Triton's median time for the batch (COMPUTE_START to COMPUTE_END, and the instance's turnaround "
+           "after it) - the model's CUDA graph replayed alone, timed by the collector before the server started",
+           "", "== each host's path: added ~ per_batch + per_request * batch (least squares, weighted by batches)",
+           f"{'host':<10} {'set':<22} {'models':<44} {'points':>6} {'per batch ms':>12} {'per request ms':>14} "
+           f"{'sigma':>6}"]
+    for host in host_paths(points):
+        mine = points[points["host"] == host.host]
+        out.append(f"{host.host[:8]:<10} {','.join(sorted(mine['set'].unique())):<22} "
+                   f"{','.join(sorted(mine['model'].unique()))[:44]:<44} {host.points:6d} "
+                   f"{host.cost.per_batch_ms:12.3f} {host.cost.per_request_ms:14.3f} {host.sigma:6.3f}")
+    out += ["", "== each set left out: its served batch times against the path fitted on the other sets' hosts "
+            "(results/serving_paths/without-<set>.json)",
+            "   columns per estimate: within +-10% of (model, batch) points, median and range of estimate / served; "
+            "inside: the served time within the estimate's range (the prediction's 90% interval plus the path's ends)",
+            f"{'set':<22} {'pts':>4} {'path fitted (batch, request ms)':>31} | {'prediction alone':>23} | "
+            f"{'prediction + path':>23} {'inside':>6} | {'replay + path':>23}"]
+    totals: dict[str, list[pd.Series]] = {"alone": [], "pred": [], "replay": [], "inside": []}
+    (RESULTS / "serving_paths").mkdir(parents=True, exist_ok=True)
+    for folder in folders:
+        held = points["set"] == folder.name
+        path = fit_serving_path(points[~held], f"without-{folder.name}", server,
+                                note=f"fitted by benchmarks/serving_path.py on every set but {folder.name}")
+        (RESULTS / "serving_paths" / f"without-{folder.name}.json").write_text(json.dumps(path.to_dict(), indent=1))
+        test = points[held]
+        alone = test["predicted_ms"] / test["served_ms"]
+        with_path = (test["predicted_ms"] + [path.added_ms(int(b)) for b in test["batch"]]) / test["served_ms"]
+        replay = (test["replay_ms"] + [path.added_ms(int(b)) for b in test["batch"]]) / test["served_ms"]
+        low = test["low_ms"] + [path.added_ms(int(b), "low") for b in test["batch"]]
+        high = test["high_ms"] + [path.added_ms(int(b), "high") for b in test["batch"]]
+        inside = (low <= test["served_ms"]) & (test["served_ms"] <= high)
+        for key, series in (("alone", alone), ("pred", with_path), ("replay", replay), ("inside", inside)):
+            totals[key].append(series)
+        out.append(f"{folder.name:<22} {len(test):4d} {path.cost.per_batch_ms:15.3f} "
+                   f"{path.cost.per_request_ms:15.3f} | {scored(alone)} | {scored(with_path, inside)} | "
+                   f"{scored(replay)}")
+    every = {k: pd.concat(v) for k, v in totals.items()}
+    out.append(f"{'all, each left out':<22} {len(every['pred']):4d} {'':>31} | {scored(every['alone'])} | "
+               f"{scored(every['pred'], every['inside'])} | {scored(every['replay'])}")
+    if args.write:
+        shipped = fit_serving_path(points, SHIPPED_NAME, server, note=(
+            f"fitted by benchmarks/serving_path.py --write on {points['host'].nunique()} H100 hosts "
+            f"({', '.join(f.name for f in folders)}): the median host's per-batch and per-request time, the "
+            "lowest and highest host's as its ends; no host pauses (hosts paused 0 to 1.8 times a second)"))
+        target = STORED_DIR / f"{SHIPPED_NAME}.json"
+        target.write_text(json.dumps(shipped.to_dict(), indent=1) + "\n")
+        out += ["", f"== written: {target.relative_to(ROOT)}: per batch {shipped.cost.per_batch_ms:.3f} ms "
+                f"({shipped.low.per_batch_ms:.3f}-{shipped.high.per_batch_ms:.3f}), per request "
+                f"{shipped.cost.per_request_ms:.3f} ms ({shipped.low.per_request_ms:.3f}-"
+                f"{shipped.high.per_request_ms:.3f}), sigma {shipped.sigma:.3f}"]
+    publish(out, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""A server's serving path (``predictor.capacity.serving_path``) fitted from measured Triton loads.
+
+For each model a serving folder holds Triton's own time for every batch its loads formed (plus the
+instance's turnaround after it: ``serving_check.simulated_service``) and the model's CUDA graph
+replayed alone before the server started (``graph-service-*.parquet``): what latpred predicts. Their
+difference, per batch size formed at least ``MIN_BATCHES`` times, is the path's time for a batch of
+that many one-sample requests. A straight line through a host's points (weighted by the batches behind
+each) is that host's path: ``per_batch_ms + per_request_ms * requests``.
+
+Which host served a model comes from the folder's collect logs (``boot_id`` lines, then the models
+each captured): hosts differ, models on one host agree (the H100 sets: per batch 1.1-2.5 ms from
+host to host, the models of one host within 0.1-0.5 ms of each other), so the path fitted across
+hosts is the median host's, with the lowest and highest host as its ends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.serving_path import PathCost, ServingPath
+from training.serving_check import ServingData, measured_service, simulated_service
+from training.serving_stalls import host_stalls
+
+#: a batch size the loads formed fewer times than this says little about its median
+MIN_BATCHES = 20
+BOOT = re.compile(r"^boot_id (\S+)")
+CAPTURED = re.compile(r"^(\S+): captured and replayed")
+
+
+def model_hosts(folder: Path) -> dict[str, str]:
+    """Model -> the boot id of the host that first served it, from ``collect_log*.txt`` (a model a
+    later log served again, on another host, keeps the first)."""
+    hosts: dict[str, str] = {}
+    for log in sorted(Path(folder).glob("collect_log*.txt")):
+        boot = ""
+        for line in log.read_text(errors="replace").splitlines():
+            if match := BOOT.match(line):
+                boot = match.group(1)
+            elif (match := CAPTURED.match(line)) and boot:
+                hosts.setdefault(match.group(1), boot)
+    return hosts
+
+
+def replay_medians_ms(folder: Path, model: str, precision: str) -> dict[int, float]:
+    """The model's CUDA-graph replay alone, median ms per batch size, as the collector timed it."""
+    frame = pd.read_parquet(Path(folder) / f"graph-service-{model}-{precision}.parquet")
+    medians = frame.groupby("batch")["service_s"].median()
+    return {int(b): float(s) * 1e3 for b, s in zip(medians.index.to_numpy(dtype=int), medians.to_numpy(), strict=True)}
+
+
+def path_points(data: ServingData) -> pd.DataFrame:
+    """One row per (model, batch size formed at least ``MIN_BATCHES`` times in its loads): the host,
+    the batches, Triton's median time with turnaround (``served_ms``), the replay alone, their
+    difference (``added_ms``) and the lognormal sigma of the served batches of that size."""
+    hosts = model_hosts(data.folder)
+    precision = data.meta["precision"]
+    rows = []
+    for model in data.models:
+        service = data.service[data.service["model"] == model]
+        counts = service[service["source"] == "loads"].groupby("batch").size()
+        served = simulated_service(data, model, measured_service(service))
+        replay = replay_medians_ms(data.folder, model, precision)
+        for batch, count in counts.items():
+            if count >= MIN_BATCHES and batch in replay:
+                rows.append({"set": data.folder.name, "host": hosts.get(model, data.folder.name), "model": model,
+                             "batch": int(batch), "batches": int(count), "served_ms": served.medians_ms[batch],
+                             "replay_ms": replay[batch], "added_ms": served.medians_ms[batch] - replay[batch],
+                             "sigma": served.sigmas[batch]})
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """One host's fitted path and the points behind it."""
+
+    host: str
+    cost: PathCost
+    sigma: float
+    points: int
+
+
+def fit_line(points: pd.DataFrame) -> PathCost:
+    """``added_ms ~ per_batch_ms + per_request_ms * batch``, least squares weighted by the square root of
+    the batches behind each point; negative parts (a host with too few sizes to tell) are clipped to 0."""
+    if points["batch"].nunique() < 2:
+        raise ValueError("a path needs batches of at least two sizes to tell its per-batch from its per-request time")
+    slope, intercept = np.polyfit(points["batch"], points["added_ms"], 1, w=np.sqrt(points["batches"]))
+    return PathCost(max(float(intercept), 0.0), max(float(slope), 0.0))
+
+
+def host_paths(points: pd.DataFrame) -> list[HostPath]:
+    """Each host's path, from all its models' points together."""
+    return [HostPath(str(host), fit_line(group), float(group["sigma"].median()), len(group))
+            for host, group in points.groupby("host", sort=True)]
+
+
+def fit_serving_path(points: pd.DataFrame, name: str, server: str, note: str = "") -> ServingPath:
+    """The path across the hosts in ``points``: the median host's per-batch and per-request times, the
+    lowest and highest host's as its ends (one host: its own, ends and all), the median host's sigma."""
+    hosts = host_paths(points)
+    batch = np.array([h.cost.per_batch_ms for h in hosts])
+    request = np.array([h.cost.per_request_ms for h in hosts])
+    return ServingPath(name=name, server=server, label="fitted",
+                       cost=PathCost(float(np.median(batch)), float(np.median(request))),
+                       low=PathCost(float(batch.min()), float(request.min())),
+                       high=PathCost(float(batch.max()), float(request.max())),
+                       sigma=float(np.median([h.sigma for h in hosts])), note=note)
+
+
+def host_pauses(data: ServingData, models: Sequence[str]) -> HostStalls:
+    """The host's pauses while it served ``models`` (``serving_stalls.host_stalls``, loads up to 0.8):
+    their rates averaged, their pause lengths pooled."""
+    found = [host_stalls(data, m, measured_service(data.service[data.service["model"] == m])).stalls for m in models]
+    pauses = tuple(round(p, 3) for stalls in found for p in stalls.pauses_ms)
+    rate = float(np.mean([stalls.rate_per_s for stalls in found])) if pauses else 0.0
+    return HostStalls(rate, pauses)
+
+
+def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | None = None,
+                          pauses: bool = True) -> ServingPath:
+    """The path of the one host that served ``models`` (default: all of the folder's) in ``data``,
+    labelled ``measured``: its line (``fit_line``) through their points; its ends the line scaled by
+    the 5th and 95th percentile of the points' time over it; the median sigma of its served batches;
+    with ``pauses``, the host's pauses. ValueError when the models were served on more than one host
+    (each host has a path of its own) or a model is not in the folder."""
+    points = path_points(data)
+    chosen = list(models) if models else sorted(points["model"].unique())
+    missing = sorted(set(chosen) - set(points["model"]))
+    if missing:
+        raise ValueError(f"models: {', '.join(missing)} formed no batch size {MIN_BATCHES} times in {data.folder} "
+                         f"(there: {', '.join(sorted(points['model'].unique())) or 'none'})")
+    points = points[points["model"].isin(chosen)]
+    hosts = sorted(points["host"].unique())
+    if len(hosts) > 1:
+        raise ValueError(f"models: served on {len(hosts)} hosts ({', '.join(hosts)}), and each host has a path of its "
+                         "own: name the models of one")
+    cost = fit_line(points)
+    over = points["added_ms"] / (cost.per_batch_ms + cost.per_request_ms * points["batch"])
+    low, high = (float(np.percentile(over, q)) for q in (5, 95))
+    low, high = min(low, 1.0), max(high, 1.0)
+    return ServingPath(name=name, server=str(data.meta.get("server", "")), label="measured", cost=cost,
+                       low=PathCost(cost.per_batch_ms * low, cost.per_request_ms * low),
+                       high=PathCost(cost.per_batch_ms * high, cost.per_request_ms * high),
+                       sigma=float(points["sigma"].median()),
+                       stalls=host_pauses(data, chosen) if pauses else HostStalls(0.0, ()),
+                       note=f"measured in {data.folder.name} on host {hosts[0]} from {', '.join(chosen)}")
+
+
+__all__: Sequence[str] = ["MIN_BATCHES", "HostPath", "fit_line", "fit_serving_path", "host_pauses", "host_paths",
+                          "measured_serving_path", "model_hosts", "path_points", "replay_medians_ms"]
