@@ -129,8 +129,8 @@ def main() -> None:
     if args.write:
         shipped = fit_serving_path(points, SHIPPED_NAME, server, note=(
             f"fitted by benchmarks/serving_path.py --write on {points['host'].nunique()} H100 hosts "
-            f"({', '.join(f.name for f in folders)}): the median host's per-batch and per-request time, the "
-            "lowest and highest host's as its ends; no host pauses (hosts paused 0 to 1.8 times a second)"))
+            f"({', '.join(f.name for f in folders)}): the median over hosts of the per-batch and of the "
+            "per-request time, the lowest and highest of each as its ends; no host pauses (hosts paused 0 to 1.8 times a second)"))
         target = STORED_DIR / f"{SHIPPED_NAME}.json"
         target.write_text(json.dumps(shipped.to_dict(), indent=1) + "\n")
         out += ["", f"== written: {target.relative_to(ROOT)}: per batch {shipped.cost.per_batch_ms:.3f} ms "

@@ -10,7 +10,7 @@ each) is that host's path: ``per_batch_ms + per_request_ms * requests``.
 Which host served a model comes from the folder's collect logs (``boot_id`` lines, then the models
 each captured): hosts differ, models on one host agree (the H100 sets: per batch 1.1-2.5 ms from
 host to host, the models of one host within 0.1-0.5 ms of each other), so the path fitted across
-hosts is the median host's, with the lowest and highest host as its ends.
+hosts is their median, with the lowest and highest host's values as its ends.
 """
 
 from __future__ import annotations
@@ -102,8 +102,9 @@ def host_paths(points: pd.DataFrame) -> list[HostPath]:
 
 
 def fit_serving_path(points: pd.DataFrame, name: str, server: str, note: str = "") -> ServingPath:
-    """The path across the hosts in ``points``: the median host's per-batch and per-request times, the
-    lowest and highest host's as its ends (one host: its own, ends and all), the median host's sigma."""
+    """The path across the hosts in ``points``: the median over hosts of their per-batch and of their
+    per-request times, the lowest and the highest of each as its ends (one host: its own, ends and
+    all), the median of their sigmas."""
     hosts = host_paths(points)
     batch = np.array([h.cost.per_batch_ms for h in hosts])
     request = np.array([h.cost.per_request_ms for h in hosts])
