@@ -11,7 +11,10 @@ less the model's CUDA graph replayed alone), and prints:
    before, (b) the prediction plus that path, (c) the replay the collector timed plus that path (the
    path's own error, without the prediction's): the share of (model, batch size) within +-10%, the
    median and the range of predicted / served, and how many fall inside the path's range;
-3. with ``--write``: the path fitted on every host, as the shipped ``pytriton-h100``
+3. for each set that served the empty model (Triton serving a model that runs nothing): that
+   model's path on its host (``results/serving_paths/<set>-empty.json``) against the models served
+   beside it, from their replays and from the bundle's predictions;
+4. with ``--write``: the path fitted on every host, as the shipped ``pytriton-h100``
    (``predictor/capacity/serving_paths/``).
 
 Run: .venv/bin/python benchmarks/serving_path.py [--write] [FOLDER ...] (seconds). Saved: results/serving_path.txt.
@@ -33,9 +36,15 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
-from predictor.capacity.serving_path import STORED_DIR  # noqa: E402
+from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR  # noqa: E402
 from training.serving_check import TARGET, bundle_predictor, load_serving, predicted_service  # noqa: E402
-from training.serving_path_fit import fit_serving_path, host_paths, path_points  # noqa: E402
+from training.serving_path_fit import (  # noqa: E402
+    fit_serving_path,
+    host_paths,
+    measured_serving_path,
+    model_hosts,
+    path_points,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_FOLDERS = sorted((ROOT / "datasets" / "nvidia-h100-80gb-hbm3").glob("serving-triton*"))
@@ -59,7 +68,7 @@ def predictions(folders: Sequence[Path], points: pd.DataFrame) -> pd.DataFrame:
         data = load_serving(folder)
         predictor = bundle_predictor(data.meta["fingerprint"]["device_id"])
         here = points["set"] == folder.name
-        for model, group in points[here].groupby("model"):
+        for model, group in points[here & (points["model"] != EMPTY_MODEL)].groupby("model"):
             batches = [int(b) for b in group["batch"]]
             latency = predicted_service(predictor, str(model), data.meta["precision"], sorted(batches))
             assert latency.interval_ms is not None  # a prediction has its interval
@@ -72,6 +81,37 @@ def scored(ratio: pd.Series, inside: pd.Series | None = None) -> str:
     text = (f"{(abs(ratio - 1) <= TARGET).mean():5.0%} {ratio.median():5.2f} {ratio.min():5.2f}-"
             f"{ratio.max():4.2f}")
     return text + (f" {inside.mean():6.0%}" if inside is not None else "")
+
+
+def empty_model_lines(folders: Sequence[Path], points: pd.DataFrame) -> list[str]:
+    """For each folder where the empty model was served: its path (``latpred serving-path --models
+    empty``) against the models its host served beside it, from their replays and from the bundle's
+    predictions; the path itself goes to ``results/serving_paths/<set>-empty.json``."""
+    lines: list[str] = []
+    for folder in folders:
+        data = load_serving(folder)
+        if EMPTY_MODEL not in data.models:
+            continue
+        path = measured_serving_path(data, f"{folder.name}-empty", [EMPTY_MODEL])
+        (RESULTS / "serving_paths" / f"{folder.name}-empty.json").write_text(json.dumps(path.to_dict(), indent=1))
+        host = model_hosts(folder).get(EMPTY_MODEL, folder.name)
+        here = (points["set"] == folder.name) & (points["host"] == host)
+        beside = points[here & (points["model"] != EMPTY_MODEL)]
+        if not lines:
+            lines += ["", "== the empty model's path (Triton serving a model that runs nothing, measured on the "
+                      "host: results/serving_paths/<set>-empty.json) against the models that host served beside it",
+                      f"{'set':<22} {'path (batch, request ms)':>25} {'model':<20} {'pts':>4} | "
+                      f"{'replay + path':>23} | {'prediction + path':>23} {'inside':>6}"]
+        for model, test in beside.groupby("model"):
+            served = test["served_ms"]
+            added = np.array([path.added_ms(int(b)) for b in test["batch"]])
+            low = test["low_ms"] + [path.added_ms(int(b), "low") for b in test["batch"]]
+            high = test["high_ms"] + [path.added_ms(int(b), "high") for b in test["batch"]]
+            inside = (low <= served) & (served <= high)
+            lines.append(f"{folder.name:<22} {path.cost.per_batch_ms:12.3f} {path.cost.per_request_ms:12.3f} "
+                         f"{str(model):<20} {len(test):4d} | {scored((test['replay_ms'] + added) / served)} | "
+                         f"{scored((test['predicted_ms'] + added) / served, inside)}")
+    return lines
 
 
 def main() -> None:
@@ -111,7 +151,7 @@ def main() -> None:
         path = fit_serving_path(points[~held], f"without-{folder.name}", server,
                                 note=f"fitted by benchmarks/serving_path.py on every set but {folder.name}")
         (RESULTS / "serving_paths" / f"without-{folder.name}.json").write_text(json.dumps(path.to_dict(), indent=1))
-        test = points[held]
+        test = points[held & (points["model"] != EMPTY_MODEL)]  # the empty model has no prediction
         alone = test["predicted_ms"] / test["served_ms"]
         with_path = (test["predicted_ms"] + [path.added_ms(int(b)) for b in test["batch"]]) / test["served_ms"]
         replay = (test["replay_ms"] + [path.added_ms(int(b)) for b in test["batch"]]) / test["served_ms"]
@@ -126,11 +166,13 @@ def main() -> None:
     every = {k: pd.concat(v) for k, v in totals.items()}
     out.append(f"{'all, each left out':<22} {len(every['pred']):4d} {'':>31} | {scored(every['alone'])} | "
                f"{scored(every['pred'], every['inside'])} | {scored(every['replay'])}")
+    out += empty_model_lines(folders, points)
     if args.write:
         shipped = fit_serving_path(points, SHIPPED_NAME, server, note=(
             f"fitted by benchmarks/serving_path.py --write on {points['host'].nunique()} H100 hosts "
             f"({', '.join(f.name for f in folders)}): the median over hosts of the per-batch and of the "
-            "per-request time, the lowest and highest of each as its ends; no host pauses (hosts paused 0 to 1.8 times a second)"))
+            "per-request time, the lowest and highest of each as its ends; no host pauses (hosts paused 0 to "
+            "1.8 times a second)"))
         target = STORED_DIR / f"{SHIPPED_NAME}.json"
         target.write_text(json.dumps(shipped.to_dict(), indent=1) + "\n")
         out += ["", f"== written: {target.relative_to(ROOT)}: per batch {shipped.cost.per_batch_ms:.3f} ms "

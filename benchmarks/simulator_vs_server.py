@@ -37,7 +37,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
 
 from benchmarks._report import publish  # noqa: E402
 from predictor.capacity.host_stalls import STALLED_OVER, HostStalls, StalledBatches  # noqa: E402
-from predictor.capacity.serving_path import ServingPath, serving_path  # noqa: E402
+from predictor.capacity.serving_path import EMPTY_MODEL, ServingPath, serving_path  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
 from training.serving_check import (  # noqa: E402
     NOISE_SEEDS,
@@ -63,7 +63,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
-from training.serving_path_fit import measured_serving_path, model_hosts  # noqa: E402
+from training.serving_path_fit import MIXED, measured_serving_path, model_hosts  # noqa: E402
 from training.serving_stalls import PAUSES_UP_TO_LEVEL, paused_services  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
@@ -161,6 +161,8 @@ def service_table(measured: dict[str, TableLatency], predicted: dict[str, Latenc
     head = f"{'model':<13} {'b1 ms':>6} {'b32 ms':>7} | " + " ".join(f"{f'b{b}':>5}" for b in batches)
     lines = [head, "-" * len(head)]
     for model, table in measured.items():  # a size the server never ran (max batch 16 or 24) is blank
+        if model not in predicted:  # the empty model, or (host-peers) a model without its host's path
+            continue
         cells = " ".join(f"{predicted[model](b)[0] / table.medians_ms[b]:5.2f}" if b in table.medians_ms else " " * 5
                          for b in batches)
         b32 = f"{table.medians_ms[32]:7.3f}" if 32 in table.medians_ms else " " * 7
@@ -242,15 +244,27 @@ PEERS = "host-peers"
 
 
 def peer_paths(data: ServingData) -> dict[str, ServingPath]:
-    """Per model of ``data``: the serving path of the host that served it, measured on the other
-    models that host served in the folder (a model alone on its host has none)."""
+    """Per model of ``data`` that has a prediction: the serving path of the host that served it,
+    measured on the other models that host served in the folder (a model alone on its host has
+    none, nor has one served on several hosts)."""
     hosts = model_hosts(data.folder)
     paths = {}
     for model in data.models:
+        if model == EMPTY_MODEL or hosts.get(model) == MIXED:
+            continue
         peers = [m for m in data.models if m != model and hosts.get(m) == hosts.get(model)]
         if peers:
             paths[model] = measured_serving_path(data, f"{hosts.get(model, '')[:8]}-without-{model}", peers)
     return paths
+
+
+def _left_out(data: ServingData, paths: dict[str, ServingPath]) -> str:
+    """The header's note on the models ``peer_paths`` gave no path, and why."""
+    hosts = model_hosts(data.folder)
+    out = [m for m in data.models if m not in paths and m != EMPTY_MODEL]
+    reasons = [f"{m} ({'served on more than one host' if hosts.get(m) == MIXED else 'no other model on its host'})"
+               for m in out]
+    return "; left out: " + ", ".join(reasons) if reasons else ""
 
 
 def main() -> None:
@@ -300,7 +314,10 @@ def main() -> None:
     if not args.no_predicted:
         predictor = bundle_predictor(fp["device_id"])
         predicted = {m: predicted_service(predictor, m, data.meta["precision"], sorted(measured[m].medians_ms))
-                     for m in data.models}
+                     for m in data.models if m != EMPTY_MODEL}
+        if not predicted:
+            raise SystemExit(f"{args.folder}: only the empty model was served, which nothing predicts: add "
+                             "--no-predicted")
         header.append(f"# predicted: bundle {predictor.bundle.version}'s {serving_mode(predictor)} predictions, "
                       f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
@@ -313,8 +330,7 @@ def main() -> None:
                           "measured_serving_path), their host's pauses included; "
                           + "; ".join(f"{m} {p.cost.per_batch_ms:.3f} + {p.cost.per_request_ms:.3f} ms, pauses "
                                       f"{p.stalls.rate_per_s:.2f}/s" for m, p in paths.items())
-                          + ("; left out (no other model on its host): " + ", ".join(
-                              m for m in data.models if m not in paths) if len(paths) < len(data.models) else ""))
+                          + _left_out(data, paths))
         elif args.serving_path:
             path = serving_path(args.serving_path)
             predicted = {m: path.around(latency) for m, latency in predicted.items()}

@@ -39,6 +39,7 @@ from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import get_zoo_model
 from predictor.capacity.batch_rule import batch_to_send
+from predictor.capacity.serving_path import EMPTY_MODEL
 from predictor.precision import get_precision
 
 #: a request on the wire: its index and the client's send time (perf_counter seconds), as float64s
@@ -138,11 +139,6 @@ class CpuModel:
 
     def done(self) -> bool:
         return True
-
-
-#: the model name that runs nothing: served, a server's time per batch is its own serving path
-#: (``predictor.capacity.serving_path``), measured on this host with no model's work beside it
-EMPTY_MODEL = "empty"
 
 
 class EmptyModel:

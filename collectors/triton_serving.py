@@ -157,12 +157,27 @@ def triton_server(model: ServedModel, setting: ServerSettings, trace_file: Path,
         yield f"127.0.0.1:{grpc_port}", {"triton-grpc-protocol-triton-access-token": triton.get_access_token()}
 
 
+class EmptyTrace(ValueError):
+    """Triton traced no request: its server died before the trace wrote a part."""
+
+
+def _trace_part(part: Path) -> list[dict[str, Any]]:
+    """One part's entries; none from a part a dying server cut off mid-write (the loads it held
+    are then left out by ``load_frame``, as for a part never written)."""
+    try:
+        entries: list[dict[str, Any]] = json.loads(part.read_text())
+    except json.JSONDecodeError:
+        return []
+    return entries
+
+
 def read_trace(path: Path) -> pd.DataFrame:
     """Triton's trace (``path`` and its parts ``path``.<n>) as one row per request: ``request_id``,
     the model it was sent to, and its timestamps (ns, CLOCK_MONOTONIC) as columns
-    (``REQUEST_START``, ``COMPUTE_START``, ...)."""
+    (``REQUEST_START``, ``COMPUTE_START``, ...); ``EmptyTrace`` when no request was traced, and a
+    ValueError when requests were, without the timestamps (a trace not at level TIMESTAMPS)."""
     path = Path(path)
-    entries = [e for part in sorted(path.parent.glob(path.name + "*")) for e in json.loads(part.read_text())]
+    entries = [e for part in sorted(path.parent.glob(path.name + "*")) for e in _trace_part(part)]
     heads: dict[int, dict[str, Any]] = {}
     stamps: dict[int, dict[str, int]] = {}
     for entry in entries:
@@ -172,6 +187,9 @@ def read_trace(path: Path) -> pd.DataFrame:
         for stamp in entry.get("timestamps", ()):
             stamps.setdefault(trace_id, {})[stamp["name"]] = int(stamp["ns"])
     rows = [heads[i] | stamps.get(i, {}) for i in heads]
+    if not rows:
+        raise EmptyTrace(f"Triton traced no request ({len(entries)} trace entries): its server died before the "
+                         "trace wrote a part")
     frame = pd.DataFrame(rows)
     missing = {"request_id", "REQUEST_START", "COMPUTE_START", "COMPUTE_END"} - set(frame.columns)
     if missing:
@@ -304,7 +322,7 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
                                   reps, say)
             try:
                 trace = read_trace(trace_file)
-            except ValueError as exc:  # a server that died before its trace wrote a part: the next setting
+            except EmptyTrace as exc:  # a server that died before its trace wrote a part: the next setting
                 say(f"  {setting.name}: left out, {exc}")
                 continue
         for level, capacity, start_at, run, offsets in done:

@@ -146,7 +146,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--max-gpus", type=click.IntRange(min=1, max=100_000), default=64, show_default=True)
 @click.option("--sigma", type=click.FloatRange(min=0, max=5), default=None,
               help="lognormal spread of a batch's service time (default: the zoo's measured run-to-run "
-                   "spread, 0.01 CUDA graph, 0.15 eager)")
+                   "spread, 0.01 CUDA graph, 0.15 eager; with --serving-path, at least the path's own)")
 @click.option("--plan-for", type=click.Choice(["median", "slow_end"]), default="median", show_default=True,
               help="plan for the predicted latencies, or for the slow end of their 90% intervals (a plan that "
                    "holds if the model runs as slowly as its prediction allows)")
@@ -180,13 +180,14 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     instead of the predicted medians. --plot draws the recommended setting's latency against load
     on one GPU, with the objective and the planned per-GPU load marked.
 
-    The prediction is the GPU's time; a server (Triton through PyTriton measured 0.8-2.7 ms a batch
-    plus 0.15-0.28 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
+    The prediction is the GPU's time; a server (Triton through PyTriton measured 1.1-2.5 ms a batch
+    plus 0.17-0.27 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
     p99 the server will not keep. --serving-path adds a server's own time to every batch, with its
     range, and replays its host's pauses."""
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
+    from predictor.capacity.serving_path import planned_service
 
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
@@ -199,11 +200,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         graph = load_graph(path, None, {})
     except ValueError as exc:
         raise click.ClickException(f"{path}: {exc}") from None
-    service = predicted_service_time(predictor, graph, precision, mode, host, sigma)
-    if path_added is not None:  # around the medians, then for_plan: a slow-end plan takes both slow ends
-        service = path_added.around(service)
-    service = service.for_plan(plan_for)
-    stalls = path_added.stalls if path_added is not None else None
+    service, stalls = planned_service(predicted_service_time(predictor, graph, precision, mode, host, sigma),
+                                      path_added, plan_for)
     try:
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms

@@ -306,8 +306,13 @@ def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, o
 
     with _reported():
         data = load_serving(folder)
-        path = measured_serving_path(data, name or folder.name, [m.strip() for m in models.split(",") if m.strip()],
-                                     pauses=not no_pauses)
+        try:
+            path = measured_serving_path(data, name or folder.name,
+                                         [m.strip() for m in models.split(",") if m.strip()], pauses=not no_pauses)
+        except ValueError as exc:  # the path's name is --name's (or the folder's, without one)
+            if str(exc).startswith("name:"):
+                raise click.BadParameter(str(exc), param_hint="--name") from None
+            raise
     try:
         out.write_text(json.dumps(path.to_dict(), indent=1) + "\n")
     except OSError as exc:

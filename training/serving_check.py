@@ -590,12 +590,14 @@ def check_targets(rows: Sequence[LoadComparison], answers: Sequence[MaxQpsCompar
         "measured service": lambda a: a.sim_measured_qps, "predicted service": lambda a: a.sim_predicted_qps,
         "measured service, documented rule": lambda a: a.sim_rule_qps}
     for name, run in runs.items():
-        sims = [(r.measured, run(r)) for r in rows if r.measured.level <= up_to_level + 1e-9]
-        if all(sim is None for _, sim in sims):
+        ran = {r.measured.model for r in rows if run(r) is not None}
+        if not ran:  # not simulated at all (no prediction asked for, or no rule beside the rule)
             continue
-        # the loads this simulation ran (a model without a prediction has none), and their answers
+        # the loads and answers of the models this simulation ran (a model without a prediction has
+        # none); an answer that is NaN because no load met the objective is a miss, and stays
+        sims = [(r.measured, run(r)) for r in rows if r.measured.level <= up_to_level + 1e-9]
         p99 = [sim.p99_ms / m.stats.p99_ms for m, sim in sims if sim is not None]
-        qps = [answer_qps[name](a) / a.measured_qps for a in answers if not math.isnan(answer_qps[name](a))]
+        qps = [answer_qps[name](a) / a.measured_qps for a in answers if a.model in ran]
         out.append(TargetCheck(name, sum(abs(r - 1) <= tolerance for r in p99), len(p99), _worst(p99),
                                sum(abs(r - 1) <= tolerance for r in qps), len(qps), _worst(qps)))
     return out

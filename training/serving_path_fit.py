@@ -15,6 +15,7 @@ hosts is their median, with the lowest and highest host's values as its ends.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ import pandas as pd
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.serving_path import PathCost, ServingPath
 from training.serving_check import ServingData, measured_service, simulated_service
-from training.serving_stalls import host_stalls
+from training.serving_stalls import host_stalls, service_without_stalls
 
 #: a batch size the loads formed fewer times than this says little about its median
 MIN_BATCHES = 20
@@ -34,18 +35,24 @@ BOOT = re.compile(r"^boot_id (\S+)")
 CAPTURED = re.compile(r"^(\S+): captured and replayed")
 
 
+#: ``model_hosts``' value for a model that more than one host served (a setting measured again on
+#: another lease): its loads mix hosts, so it belongs to no host's path
+MIXED = "mixed"
+
+
 def model_hosts(folder: Path) -> dict[str, str]:
-    """Model -> the boot id of the host that first served it, from ``collect_log*.txt`` (a model a
-    later log served again, on another host, keeps the first)."""
-    hosts: dict[str, str] = {}
+    """Model -> the boot id of the host that served it, from ``collect_log*.txt``; ``MIXED`` for a
+    model the logs show captured on more than one host (``serving-triton``'s resnet101, whose max
+    batch 8 loads were measured again on another lease)."""
+    seen: dict[str, set[str]] = {}
     for log in sorted(Path(folder).glob("collect_log*.txt")):
         boot = ""
         for line in log.read_text(errors="replace").splitlines():
             if match := BOOT.match(line):
                 boot = match.group(1)
             elif (match := CAPTURED.match(line)) and boot:
-                hosts.setdefault(match.group(1), boot)
-    return hosts
+                seen.setdefault(match.group(1), set()).add(boot)
+    return {model: boots.pop() if len(boots) == 1 else MIXED for model, boots in seen.items()}
 
 
 def replay_medians_ms(folder: Path, model: str, precision: str) -> dict[int, float]:
@@ -56,23 +63,30 @@ def replay_medians_ms(folder: Path, model: str, precision: str) -> dict[int, flo
 
 
 def path_points(data: ServingData) -> pd.DataFrame:
-    """One row per (model, batch size formed at least ``MIN_BATCHES`` times in its loads): the host,
+    """One row per (model, batch size formed at least ``MIN_BATCHES`` times in its loads): the host
+    (the folder's name where no collect log names one; a model served on several hosts is left out),
     the batches, Triton's median time with turnaround (``served_ms``), the replay alone, their
-    difference (``added_ms``) and the lognormal sigma of the served batches of that size."""
+    difference (``added_ms``), and the lognormal sigma of the served batches of that size: all of
+    them (``sigma``) and those the host did not stall (``steady_sigma``: beside the host's pauses,
+    which the simulator replays apart, ``serving_stalls``)."""
     hosts = model_hosts(data.folder)
     precision = data.meta["precision"]
     rows = []
     for model in data.models:
+        if hosts.get(model) == MIXED:
+            continue
         service = data.service[data.service["model"] == model]
         counts = service[service["source"] == "loads"].groupby("batch").size()
-        served = simulated_service(data, model, measured_service(service))
+        timed = measured_service(service)
+        served = simulated_service(data, model, timed)
+        steady = measured_service(service_without_stalls(service, timed))
         replay = replay_medians_ms(data.folder, model, precision)
         for batch, count in counts.items():
             if count >= MIN_BATCHES and batch in replay:
                 rows.append({"set": data.folder.name, "host": hosts.get(model, data.folder.name), "model": model,
                              "batch": int(batch), "batches": int(count), "served_ms": served.medians_ms[batch],
                              "replay_ms": replay[batch], "added_ms": served.medians_ms[batch] - replay[batch],
-                             "sigma": served.sigmas[batch]})
+                             "sigma": served.sigmas[batch], "steady_sigma": steady.sigmas.get(batch, math.nan)})
     return pd.DataFrame(rows)
 
 
@@ -87,12 +101,16 @@ class HostPath:
 
 
 def fit_line(points: pd.DataFrame) -> PathCost:
-    """``added_ms ~ per_batch_ms + per_request_ms * batch``, least squares weighted by the square root of
-    the batches behind each point; negative parts (a host with too few sizes to tell) are clipped to 0."""
+    """``added_ms ~ per_batch_ms + per_request_ms * batch``, least squares with each point's squared
+    error weighted by the batches behind it; a negative part (a host with too few sizes to tell) is
+    clipped to 0, and a line that adds nothing at all is refused."""
     if points["batch"].nunique() < 2:
         raise ValueError("a path needs batches of at least two sizes to tell its per-batch from its per-request time")
     slope, intercept = np.polyfit(points["batch"], points["added_ms"], 1, w=np.sqrt(points["batches"]))
-    return PathCost(max(float(intercept), 0.0), max(float(slope), 0.0))
+    cost = PathCost(max(float(intercept), 0.0), max(float(slope), 0.0))
+    if cost.per_batch_ms == cost.per_request_ms == 0:
+        raise ValueError("the served batches took no longer than the model's replay alone: no serving path to fit")
+    return cost
 
 
 def host_paths(points: pd.DataFrame) -> list[HostPath]:
@@ -129,10 +147,15 @@ def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | 
     """The path of the one host that served ``models`` (default: all of the folder's) in ``data``,
     labelled ``measured``: its line (``fit_line``) through their points; its ends the line scaled by
     the 5th and 95th percentile of the points' time over it; the median sigma of its served batches;
-    with ``pauses``, the host's pauses. ValueError when the models were served on more than one host
+    with ``pauses``, the host's pauses (and the sigma of the batches they did not stall, so that the
+    pauses are not counted twice). ValueError when the models were served on more than one host
     (each host has a path of its own) or a model is not in the folder."""
     points = path_points(data)
     chosen = list(models) if models else sorted(points["model"].unique())
+    mixed = sorted(m for m in chosen if model_hosts(data.folder).get(m) == MIXED)
+    if mixed:
+        raise ValueError(f"models: {', '.join(mixed)} was served on more than one host (its collect logs say so), "
+                         "and each host has a path of its own: name models served on one")
     missing = sorted(set(chosen) - set(points["model"]))
     if missing:
         raise ValueError(f"models: {', '.join(missing)} formed no batch size {MIN_BATCHES} times in {data.folder} "
@@ -149,10 +172,11 @@ def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | 
     return ServingPath(name=name, server=str(data.meta.get("server", "")), label="measured", cost=cost,
                        low=PathCost(cost.per_batch_ms * low, cost.per_request_ms * low),
                        high=PathCost(cost.per_batch_ms * high, cost.per_request_ms * high),
-                       sigma=float(points["sigma"].median()),
+                       # with the pauses apart, the spread of the batches they did not stall
+                       sigma=float(points["steady_sigma" if pauses else "sigma"].median()),
                        stalls=host_pauses(data, chosen) if pauses else HostStalls(0.0, ()),
                        note=f"measured in {data.folder.name} on host {hosts[0]} from {', '.join(chosen)}")
 
 
-__all__: Sequence[str] = ["MIN_BATCHES", "HostPath", "fit_line", "fit_serving_path", "host_pauses", "host_paths",
-                          "measured_serving_path", "model_hosts", "path_points", "replay_medians_ms"]
+__all__: Sequence[str] = ["MIN_BATCHES", "MIXED", "HostPath", "fit_line", "fit_serving_path", "host_pauses",
+                          "host_paths", "measured_serving_path", "model_hosts", "path_points", "replay_medians_ms"]

@@ -3,10 +3,10 @@
 latpred predicts what the GPU takes for a batch. A real server takes longer: Triton's time for a
 batch (its trace's ``COMPUTE_START`` to ``COMPUTE_END``, and the instance's turnaround to the next
 batch) is the model's time plus the work of handing the batch to the model and the answers back.
-Measured through PyTriton (tritonserver 2.51, nvidia-pytriton 0.7.0) on six H100 hosts
+Measured through PyTriton (tritonserver 2.51, nvidia-pytriton 0.7.0) on seven H100 hosts
 (``datasets/nvidia-h100-80gb-hbm3/serving-triton*``, ``benchmarks/serving_path.py``), that work was
 1.1-2.5 ms a batch plus 0.17-0.27 ms a request in it (per host), over CUDA-graph replays of 0.6-15 ms:
-latency planned from the GPU's time alone put p99 at 0.01-0.44x of what Triton served (no load of 89
+latency planned from the GPU's time alone put p99 at 0.01-0.44x of what Triton served (no load of 105
 within 10%). The per-request part held from host to host; the per-batch part was a property of the
 host (the models one host served agreed within 0.1-0.5 ms, the hosts spanned 1.1-2.5 ms), which is
 why a path measured on the serving host (``latpred serving-path`` on loads that ``latpred collect
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from predictor.capacity.host_stalls import HostStalls
-from predictor.capacity.simulator import LatencyModel
+from predictor.capacity.simulator import LatencyModel, PlanFor
 
 SCHEMA_VERSION = 1
 #: where the shipped paths live, one JSON file each, named by the path's ``name``
@@ -41,6 +41,9 @@ MAX_PER_BATCH_MS = 1000.0
 MAX_PER_REQUEST_MS = 100.0
 #: a served batch whose time spreads wider than this lognormal sigma is no service time to plan on
 MAX_SIGMA = 2.0
+#: the model that runs nothing (``collectors.batching_server.EmptyModel``): served, each batch's time is
+#: the server's path alone; it has no graph, so nothing predicts it
+EMPTY_MODEL = "empty"
 Label = Literal["measured", "fitted"]
 LABELS: tuple[str, ...] = ("measured", "fitted")
 End = Literal["median", "low", "high"]
@@ -180,6 +183,15 @@ class ServingPath:
                    stalls=stalls, note=data.get("note", ""))
 
 
+def planned_service(model: LatencyModel, path: ServingPath | None,
+                    plan_for: PlanFor = "median") -> tuple[LatencyModel, HostStalls | None]:
+    """What a plan is made on, the same for ``latpred capacity`` and ``GET /v1/capacity``: the
+    prediction with ``path`` around its medians, then moved to ``plan_for`` (so a slow-end plan takes
+    both slow ends), and the host's pauses to replay in every run (None without a path)."""
+    served = path.around(model) if path is not None else model
+    return served.for_plan(plan_for), (path.stalls if path is not None else None)
+
+
 def stored_serving_paths(folder: Path = STORED_DIR) -> dict[str, ServingPath]:
     """The shipped paths by name."""
     paths = {}
@@ -215,6 +227,6 @@ def serving_path(spec: str, folder: Path = STORED_DIR) -> ServingPath:
     return read_serving_path(Path(spec)) if spec.endswith(".json") else stored_serving_path(spec, folder)
 
 
-__all__: Sequence[str] = ["LABELS", "MAX_PER_BATCH_MS", "MAX_PER_REQUEST_MS", "MAX_SIGMA", "SCHEMA_VERSION",
-                          "STORED_DIR", "PathCost", "ServingPath", "read_serving_path", "serving_path",
-                          "stored_serving_path", "stored_serving_paths"]
+__all__: Sequence[str] = ["EMPTY_MODEL", "LABELS", "MAX_PER_BATCH_MS", "MAX_PER_REQUEST_MS", "MAX_SIGMA",
+                          "SCHEMA_VERSION", "STORED_DIR", "PathCost", "ServingPath", "planned_service",
+                          "read_serving_path", "serving_path", "stored_serving_path", "stored_serving_paths"]

@@ -39,7 +39,7 @@ from predictor.capacity.planner import (
     triton_config,
 )
 from predictor.capacity.service_time import run_spread
-from predictor.capacity.serving_path import ServingPath, stored_serving_paths
+from predictor.capacity.serving_path import ServingPath, planned_service, stored_serving_paths
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
@@ -116,7 +116,7 @@ def capacity(query: CapacityQuery) -> Response:
     model runs as slowly as its prediction allows (its `p99_ms` is then its `p99_high_ms`).
 
     The predictions are the GPU's time alone; a server takes longer (Triton through PyTriton added
-    0.8-2.7 ms a batch and 0.15-0.28 ms a request on H100 hosts). `serving_path` (a shipped path's
+    1.1-2.5 ms a batch and 0.17-0.27 ms a request on H100 hosts). `serving_path` (a shipped path's
     name) adds a server's own time, with its range, to every batch, and replays its host's pauses;
     each plan names it (`serving_path`: its stored form, or null), as does the
     `Latpred-Serving-Path` header (`none` without one).
@@ -166,13 +166,10 @@ def _capacity(query: CapacityQuery) -> Response:
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    latency = _latency(st, graph, base)
-    if path is not None:  # around the medians, then for_plan: a slow-end plan takes both slow ends
-        latency = path.around(latency)
+    latency, stalls = planned_service(_latency(st, graph, base), path, query.plan_for)
     try:
-        plans = plan_grid(latency.for_plan(query.plan_for), loads, objectives, max_gpus=query.max_gpus,
-                          budget=st.config.max_simulated, scheduler=query.scheduler,
-                          stalls=path.stalls if path is not None else None)
+        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
+                          scheduler=query.scheduler, stalls=stalls)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None

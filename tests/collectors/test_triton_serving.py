@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.triton_client import ClientRun
-from collectors.triton_serving import batch_totals, load_frame, mean_seconds, read_trace, service_table
+from collectors.triton_serving import EmptyTrace, batch_totals, load_frame, mean_seconds, read_trace, service_table
 from latpred import main
 
 TRACE = Path(__file__).parent / "data" / "triton_trace.json"
@@ -50,6 +50,24 @@ def test_a_trace_without_timestamps_is_refused_by_name(tmp_path: Path) -> None:
     (tmp_path / "trace.json").write_text('[{"id": 1, "model_name": "m", "model_version": 1, "request_id": "L-0"}]')
     with pytest.raises(ValueError, match="level=TIMESTAMPS"):
         read_trace(tmp_path / "trace.json")
+
+
+def test_a_trace_of_a_server_that_died_before_tracing_is_empty_not_misconfigured(tmp_path: Path) -> None:
+    """The collector leaves out a setting whose server died before its trace wrote a part
+    (``EmptyTrace``), and stops on a trace written without timestamps (any other ValueError)."""
+    with pytest.raises(EmptyTrace, match="traced no request"):
+        read_trace(tmp_path / "trace.json")  # no part at all
+    (tmp_path / "trace.json").write_text("[]")
+    with pytest.raises(EmptyTrace):
+        read_trace(tmp_path / "trace.json")
+    (tmp_path / "trace.json").write_text('[{"id": 1, "model_name": "m", "model_version": 1, "request_id": "L-0"}]')
+    with pytest.raises(ValueError) as refused:
+        read_trace(tmp_path / "trace.json")
+    assert not isinstance(refused.value, EmptyTrace)
+    (tmp_path / "trace.json.1").write_text('[{"id": 2, "model_name": "m", "req')  # cut mid-write
+    with pytest.raises(ValueError) as refused:  # the whole part before it still read, and still refused
+        read_trace(tmp_path / "trace.json")
+    assert "level=TIMESTAMPS" in str(refused.value)
 
 
 def test_requests_join_the_trace_with_the_batch_each_rode_in() -> None:

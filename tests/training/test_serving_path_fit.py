@@ -12,6 +12,7 @@ from latpred import main as latpred_cli
 from predictor.capacity.serving_path import ServingPath
 from training.serving_check import load_serving
 from training.serving_path_fit import (
+    MIXED,
     fit_serving_path,
     host_paths,
     measured_serving_path,
@@ -70,3 +71,25 @@ def test_the_cli_writes_a_path_that_reads_back_and_names_what_it_refuses(tmp_pat
     assert path.name == "serving-triton-blind3" and "ms a batch" in result.output
     refused = runner.invoke(latpred_cli, ["serving-path", str(TWO_HOSTS), "--out", str(out)])
     assert refused.exit_code != 0 and "served on 2 hosts" in refused.output
+
+
+def test_a_model_served_on_two_hosts_belongs_to_neither_hosts_path() -> None:
+    """``serving-triton``'s resnet101 had its max batch 8 loads measured again on another lease."""
+    first = H100 / "serving-triton"
+    assert model_hosts(first)["resnet101"] == MIXED
+    assert "resnet101" not in set(path_points(load_serving(first))["model"])
+    with pytest.raises(ValueError, match="models: resnet101 was served on more than one host"):
+        measured_serving_path(load_serving(first), "x", ["resnet101"])
+
+
+def test_the_empty_models_path_gives_the_served_time_of_the_models_its_host_served_beside_it() -> None:
+    """The blind check of ``latpred collect serving --models empty``: the path measured with a model
+    that runs nothing, plus each loaded model's replay, within 10% of Triton's batch times for the
+    two models the H100 host served steadily (vgg11_bn ran 0.85-0.94x: see the README)."""
+    data = load_serving(H100 / "serving-triton-blind5")
+    path = measured_serving_path(data, "empty-path", ["empty"])
+    points = path_points(data)
+    for model in ("mobilenet_v3_small", "resnext101_32x8d"):
+        served = points[points["model"] == model]
+        estimate = served["replay_ms"] + [path.added_ms(int(b)) for b in served["batch"]]
+        assert ((estimate / served["served_ms"] - 1).abs() <= 0.1).all(), model
