@@ -37,7 +37,13 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
 
 from benchmarks._report import publish  # noqa: E402
 from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR  # noqa: E402
-from training.serving_check import TARGET, bundle_predictor, load_serving, predicted_service  # noqa: E402
+from training.serving_check import (  # noqa: E402
+    TARGET,
+    ServingData,
+    bundle_predictor,
+    load_serving,
+    predicted_service,
+)
 from training.serving_path_fit import (  # noqa: E402
     fit_serving_path,
     host_paths,
@@ -60,14 +66,13 @@ def server_of(folders: Sequence[Path]) -> str:
     return servers.pop()
 
 
-def predictions(folders: Sequence[Path], points: pd.DataFrame) -> pd.DataFrame:
+def predictions(sets: Sequence[ServingData], points: pd.DataFrame) -> pd.DataFrame:
     """The bundle's prediction (ms) for each point's (model, batch), in the mode the device serves in,
     with its 90% interval: columns predicted_ms, low_ms, high_ms."""
     out = pd.DataFrame(np.nan, index=points.index, columns=["predicted_ms", "low_ms", "high_ms"])
-    for folder in folders:
-        data = load_serving(folder)
+    for data in sets:
         predictor = bundle_predictor(data.meta["fingerprint"]["device_id"])
-        here = points["set"] == folder.name
+        here = points["set"] == data.folder.name
         for model, group in points[here & (points["model"] != EMPTY_MODEL)].groupby("model"):
             batches = [int(b) for b in group["batch"]]
             latency = predicted_service(predictor, str(model), data.meta["precision"], sorted(batches))
@@ -83,13 +88,13 @@ def scored(ratio: pd.Series, inside: pd.Series | None = None) -> str:
     return text + (f" {inside.mean():6.0%}" if inside is not None else "")
 
 
-def empty_model_lines(folders: Sequence[Path], points: pd.DataFrame) -> list[str]:
+def empty_model_lines(sets: Sequence[ServingData], points: pd.DataFrame) -> list[str]:
     """For each folder where the empty model was served: its path (``latpred serving-path --models
     empty``) against the models its host served beside it, from their replays and from the bundle's
     predictions; the path itself goes to ``results/serving_paths/<set>-empty.json``."""
     lines: list[str] = []
-    for folder in folders:
-        data = load_serving(folder)
+    for data in sets:
+        folder = data.folder
         if EMPTY_MODEL not in data.models:
             continue
         path = measured_serving_path(data, f"{folder.name}-empty", [EMPTY_MODEL])
@@ -122,8 +127,9 @@ def main() -> None:
     args = parser.parse_args()
     folders = [Path(f) for f in args.folders]
     server = server_of(folders)
-    points = pd.concat([path_points(load_serving(f)) for f in folders], ignore_index=True)
-    points = points.join(predictions(folders, points))
+    sets = [load_serving(f) for f in folders]
+    points = pd.concat([path_points(data) for data in sets], ignore_index=True)
+    points = points.join(predictions(sets, points))
     out = [f"# .venv/bin/python benchmarks/serving_path.py {' '.join(sys.argv[1:])}".rstrip()
            + f"   ({datetime.date.today().isoformat()})",
            f"# {server}; {len(points)} (model, batch size) points formed at least 20 times in the loads, "
@@ -166,7 +172,7 @@ def main() -> None:
     every = {k: pd.concat(v) for k, v in totals.items()}
     out.append(f"{'all, each left out':<22} {len(every['pred']):4d} {'':>31} | {scored(every['alone'])} | "
                f"{scored(every['pred'], every['inside'])} | {scored(every['replay'])}")
-    out += empty_model_lines(folders, points)
+    out += empty_model_lines(sets, points)
     if args.write:
         shipped = fit_serving_path(points, SHIPPED_NAME, server, note=(
             f"fitted by benchmarks/serving_path.py --write on {points['host'].nunique()} H100 hosts "

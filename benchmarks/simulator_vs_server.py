@@ -63,7 +63,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
-from training.serving_path_fit import MIXED, measured_serving_path, model_hosts  # noqa: E402
+from training.serving_path_fit import MIXED, measured_serving_path, model_hosts, path_points  # noqa: E402
 from training.serving_stalls import PAUSES_UP_TO_LEVEL, paused_services  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "simulator_vs_server.txt"
@@ -248,13 +248,15 @@ def peer_paths(data: ServingData) -> dict[str, ServingPath]:
     measured on the other models that host served in the folder (a model alone on its host has
     none, nor has one served on several hosts)."""
     hosts = model_hosts(data.folder)
+    points = path_points(data)
     paths = {}
     for model in data.models:
         if model == EMPTY_MODEL or hosts.get(model) == MIXED:
             continue
         peers = [m for m in data.models if m != model and hosts.get(m) == hosts.get(model)]
         if peers:
-            paths[model] = measured_serving_path(data, f"{hosts.get(model, '')[:8]}-without-{model}", peers)
+            paths[model] = measured_serving_path(data, f"{hosts.get(model, '')[:8]}-without-{model}", peers,
+                                                 points=points)
     return paths
 
 

@@ -143,14 +143,15 @@ def host_pauses(data: ServingData, models: Sequence[str]) -> HostStalls:
 
 
 def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | None = None,
-                          pauses: bool = True) -> ServingPath:
+                          pauses: bool = True, points: pd.DataFrame | None = None) -> ServingPath:
     """The path of the one host that served ``models`` (default: all of the folder's) in ``data``,
     labelled ``measured``: its line (``fit_line``) through their points; its ends the line scaled by
     the 5th and 95th percentile of the points' time over it; the median sigma of its served batches;
     with ``pauses``, the host's pauses (and the sigma of the batches they did not stall, so that the
-    pauses are not counted twice). ValueError when the models were served on more than one host
+    pauses are not counted twice). ``points``: the folder's ``path_points``, where the caller fits
+    several paths from one folder. ValueError when the models were served on more than one host
     (each host has a path of its own) or a model is not in the folder."""
-    points = path_points(data)
+    points = path_points(data) if points is None else points
     chosen = list(models) if models else sorted(points["model"].unique())
     mixed = sorted(m for m in chosen if model_hosts(data.folder).get(m) == MIXED)
     if mixed:

@@ -76,6 +76,12 @@ class HostStalls:
         return PauseSchedule(self, rng)
 
 
+def serving_share(stalls: HostStalls | None) -> float:
+    """The share of wall-clock time a host serves (1 without pauses): what is left of a server's
+    capacity, since while the host is paused it serves none."""
+    return 1.0 - stalls.paused_share if stalls is not None else 1.0
+
+
 class PauseSchedule:
     """One run's pauses, drawn forward in time as the run needs them, as (start s, end s) in order;
     a pause that starts inside the one before it waits for it to end (the host pauses once at a time)."""
@@ -163,4 +169,4 @@ def stalls_of_batches(series: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 __all__: Sequence[str] = ["MAX_PAUSED_SHARE", "STALLED_OVER", "HostStalls", "PauseSchedule", "StalledBatches",
-                          "stalls_of_batches"]
+                          "serving_share", "stalls_of_batches"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.host_stalls import HostStalls, serving_share
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     Arrivals,
@@ -77,8 +77,7 @@ def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig,
     (``stalls``: their share of the time is taken off, as the planner does). Beyond it the queue
     grows without bound, so it is the natural right end of a latency-versus-load curve."""
     per_instance = max(b / checked_latency(latency, b)[0] * 1e3 for b in range(1, config.max_batch + 1))
-    paused = stalls.paused_share if stalls is not None else 0.0
-    return per_instance * config.instances * (1 - paused)
+    return per_instance * config.instances * serving_share(stalls)
 
 
 def qps_range(capacity: float, *, points: int = DEFAULT_POINTS, low: float = 0.05, high: float = 0.98,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.host_stalls import HostStalls, serving_share
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     Arrivals,
@@ -97,8 +97,8 @@ class Search:
     def capacity_qps(self, max_batch: int) -> float:
         """The most requests per second one instance can serve with batches of at most ``max_batch``:
         while the host is paused it serves none, so its pauses' share of the time is taken off."""
-        paused = self.runs.stalls.paused_share if self.runs.stalls is not None else 0.0
-        return max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1)) * (1 - paused)
+        best = max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1))
+        return best * serving_share(self.runs.stalls)
 
     def fastest_ms(self, max_batch: int) -> float:
         """The shortest median service time of any batch the setting can send: no p99 is below it
