@@ -6,7 +6,8 @@ less the model's CUDA graph replayed alone), and prints:
 
 1. each host's path (per batch, per request, the spread of its served batches);
 2. leaving each set out: the path fitted on the other sets' hosts, written to
-   ``results/serving_paths/without-<set>.json`` (what ``simulator_vs_server.py --serving-path`` takes), and
+   ``results/serving_paths/without-<set>.json`` (what ``simulator_vs_server.py --serving-path`` takes, with
+   the drift of the other sets' hosts, ``training/serving_drift.py``), and
    the set's served batch times against (a) the bundle's prediction alone, as ``latpred capacity`` planned
    before, (b) the prediction plus that path, (c) the replay the collector timed plus that path (the
    path's own error, without the prediction's): the share of (model, batch size) within +-10%, the
@@ -36,7 +37,9 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
-from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR  # noqa: E402
+from predictor.capacity.host_stalls import HostStalls  # noqa: E402
+from predictor.capacity.service_drift import DriftComponent  # noqa: E402
+from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR, ServingPath  # noqa: E402
 from training.serving_check import (  # noqa: E402
     TARGET,
     ServingData,
@@ -44,6 +47,7 @@ from training.serving_check import (  # noqa: E402
     load_serving,
     predicted_service,
 )
+from training.serving_drift import drift_scores, fit_drift, lag_correlation  # noqa: E402
 from training.serving_path_fit import (  # noqa: E402
     fit_serving_path,
     host_paths,
@@ -79,6 +83,18 @@ def predictions(sets: Sequence[ServingData], points: pd.DataFrame) -> pd.DataFra
             assert latency.interval_ms is not None  # a prediction has its interval
             out.loc[group.index] = [(latency(b)[0], *latency.interval_ms(b)) for b in batches]
     return out
+
+
+def pooled_drift(scores: dict[str, list[tuple[np.ndarray, np.ndarray]]], leave_out: str = "") -> HostStalls:
+    """The drift of the hosts of every set but ``leave_out``, fitted on their batches' scores pooled,
+    as a path's ``stalls`` (no pauses: they differ from host to host, 0 to 1.8 a second)."""
+    pooled = [score for name, set_scores in scores.items() if name != leave_out for score in set_scores]
+    return HostStalls(0.0, (), fit_drift(lag_correlation(pooled)))
+
+
+def shipped_drift(path: ServingPath) -> tuple[DriftComponent, ...]:
+    """The components of ``path``'s drift (none without one)."""
+    return path.stalls.drift.components if path.stalls.drift is not None else ()
 
 
 def scored(ratio: pd.Series, inside: pd.Series | None = None) -> str:
@@ -130,6 +146,8 @@ def main() -> None:
     sets = [load_serving(f) for f in folders]
     points = pd.concat([path_points(data) for data in sets], ignore_index=True)
     points = points.join(predictions(sets, points))
+    # each set's batches scored for the hosts' drift (training/serving_drift.py), pooled where a path spans sets
+    scores = {data.folder.name: drift_scores(data, data.models) for data in sets}
     out = [f"# .venv/bin/python benchmarks/serving_path.py {' '.join(sys.argv[1:])}".rstrip()
            + f"   ({datetime.date.today().isoformat()})",
            f"# {server}; {len(points)} (model, batch size) points formed at least 20 times in the loads, "
@@ -155,7 +173,8 @@ def main() -> None:
     for folder in folders:
         held = points["set"] == folder.name
         path = fit_serving_path(points[~held], f"without-{folder.name}", server,
-                                note=f"fitted by benchmarks/serving_path.py on every set but {folder.name}")
+                                note=f"fitted by benchmarks/serving_path.py on every set but {folder.name}",
+                                stalls=pooled_drift(scores, leave_out=folder.name))
         (RESULTS / "serving_paths" / f"without-{folder.name}.json").write_text(json.dumps(path.to_dict(), indent=1))
         test = points[held & (points["model"] != EMPTY_MODEL)]  # the empty model has no prediction
         alone = test["predicted_ms"] / test["served_ms"]
@@ -178,13 +197,14 @@ def main() -> None:
             f"fitted by benchmarks/serving_path.py --write on {points['host'].nunique()} H100 hosts "
             f"({', '.join(f.name for f in folders)}): the median over hosts of the per-batch and of the "
             "per-request time, the lowest and highest of each as its ends; no host pauses (hosts paused 0 to "
-            "1.8 times a second)"))
+            "1.8 times a second); the hosts' drift fitted on their batches pooled"), stalls=pooled_drift(scores))
         target = STORED_DIR / f"{SHIPPED_NAME}.json"
         target.write_text(json.dumps(shipped.to_dict(), indent=1) + "\n")
         out += ["", f"== written: {target.relative_to(ROOT)}: per batch {shipped.cost.per_batch_ms:.3f} ms "
                 f"({shipped.low.per_batch_ms:.3f}-{shipped.high.per_batch_ms:.3f}), per request "
                 f"{shipped.cost.per_request_ms:.3f} ms ({shipped.low.per_request_ms:.3f}-"
-                f"{shipped.high.per_request_ms:.3f}), sigma {shipped.sigma:.3f}"]
+                f"{shipped.high.per_request_ms:.3f}), sigma {shipped.sigma:.3f}, drift "
+                + " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in shipped_drift(shipped))]
     publish(out, args.out)
 
 

@@ -13,7 +13,8 @@ most qps under p99 objectives; then the predicted service times against the meas
 issue #14's targets, met or not.
 
 Run: .venv/bin/python benchmarks/simulator_vs_server.py [--requests 200000] [--seeds 20] [--no-predicted]
-[--stalls] (the host's pauses replayed, ``training/serving_stalls.py``) [--serving-path NAME|PATH.json]
+[--stalls] (the host's pauses replayed, ``training/serving_stalls.py``) [--drift [--drift-from MODEL]]
+(its drift, ``training/serving_drift.py``) [--serving-path NAME|PATH.json]
 (the server's own time per batch added to the predicted service) [--folder F] [--out FILE]
 (a minute or two on two cores). Saved: results/simulator_vs_server.txt.
 """
@@ -21,6 +22,7 @@ Run: .venv/bin/python benchmarks/simulator_vs_server.py [--requests 200000] [--s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import os
@@ -37,6 +39,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
 
 from benchmarks._report import publish  # noqa: E402
 from predictor.capacity.host_stalls import STALLED_OVER, HostStalls, StalledBatches  # noqa: E402
+from predictor.capacity.service_drift import ServiceDrift  # noqa: E402
 from predictor.capacity.serving_path import EMPTY_MODEL, ServingPath, serving_path  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
 from training.serving_check import (  # noqa: E402
@@ -63,6 +66,7 @@ from training.serving_check import (  # noqa: E402
     serving_mode,
     simulated_service,
 )
+from training.serving_drift import models_drift  # noqa: E402
 from training.serving_path_fit import MIXED, measured_serving_path, model_hosts, path_points  # noqa: E402
 from training.serving_stalls import PAUSES_UP_TO_LEVEL, paused_services  # noqa: E402
 
@@ -243,6 +247,18 @@ def machine() -> str:
 PEERS = "host-peers"
 
 
+def drift_in_words(drift: ServiceDrift | None) -> str:
+    """", drift 28% for 20 ms + 30% for 200 ms" (empty without drift), for the header."""
+    if drift is None or not drift.components:
+        return ""
+    return ", drift " + " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in drift.components)
+
+
+def without_drift(path: ServingPath) -> ServingPath:
+    """``path`` with its host's drift left out (its pauses kept)."""
+    return dataclasses.replace(path, stalls=HostStalls(path.stalls.rate_per_s, path.stalls.pauses_ms))
+
+
 def peer_paths(data: ServingData) -> dict[str, ServingPath]:
     """Per model of ``data`` that has a prediction: the serving path of the host that served it,
     measured on the other models that host served in the folder (a model alone on its host has
@@ -279,6 +295,13 @@ def main() -> None:
     parser.add_argument("--stalls", action="store_true",
                         help="give the measured-service runs the host's pauses, read off the loads' batches "
                              "(training/serving_stalls.py), and the batch times without the stalled ones")
+    parser.add_argument("--drift", action="store_true",
+                        help="replay the host's drift (training/serving_drift.py): the measured-service runs get each "
+                             "model's own, read off its loads; a serving path keeps its own (without this flag its "
+                             "drift is left out, so that one run can be compared with the other)")
+    parser.add_argument("--drift-from", default=None, metavar="MODEL",
+                        help="with --drift: every measured-service run gets the drift read off this model's loads "
+                             f"(for example '{EMPTY_MODEL}': the host's drift measured beside the model, not on it)")
     parser.add_argument("--serving-path", default=None, metavar="NAME|PATH.json",
                         help="add this serving path (predictor/capacity/serving_path.py) to the predicted service, "
                              f"as latpred capacity --serving-path does; '{PEERS}': each model's host's own path, "
@@ -324,24 +347,28 @@ def main() -> None:
                       f"lognormal sigma {next(iter(predicted.values())).sigma:g} (the device's run-to-run "
                       "spread in that mode, capacity.service_time.run_spread)")
         if args.serving_path == PEERS:
-            paths = peer_paths(data)
+            paths = {m: without_drift(p) if not args.drift else p for m, p in peer_paths(data).items()}
             predicted = {m: paths[m].around(latency) for m, latency in predicted.items() if m in paths}
-            path_stalls = {m: p.stalls for m, p in paths.items() if p.stalls.rate_per_s > 0}
+            path_stalls = {m: p.stalls for m, p in paths.items() if not p.stalls.steady}
             header.append(f"# serving path {PEERS}: each model's predicted batches plus the path of its own host, "
                           "measured on that host's other models in this folder (training/serving_path_fit.py: "
-                          "measured_serving_path), their host's pauses included; "
+                          "measured_serving_path), their host's pauses included"
+                          + (" and its drift; " if args.drift else "; ")
                           + "; ".join(f"{m} {p.cost.per_batch_ms:.3f} + {p.cost.per_request_ms:.3f} ms, pauses "
-                                      f"{p.stalls.rate_per_s:.2f}/s" for m, p in paths.items())
+                                      f"{p.stalls.rate_per_s:.2f}/s{drift_in_words(p.stalls.drift)}"
+                                      for m, p in paths.items())
                           + _left_out(data, paths))
         elif args.serving_path:
             path = serving_path(args.serving_path)
+            path = path if args.drift else without_drift(path)
             predicted = {m: path.around(latency) for m, latency in predicted.items()}
-            path_stalls = {m: path.stalls for m in predicted} if path.stalls.rate_per_s > 0 else None
+            path_stalls = {m: path.stalls for m in predicted} if not path.stalls.steady else None
             header.append(f"# serving path {path.name} ({path.label}; {args.serving_path}) added to each predicted "
                           f"batch: {path.cost.per_batch_ms:.3f} ms + {path.cost.per_request_ms:.3f} ms a request "
                           f"(ends {path.low.per_batch_ms:.3f}-{path.high.per_batch_ms:.3f} and "
                           f"{path.low.per_request_ms:.3f}-{path.high.per_request_ms:.3f}), sigma at least "
-                          f"{path.sigma:.3f}, host pauses {path.stalls.rate_per_s:.2f}/s; {path.note}")
+                          f"{path.sigma:.3f}, host pauses {path.stalls.rate_per_s:.2f}/s"
+                          f"{drift_in_words(path.stalls.drift)}; {path.note}")
     seeds = tuple(range(NOISE_SEEDS[0], NOISE_SEEDS[0] + args.seeds))
     stalls: dict[str, HostStalls] | None = None
     if args.stalls:
@@ -354,6 +381,20 @@ def main() -> None:
                       + "; ".join(pauses_in_words(m, f) for m, f in found.items()))
     else:
         given = {m: simulated_service(data, m, measured[m]) for m in data.models}
+    if args.drift_from and (not args.drift or args.drift_from not in data.models):
+        raise SystemExit(f"--drift-from {args.drift_from}: give --drift too, and a model of the folder "
+                         f"({', '.join(data.models)})")
+    if args.drift:
+        drifts = {m: models_drift(data, [args.drift_from or m])[0] for m in data.models}
+        stalls = {m: HostStalls(stalls[m].rate_per_s, stalls[m].pauses_ms, drifts[m]) if stalls else
+                  HostStalls(0.0, (), drifts[m]) for m in data.models}
+        header.append("# host drift (--drift): each batch's time over its size's median, in spreads of that size, "
+                      "correlated by how far apart batches started, fitted with a fast and a slow component "
+                      f"(training/serving_drift.py, loads up to {PAUSES_UP_TO_LEVEL:g}) and replayed in the "
+                      "measured-service runs; "
+                      + (f"read off {args.drift_from}'s loads for every model: " if args.drift_from else
+                         "each model's own, per model: ")
+                      + "; ".join(f"{m}{drift_in_words(d)}" for m, d in drifts.items()))
     rows = compare_loads(data, predicted or None, args.requests, seeds, timed=measured, services=given, stalls=stalls,
                          predicted_stalls=path_stalls)
     answers = compare_max_qps(rows)

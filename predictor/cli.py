@@ -241,7 +241,7 @@ def load_serving_path(spec: str | None) -> ServingPath | None:
 
 def echo_serving_path(path: ServingPath | None) -> None:
     """Say what the plan's latency per batch covers: the GPU's time alone, or that plus a named
-    server's own time (its median cost and range, and its host's pauses)."""
+    server's own time (its median cost and range, and its host's pauses and drift)."""
     if path is None:
         click.echo("no serving path: a server's own time per batch is not included; see --serving-path")
         return
@@ -252,6 +252,11 @@ def echo_serving_path(path: ServingPath | None) -> None:
     if path.stalls.rate_per_s > 0:
         click.echo(f"  host pauses {path.stalls.rate_per_s:.3g} times a second, "
                    f"{path.stalls.paused_share:.1%} of the time, replayed in every run")
+    drift = path.stalls.drift
+    if drift is not None and drift.persistent_share > 0:
+        parts = ", ".join(f"{c.share:.0%} for {c.time_ms:.3g} ms" for c in drift.components)
+        click.echo(f"  host drift: of each batch's spread {parts} persists (batches near each other in time "
+                   f"run alike), replayed in every run")
 
 
 def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str,

@@ -292,8 +292,10 @@ def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: s
                                            "which must have been served on one host)")
 @click.option("--name", default=None, help="the path's name (default: the folder's name)")
 @click.option("--no-pauses", is_flag=True, help="leave the host's pauses out of the path")
+@click.option("--no-drift", is_flag=True, help="leave the host's drift out of the path (its batches' times then "
+                                               "independent of each other)")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True, metavar="PATH.json")
-def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, out: Path) -> None:
+def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, no_drift: bool, out: Path) -> None:
     """Fit a server's own time per batch (its serving path) from Triton loads measured on one host.
 
     FOLDER is what 'latpred collect serving --server triton' wrote there, for the empty model (the
@@ -308,7 +310,8 @@ def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, o
         data = load_serving(folder)
         try:
             path = measured_serving_path(data, name or folder.name,
-                                         [m.strip() for m in models.split(",") if m.strip()], pauses=not no_pauses)
+                                         [m.strip() for m in models.split(",") if m.strip()], pauses=not no_pauses,
+                                         drift=not no_drift)
         except ValueError as exc:  # the path's name is --name's (or the folder's, without one)
             if str(exc).startswith("name:"):
                 raise click.BadParameter(str(exc), param_hint="--name") from None
@@ -321,4 +324,7 @@ def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, o
     click.echo(f"{path.name}: {path.cost.per_batch_ms:.3f} ms a batch + {path.cost.per_request_ms:.3f} ms a request "
                f"({path.low.per_batch_ms:.3f}-{path.high.per_batch_ms:.3f} and {path.low.per_request_ms:.3f}-"
                f"{path.high.per_request_ms:.3f}), served batches' sigma {path.sigma:.3f}, host pauses "
-               f"{stalls.rate_per_s:.2f} a second; written to {out}")
+               f"{stalls.rate_per_s:.2f} a second, drift "
+               + (", ".join(f"{c.share:.0%} of the spread for {c.time_ms:g} ms" for c in stalls.drift.components)
+                  if stalls.drift is not None and stalls.drift.components else "none")
+               + f"; written to {out}")

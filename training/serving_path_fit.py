@@ -27,6 +27,7 @@ import pandas as pd
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.serving_path import PathCost, ServingPath
 from training.serving_check import ServingData, measured_service, simulated_service
+from training.serving_drift import models_drift
 from training.serving_stalls import host_stalls, service_without_stalls
 
 #: a batch size the loads formed fewer times than this says little about its median
@@ -119,10 +120,11 @@ def host_paths(points: pd.DataFrame) -> list[HostPath]:
             for host, group in points.groupby("host", sort=True)]
 
 
-def fit_serving_path(points: pd.DataFrame, name: str, server: str, note: str = "") -> ServingPath:
+def fit_serving_path(points: pd.DataFrame, name: str, server: str, note: str = "",
+                     stalls: HostStalls | None = None) -> ServingPath:
     """The path across the hosts in ``points``: the median over hosts of their per-batch and of their
     per-request times, the lowest and the highest of each as its ends (one host: its own, ends and
-    all), the median of their sigmas."""
+    all), the median of their sigmas; ``stalls``, the pauses and drift it carries (default: none)."""
     hosts = host_paths(points)
     batch = np.array([h.cost.per_batch_ms for h in hosts])
     request = np.array([h.cost.per_request_ms for h in hosts])
@@ -130,25 +132,32 @@ def fit_serving_path(points: pd.DataFrame, name: str, server: str, note: str = "
                        cost=PathCost(float(np.median(batch)), float(np.median(request))),
                        low=PathCost(float(batch.min()), float(request.min())),
                        high=PathCost(float(batch.max()), float(request.max())),
-                       sigma=float(np.median([h.sigma for h in hosts])), note=note)
+                       sigma=float(np.median([h.sigma for h in hosts])),
+                       stalls=stalls if stalls is not None else HostStalls(0.0, ()), note=note)
 
 
-def host_pauses(data: ServingData, models: Sequence[str]) -> HostStalls:
-    """The host's pauses while it served ``models`` (``serving_stalls.host_stalls``, loads up to 0.8):
-    their rates averaged, their pause lengths pooled."""
-    found = [host_stalls(data, m, measured_service(data.service[data.service["model"] == m])).stalls for m in models]
-    pauses = tuple(round(p, 3) for stalls in found for p in stalls.pauses_ms)
-    rate = float(np.mean([stalls.rate_per_s for stalls in found])) if pauses else 0.0
-    return HostStalls(rate, pauses)
+def host_pauses(data: ServingData, models: Sequence[str], pauses: bool = True, drift: bool = True) -> HostStalls:
+    """The host's pauses while it served ``models`` (``serving_stalls.host_stalls``, loads up to 0.8:
+    their rates averaged, their pause lengths pooled) and its drift (``serving_drift.models_drift``,
+    the same loads), each left out where its flag says so."""
+    rate = 0.0
+    lengths: tuple[float, ...] = ()
+    if pauses:
+        found = [host_stalls(data, m, measured_service(data.service[data.service["model"] == m])).stalls
+                 for m in models]
+        lengths = tuple(round(p, 3) for stalls in found for p in stalls.pauses_ms)
+        rate = float(np.mean([stalls.rate_per_s for stalls in found])) if lengths else 0.0
+    return HostStalls(rate, lengths, models_drift(data, models)[0] if drift else None)
 
 
 def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | None = None,
-                          pauses: bool = True, points: pd.DataFrame | None = None) -> ServingPath:
+                          pauses: bool = True, points: pd.DataFrame | None = None, drift: bool = True) -> ServingPath:
     """The path of the one host that served ``models`` (default: all of the folder's) in ``data``,
     labelled ``measured``: its line (``fit_line``) through their points; its ends the line scaled by
     the 5th and 95th percentile of the points' time over it; the median sigma of its served batches;
     with ``pauses``, the host's pauses (and the sigma of the batches they did not stall, so that the
-    pauses are not counted twice). ``points``: the folder's ``path_points``, where the caller fits
+    pauses are not counted twice); with ``drift``, the host's drift (how its batches' times move
+    together, ``training/serving_drift.py``). ``points``: the folder's ``path_points``, where the caller fits
     several paths from one folder. ValueError when the models were served on more than one host
     (each host has a path of its own) or a model is not in the folder."""
     points = path_points(data) if points is None else points
@@ -175,7 +184,7 @@ def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | 
                        high=PathCost(cost.per_batch_ms * high, cost.per_request_ms * high),
                        # with the pauses apart, the spread of the batches they did not stall
                        sigma=float(points["steady_sigma" if pauses else "sigma"].median()),
-                       stalls=host_pauses(data, chosen) if pauses else HostStalls(0.0, ()),
+                       stalls=host_pauses(data, chosen, pauses, drift),
                        note=f"measured in {data.folder.name} on host {hosts[0]} from {', '.join(chosen)}")
 
 

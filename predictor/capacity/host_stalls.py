@@ -17,6 +17,10 @@ median is stalled, a run of stalled batches in a row is one episode, and the epi
 what its batches took over their medians. The batches left are the service time distribution
 without the pauses, so the pauses are not counted twice.
 
+A host also drifts: its speed wanders over tens to hundreds of ms, so that batches near each other
+take alike (:mod:`predictor.capacity.service_drift`). ``HostStalls`` can carry that drift too
+(``drift``), so that a plan replays both of the host's departures from independent batch times.
+
 Simplification: a batch formed just before or during a pause keeps the requests it had; on the
 host the batcher pauses too, and requests arriving meanwhile could join the batch after it. The
 model so puts the requests behind a pause a batch later than the host may (a few ms at most).
@@ -31,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from predictor.capacity.service_drift import ServiceDrift
+
 #: a batch that took more than this many times its size's median was stalled
 STALLED_OVER = 2.0
 #: more pauses a second than this is no longer a host pausing now and then
@@ -44,10 +50,12 @@ MAX_PAUSED_SHARE = 0.5
 @dataclass(frozen=True)
 class HostStalls:
     """A host's pauses: episodes at ``rate_per_s`` (Poisson, wall-clock time), each one of
-    ``pauses_ms`` (drawn with equal chance), stopping every instance of the server."""
+    ``pauses_ms`` (drawn with equal chance), stopping every instance of the server; and its drift
+    (``drift``, None: its batches' times are independent)."""
 
     rate_per_s: float
     pauses_ms: tuple[float, ...]
+    drift: ServiceDrift | None = None
 
     def __post_init__(self) -> None:
         rate = self.rate_per_s
@@ -65,6 +73,13 @@ class HostStalls:
             raise ValueError(f"rate_per_s, pauses_ms: {rate:g} pauses a second of {np.mean(pauses):g} ms on "
                              f"average pause the host {self.paused_share:.0%} of the time; a host paused "
                              f"{MAX_PAUSED_SHARE:.0%} of the time or more is not serving")
+        if self.drift is not None and not isinstance(self.drift, ServiceDrift):
+            raise ValueError(f"drift: must be a ServiceDrift or None, not {type(self.drift).__name__}")
+
+    @property
+    def steady(self) -> bool:
+        """Whether the host neither pauses nor drifts: it simulates as no ``HostStalls`` at all."""
+        return self.rate_per_s == 0 and (self.drift is None or self.drift.persistent_share == 0)
 
     @property
     def paused_share(self) -> float:

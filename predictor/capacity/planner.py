@@ -20,7 +20,8 @@ The model of the fleet, and its simplifications:
   sample per request, ...) is left out here too. A server's own time per batch is in the latency
   model only where the caller put it there (``ServingPath.around``); the host's pauses, where the
   caller gives them (``stalls``), stop every GPU's server now and then in every run, and their
-  share of the time is taken off each GPU's capacity.
+  share of the time is taken off each GPU's capacity; the host's drift, given with them, moves its
+  batches' times together in time (:mod:`predictor.capacity.service_drift`).
 
 A setting is feasible on G GPUs when the simulated p99 is at most the objective and each GPU's
 load is below ``MAX_UTILISATION`` of what it can serve at that maximum batch (``max over b <=
@@ -67,7 +68,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls
-from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, never_paused_as_none
+from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, steady_as_none
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     MAX_RATE_QPS,
@@ -177,8 +178,9 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``scheduler`` is how the simulated server forms batches: ``triton``, as Triton's code does (a
     batch sent after its queue delay waits frozen behind the running one), or ``rule``, Triton's
     documented rule; they differ only for settings with a delay.
-    ``stalls`` are the serving host's pauses (``ServingPath.stalls``), replayed in every run: the
-    p99 a host that stops now and then serves (None, or a rate of 0: one that never does, as before).
+    ``stalls`` are the serving host's pauses and drift (``ServingPath.stalls``), replayed in every run:
+    the p99 a host that stops now and then, or slows for a while, serves (None, or a steady
+    ``HostStalls``: one that does neither, as before).
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -203,13 +205,13 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"scheduler: must be one of {SCHEDULERS}, not {scheduler!r}")
     if stalls is not None and not isinstance(stalls, HostStalls):
         raise ValueError(f"stalls: must be a HostStalls or None, not {type(stalls).__name__}")
-    stalls = never_paused_as_none(stalls)
+    stalls = steady_as_none(stalls)
     if runs is None:
         runs = Runs(latency, requests, seed, engine, scheduler, stalls)
     elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls) != \
             (latency, requests, seed, engine, scheduler, stalls):
         raise ValueError("runs: were made for another latency model, request count, seed, engine, scheduler or "
-                         "host pauses (stalls)")
+                         "host pauses and drift (stalls)")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.

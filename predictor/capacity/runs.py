@@ -13,8 +13,8 @@ grid of objectives at one load (or loads whose split over GPUs coincides) reuses
 cell simulated. A :class:`Search` is one plan's view of them: the requests it simulated itself
 (what its ``budget`` caps) and the settings it asked about.
 
-The host's pauses (``stalls``, :mod:`predictor.capacity.host_stalls`) are part of what the runs
-simulate, as the latency model is: every run of one :class:`Runs` replays the same pause process,
+The host's pauses and drift (``stalls``, :mod:`predictor.capacity.host_stalls`) are part of what the
+runs simulate, as the latency model is: every run of one :class:`Runs` replays the same processes,
 so a run kept for one plan answers another only when both plan for the same host.
 """
 
@@ -44,10 +44,11 @@ from predictor.capacity.simulator import (
 Setting = tuple[int, int]
 
 
-def never_paused_as_none(stalls: HostStalls | None) -> HostStalls | None:
-    """``stalls``, or None for a host that never pauses (rate 0): the two simulate alike, and as
-    one value they share runs (a serving path without pauses plans as no path's pauses)."""
-    return stalls if stalls is not None and stalls.rate_per_s > 0 else None
+def steady_as_none(stalls: HostStalls | None) -> HostStalls | None:
+    """``stalls``, or None for a host that neither pauses nor drifts (``HostStalls.steady``): the two
+    simulate alike, and as one value they share runs (a serving path without either plans as no
+    path's)."""
+    return stalls if stalls is not None and not stalls.steady else None
 
 
 class OutOfBudget(Exception):
@@ -57,17 +58,17 @@ class OutOfBudget(Exception):
 class Runs:
     """Simulations of one latency model at one request count and seed, by (qps, max_batch, delay,
     GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
-    The latency model is asked once per batch size. ``stalls``: the serving host's pauses, which
-    every run (its p99 range's too) replays; None, a host that never pauses."""
+    The latency model is asked once per batch size. ``stalls``: the serving host's pauses and drift,
+    which every run (its p99 range's too) replays; None, a steady host."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
                  scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler
-        #: the host's pauses (``simulate(stalls=)``), the same in every run; None for a host that never
-        #: pauses (rate 0 too: it simulates exactly as None does)
-        self.stalls = never_paused_as_none(stalls)
+        #: the host's pauses and drift (``simulate(stalls=)``), the same in every run; None for a steady
+        #: host (one whose HostStalls is ``steady`` too: it simulates exactly as None does)
+        self.stalls = steady_as_none(stalls)
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
@@ -199,4 +200,4 @@ class Search:
         return best
 
 
-__all__: Sequence[str] = ["OutOfBudget", "Runs", "Search", "Setting", "never_paused_as_none"]
+__all__: Sequence[str] = ["OutOfBudget", "Runs", "Search", "Setting", "steady_as_none"]

@@ -16,8 +16,9 @@ hosts, and why a fitted path carries the hosts' range as its interval.
 A :class:`ServingPath` adds ``per_batch_ms + per_request_ms * requests`` to every batch's median,
 widens the batch's spread to at least the path's (``sigma``, the spread of whole served batches),
 and adds the path's fast and slow ends (``low``, ``high``) to the prediction's interval ends. It can
-also carry the host's pauses (:class:`~predictor.capacity.host_stalls.HostStalls`), which the
-simulator replays in wall-clock time. One request is one sample, as everywhere in the planner.
+also carry the host's pauses (:class:`~predictor.capacity.host_stalls.HostStalls`) and its drift
+(:class:`~predictor.capacity.service_drift.ServiceDrift`: how its batches' times move together),
+which the simulator replays in wall-clock time. One request is one sample, as everywhere in the planner.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.service_drift import ServiceDrift
 from predictor.capacity.simulator import LatencyModel, PlanFor
 
 SCHEMA_VERSION = 1
@@ -78,7 +80,8 @@ class PathCost:
 @dataclass(frozen=True)
 class ServingPath:
     """A server's own time per batch on one host (``label`` "measured": probed there) or across
-    hosts (``fitted``), with its fast and slow ends and, optionally, the host's pauses."""
+    hosts (``fitted``), with its fast and slow ends and, optionally, the host's pauses and drift
+    (``stalls``)."""
 
     name: str
     server: str
@@ -138,6 +141,7 @@ class ServingPath:
                 "high": {"per_batch_ms": self.high.per_batch_ms, "per_request_ms": self.high.per_request_ms},
                 "sigma": self.sigma,
                 "pauses": {"rate_per_s": self.stalls.rate_per_s, "pauses_ms": list(self.stalls.pauses_ms)},
+                "drift": self.stalls.drift.to_dict() if self.stalls.drift is not None else None,
                 "note": self.note}
 
     @classmethod
@@ -149,7 +153,7 @@ class ServingPath:
             raise ValueError(f"schema_version: this latpred reads serving paths of version {SCHEMA_VERSION}, not "
                              f"{data.get('schema_version')!r}")
         known = {"schema_version", "name", "server", "label", "per_batch_ms", "per_request_ms", "low", "high", "sigma",
-                 "pauses", "note"}
+                 "pauses", "drift", "note"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{unknown[0]}: not a field of a serving path (fields: {', '.join(sorted(known))})")
@@ -173,6 +177,8 @@ class ServingPath:
             stalls = HostStalls(pauses["rate_per_s"], tuple(pauses["pauses_ms"]))
         except ValueError as exc:
             raise ValueError(f"pauses.{exc}") from None
+        if data.get("drift") is not None:  # absent or null: a host whose batches' times are independent
+            stalls = HostStalls(stalls.rate_per_s, stalls.pauses_ms, ServiceDrift.from_dict(data["drift"]))
         for key in ("server", "note"):
             if not isinstance(data.get(key, ""), str):
                 raise ValueError(f"{key}: must be a string, not {data[key]!r}")
@@ -187,7 +193,7 @@ def planned_service(model: LatencyModel, path: ServingPath | None,
                     plan_for: PlanFor = "median") -> tuple[LatencyModel, HostStalls | None]:
     """What a plan is made on, the same for ``latpred capacity`` and ``GET /v1/capacity``: the
     prediction with ``path`` around its medians, then moved to ``plan_for`` (so a slow-end plan takes
-    both slow ends), and the host's pauses to replay in every run (None without a path)."""
+    both slow ends), and the host's pauses and drift to replay in every run (None without a path)."""
     served = path.around(model) if path is not None else model
     return served.for_plan(plan_for), (path.stalls if path is not None else None)
 

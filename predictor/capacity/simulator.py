@@ -37,6 +37,9 @@ What is simulated:
   time, and a batch that runs into a pause waits it out (:mod:`predictor.capacity.host_stalls`).
   A host measured to pause one to three times a second held whole loads' p99 that way, which no
   spread of independent batch times reproduces.
+- **Host drift** (``stalls.drift``, optional): the ``Z`` of batches near each other in time are
+  correlated as the host's drift says (:mod:`predictor.capacity.service_drift`), each batch's own
+  spread unchanged; without it every batch draws its own.
 
 Simplifications of Triton's batcher:
 
@@ -70,6 +73,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 import numpy as np
 
 from predictor.capacity.host_stalls import HostStalls, PauseSchedule
+from predictor.capacity.service_drift import DriftNormals
 from predictor.capacity.single_instance import EPS_S, GiveUp, Served, ServiceFn, serve
 from predictor.capacity.triton_scheduler import forms_the_rules_batches, serve_like_triton
 
@@ -373,10 +377,11 @@ class _Server:
 
 
 def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator,
-                     pauses: PauseSchedule | None = None) -> ServiceFn:
+                     pauses: PauseSchedule | None = None, drift: DriftNormals | None = None) -> ServiceFn:
     """Service seconds of a batch starting at a time; the latency model is asked once per batch
     size (it may be a whole-model prediction), and normals are drawn in blocks (one numpy call per
-    draw is slow). With ``pauses`` the batch also waits out the host's pauses it runs into."""
+    draw is slow). With ``pauses`` the batch also waits out the host's pauses it runs into; with
+    ``drift`` its normal is the host's at the batch's start, not one of its own."""
     cache: dict[int, tuple[float, float]] = {}
     normals: Iterator[float] = iter(())
 
@@ -388,6 +393,8 @@ def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator
         median_s, sigma = cache[batch]
         if sigma == 0:
             work = median_s
+        elif drift is not None:
+            work = float(median_s * math.exp(sigma * drift.at(start_s)))
         else:
             z = next(normals, None)
             if z is None:
@@ -416,7 +423,8 @@ def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel |
     Triton's code (``scheduler="triton"``, where it forms other batches than the rule) has its own
     walk, whatever ``engine`` says: SimPy's loop runs only the rule. ``stalls``: the host's pauses,
     which every batch running into one waits out (:mod:`predictor.capacity.host_stalls`; drawn
-    from a third stream of the seed, so the arrivals and service draws stay those of a run without).
+    from a third stream of the seed, so the arrivals and service draws stay those of a run without),
+    and its drift (``stalls.drift``: the batches' normals from a fourth stream, correlated in time).
     """
     result = _run(arrivals, config, latency, requests, duration_s, warmup_fraction, engine, None, stalls).result
     assert result is not None  # nothing to give up on
@@ -504,13 +512,16 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
 
     if stalls is not None and not isinstance(stalls, HostStalls):
         raise ValueError(f"stalls: must be a HostStalls, not {type(stalls).__name__}")
-    arrival_rng, service_rng, pause_rng = (np.random.default_rng(s)
-                                           for s in np.random.SeedSequence(arrivals.seed).spawn(3))
+    # a fourth stream for the drift: the first three are those of a run without it, as before it was
+    arrival_rng, service_rng, pause_rng, drift_rng = (np.random.default_rng(s)
+                                                      for s in np.random.SeedSequence(arrivals.seed).spawn(4))
     arrival_s = arrivals.generate(requests, duration_s, arrival_rng)
     if len(arrival_s) == 0:
         raise ValueError("duration_s: no request arrives within it")
     pauses = stalls.schedule(pause_rng) if stalls is not None and stalls.rate_per_s > 0 else None
-    service_s = _service_sampler(latency, service_rng, pauses)
+    drift = stalls.drift.normals(drift_rng) if stalls is not None and stalls.drift is not None \
+        and stalls.drift.persistent_share > 0 else None
+    service_s = _service_sampler(latency, service_rng, pauses, drift)
     first = _first_measured(len(arrival_s), warmup_fraction)
 
     give_up = None

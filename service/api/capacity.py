@@ -70,7 +70,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-5"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-6"
 #: the response header that names the serving path a plan includes ("none": the GPU's time alone),
 #: so that format=txt, whose body is numbers only, says it too
 SERVING_PATH_HEADER = "Latpred-Serving-Path"

@@ -99,9 +99,9 @@ def serving_path_text() -> Any:
     in them: names are letters, digits, '-', '_' and '.')."""
     names = "|".join(name.replace(".", r"\.") for name in SERVING_PATHS)
     return Text(one_of(f"({names})"), 100, example=SERVING_PATHS[0] if SERVING_PATHS else None,
-                description="a server's own time per batch to add to the GPU's, and its host's pauses: one of the "
-                            f"shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's time "
-                            "alone, which a server such as Triton exceeds by milliseconds a batch)")
+                description="a server's own time per batch to add to the GPU's, and its host's pauses and drift: "
+                            f"one of the shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's "
+                            "time alone, which a server such as Triton exceeds by milliseconds a batch)")
 
 
 class CapacityQuery(RequestModel):
@@ -179,7 +179,7 @@ class CapacityPlan(ResponseModel):
     host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
     serving_path: dict[str, Any] | None = Field(description=(
         "the serving path added to each batch's predicted time (its stored form: name, server, label, per_batch_ms, "
-        "per_request_ms, low, high, sigma, pauses, note); null when the plan covers the GPU's time alone"))
+        "per_request_ms, low, high, sigma, pauses, drift, note); null when the plan covers the GPU's time alone"))
     candidates_evaluated: int = Field(description="settings on a GPU count the search asked about")
     simulated_requests: int = Field(description="requests this plan simulated (runs shared with an earlier "
                                                 "combination of the grid are not counted again)")

@@ -69,6 +69,11 @@ def test_the_cli_writes_a_path_that_reads_back_and_names_what_it_refuses(tmp_pat
     assert result.exit_code == 0, result.output
     path = ServingPath.from_dict(json.loads(out.read_text()))
     assert path.name == "serving-triton-blind3" and "ms a batch" in result.output
+    assert path.stalls.drift is not None and path.stalls.drift.persistent_share > 0.3  # the host's drift, by default
+    steady = runner.invoke(latpred_cli, ["serving-path", str(H100 / "serving-triton-blind3"), "--no-drift",
+                                         "--out", str(out)])
+    assert steady.exit_code == 0 and "drift none" in steady.output
+    assert ServingPath.from_dict(json.loads(out.read_text())).stalls.drift is None
     refused = runner.invoke(latpred_cli, ["serving-path", str(TWO_HOSTS), "--out", str(out)])
     assert refused.exit_code != 0 and "served on 2 hosts" in refused.output
 
