@@ -3,9 +3,9 @@
 latpred predicts what the GPU takes for a batch. A real server takes longer: Triton's time for a
 batch (its trace's ``COMPUTE_START`` to ``COMPUTE_END``, and the instance's turnaround to the next
 batch) is the model's time plus the work of handing the batch to the model and the answers back.
-Measured through PyTriton (tritonserver 2.51, nvidia-pytriton 0.7.0) on seven H100 hosts
+Measured through PyTriton (tritonserver 2.51, nvidia-pytriton 0.7.0) on eight H100 hosts
 (``datasets/nvidia-h100-80gb-hbm3/serving-triton*``, ``benchmarks/serving_path.py``), that work was
-1.1-2.5 ms a batch plus 0.17-0.27 ms a request in it (per host), over CUDA-graph replays of 0.6-15 ms:
+1.1-2.5 ms a batch plus 0.15-0.27 ms a request in it (per host), over CUDA-graph replays of 0.6-15 ms:
 latency planned from the GPU's time alone put p99 at 0.01-0.44x of what Triton served (no load of 105
 within 10%). The per-request part held from host to host; the per-batch part was a property of the
 host (the models one host served agreed within 0.1-0.5 ms, the hosts spanned 1.1-2.5 ms), which is

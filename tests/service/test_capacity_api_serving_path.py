@@ -35,7 +35,7 @@ def test_a_named_serving_path_is_planned_around_the_predictions_and_echoed(clien
         with_path["gpus"] == gpu_only["gpus"] and with_path["p99_ms"] > gpu_only["p99_ms"])
     # the planner's own answer for the same bundle's predictions with the path around them
     predicted = predicted_service_time(registry.predictor(DEVICE), load_zoo_graph("resnet50"), "fp16", "cudagraph")
-    expected = plan(path.around(predicted), 2000, 10)
+    expected = plan(path.around(predicted), 2000, 10, stalls=path.stalls)  # the path's drift in every run
     assert (with_path["gpus"], with_path["max_batch"], with_path["max_queue_delay_us"]) == (
         expected.gpus, expected.max_batch, expected.max_queue_delay_us)
     assert with_path["p99_ms"] == pytest.approx(expected.p99_ms, rel=1e-9)
