@@ -204,7 +204,7 @@ def main() -> None:
                 f"({shipped.low.per_batch_ms:.3f}-{shipped.high.per_batch_ms:.3f}), per request "
                 f"{shipped.cost.per_request_ms:.3f} ms ({shipped.low.per_request_ms:.3f}-"
                 f"{shipped.high.per_request_ms:.3f}), sigma {shipped.sigma:.3f}, drift "
-                + " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in shipped_drift(shipped))]
+                + (" + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in shipped_drift(shipped)) or "none")]
     publish(out, args.out)
 
 

@@ -381,11 +381,22 @@ def main() -> None:
                       + "; ".join(pauses_in_words(m, f) for m, f in found.items()))
     else:
         given = {m: simulated_service(data, m, measured[m]) for m in data.models}
+    if args.drift and not args.stalls:  # the drift is fitted on the batches the pauses did not stall
+        raise SystemExit("--drift: give --stalls too (the drift's shares are of the spread of the batches the "
+                         "host did not stall, the spread the measured-service runs draw from with --stalls)")
     if args.drift_from and (not args.drift or args.drift_from not in data.models):
         raise SystemExit(f"--drift-from {args.drift_from}: give --drift too, and a model of the folder "
                          f"({', '.join(data.models)})")
+    if args.drift_from:
+        hosts = model_hosts(data.folder)
+        elsewhere = sorted(m for m in data.models if hosts.get(m) != hosts.get(args.drift_from)
+                           or hosts.get(m) == MIXED)
+        if elsewhere:
+            raise SystemExit(f"--drift-from {args.drift_from}: {', '.join(elsewhere)} was not served on its host "
+                             "alone (the collect logs say so): a host's drift is its own")
     if args.drift:
-        drifts = {m: models_drift(data, [args.drift_from or m])[0] for m in data.models}
+        read_off = models_drift(data, [args.drift_from])[0] if args.drift_from else None
+        drifts = {m: read_off if read_off is not None else models_drift(data, [m])[0] for m in data.models}
         stalls = {m: HostStalls(stalls[m].rate_per_s, stalls[m].pauses_ms, drifts[m]) if stalls else
                   HostStalls(0.0, (), drifts[m]) for m in data.models}
         header.append("# host drift (--drift): each batch's time over its size's median, in spreads of that size, "

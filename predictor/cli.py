@@ -162,7 +162,7 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                    "waits behind the running one) or by Triton's documented rule (a batch forms when the "
                    "instance frees); they differ only with a queue delay")
 @click.option("--serving-path", "serving_path_spec", default=None, metavar="NAME|FILE.json",
-              help="add a server's own time per batch to the GPU's (and the host's pauses, if it has any): a "
+              help="add a server's own time per batch to the GPU's (and the host's pauses and drift, if any): a "
                    "shipped serving path by name (e.g. pytriton-h100) or a JSON file of one ('latpred "
                    "serving-path' fits one from Triton loads measured on your host; default: none, the GPU's time "
                    "alone)")
@@ -181,9 +181,9 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     on one GPU, with the objective and the planned per-GPU load marked.
 
     The prediction is the GPU's time; a server (Triton through PyTriton measured 1.1-2.5 ms a batch
-    plus 0.17-0.27 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
+    plus 0.15-0.27 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
     p99 the server will not keep. --serving-path adds a server's own time to every batch, with its
-    range, and replays its host's pauses."""
+    range, and replays its host's pauses and drift."""
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
@@ -298,7 +298,7 @@ def check_plot_path(path: Path) -> None:
 def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None, title: str) -> None:
     """The load curve of the plan's setting on one GPU (one instance, Poisson arrivals), from 5% to
     98% of what it can serve and through the plan's per-GPU load, drawn to ``path``. The planner's
-    request count and seed, and the plan's latency model and host pauses (``stalls``), make the
+    request count and seed, and the plan's latency model and host pauses and drift (``stalls``), make the
     point at the planned load the plan's own simulation."""
     from predictor.capacity.load_curve import capacity_qps, load_curve, qps_range
     from predictor.capacity.plot import render_load_curves

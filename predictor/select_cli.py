@@ -41,11 +41,15 @@ from predictor.variant import MAX_BATCH
 @click.option("--host", "host_spec", default=None, metavar="PROFILE.json|ID",
               help="the host that issues an eager forward (as for 'latpred predict')")
 @click.option("--dim", "dim_items", multiple=True, metavar="NAME=SIZE", help="an ONNX symbolic dim (repeatable)")
+@click.option("--serving-path", "serving_path_spec", default=None, metavar="NAME|FILE.json",
+              help="add a server's own time per batch to every device's: a shipped serving path by name (e.g. "
+                   "pytriton-h100) or a JSON file of one ('latpred serving-path'); default: none, the devices' "
+                   "time alone")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
 def select_command(path: str, batch: int | None, precision: str, mode: str, slo_p99_ms: float | None,
                    min_throughput: float | None, devices: str, host_spec: str | None, dim_items: tuple[str, ...],
-                   fmt: str, bundles: Path) -> None:
+                   serving_path_spec: str | None, fmt: str, bundles: Path) -> None:
     """Rank the devices for PATH (zoo name, ONNX or JSON graph) by cost per million inferences.
 
     Devices that fit the model in memory and meet --slo-p99-ms and --min-throughput come first,
@@ -55,8 +59,13 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
     settled (which devices meet the constraints does not change at either end of their prediction
     intervals, so far as the choice depends on it; the order by cost is the medians' between
     measured devices, and in doubt where a device predicted from its datasheet could cost less at
-    the fast end of its interval) or which devices, at which end of their intervals, could change it."""
+    the fast end of its interval) or which devices, at which end of their intervals, could change it.
+    --serving-path adds a server's own time per batch to every device's (the server as it runs on its
+    host, whichever device it drives), so that the ranking is the served model's, not the GPU's alone."""
+    from predictor.cli import load_serving_path
     from predictor.importers.onnx_dims import parse_dims
+
+    path_added = load_serving_path(serving_path_spec)  # before the bundles load: a bad one costs no wait
 
     try:
         predictors = device_bundles.load_all(bundles)
@@ -84,13 +93,14 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
         raise click.ClickException(f"{path}: {exc}") from None
     try:
         selection = select(graph, predictors, graph.batch if batch is None else batch, precision, mode,
-                           Constraints(slo_p99_ms, min_throughput), host)
+                           Constraints(slo_p99_ms, min_throughput), host, path_added)
     except ValueError as exc:
         raise click.ClickException(f"{path}: {exc}") from None
     if fmt == "json":
         click.echo(json.dumps({**dataclasses.asdict(selection), "best": selection.best.device if selection.best
                                else None, "verdict": selection.verdict, "settled": selection.settled,
-                               "doubts": list(selection.doubts)}))
+                               "doubts": list(selection.doubts),
+                               "serving_path": path_added.to_dict() if path_added is not None else None}))
     elif fmt == "csv":
         write_selection_csv(selection, sys.stdout, lineterminator="\n")
     else:
@@ -101,6 +111,10 @@ def echo_table(selection: Selection) -> None:
     """The verdict, then one line per device."""
     s = selection
     click.echo(f"{s.model} at batch {s.batch}, {s.precision}, {s.mode}: {s.verdict}")
+    if s.serving_path is not None:
+        path = s.serving_path
+        click.echo(f"served through {path.name} ({path.label}, {path.server}): {path.cost.per_batch_ms:.3f} ms a "
+                   f"batch + {path.cost.per_request_ms:.3f} ms a request added to every device's batch")
     if s.settled:
         click.echo("settled: no device's verdict on the constraints that the choice depends on, nor its order by "
                    "cost where it was predicted from a datasheet, changes at either end of its prediction interval")

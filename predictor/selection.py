@@ -14,6 +14,14 @@ from it:
 - **cost per million inferences**: the device's price per hour over the inferences it serves in an
   hour (``price / (throughput * 3600) * 1e6``), where the catalog knows a price.
 
+With a serving path (``predictor.capacity.serving_path``: a server's own time per batch, such as
+PyTriton's 1.1-2.5 ms a batch and 0.15-0.27 ms a request on H100 hosts), every device's batch takes
+the path's time too, as capacity planning adds it: its latency, interval ends, p99 (with a spread of
+at least the path's) and throughput are the server's, not the GPU's alone. The path is the server's on
+its host, the same whichever device it drives, so a fixed cost per batch narrows the lead a faster
+device has and a cheaper one often wins (one request is one sample). The host's pauses and drift,
+which make queues, are capacity planning's: one batch's p99 here leaves them out.
+
 Constraints (all optional): a p99 objective, a minimum throughput per device, and that the model
 fits in memory (always checked). Devices that meet every constraint come first, cheapest per
 inference first (by latency where a price is missing: such devices follow the priced ones, fastest
@@ -47,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from predictor.capacity.service_time import run_spread
+from predictor.capacity.serving_path import ServingPath
 from predictor.graph import Graph
 from predictor.host_profile import HostProfile
 from predictor.memory import WORKSPACE_BYTES, memory_estimate
@@ -119,6 +128,8 @@ class Selection:
     #: devices no prediction could be made for (a precision the hardware lacks), with why
     skipped: dict[str, str] = field(default_factory=dict)
     host: str | None = None
+    #: the server's own time per batch added to every device's (None: the devices' time alone)
+    serving_path: ServingPath | None = None
 
     @property
     def best(self) -> DeviceChoice | None:
@@ -206,21 +217,28 @@ def _shortfalls_at(c: DeviceChoice, end: Literal["low", "high"], batch: int, con
 
 
 def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode: str,
-            host: HostProfile | None, constraints: Constraints, memory_bytes: int) -> DeviceChoice:
+            host: HostProfile | None, constraints: Constraints, memory_bytes: int,
+            path: ServingPath | None = None) -> DeviceChoice:
     spec = predictor.device
     out = predictor.predict(graph, batch, precision, mode, with_layers=False, host=host)
     if not out.total_ms > 0:
         raise NothingToRun(f"{graph.name!r} runs nothing on {spec.name} ({out.total_ms} ms): with no latency to "
                            "compare, there is no device to choose")
-    tail = math.exp(Z99 * run_spread(spec.kind, mode))
-    p99 = out.total_ms * tail
-    throughput = batch / out.total_ms * 1e3
+    latency, low, high, spread = out.total_ms, out.low_ms, out.high_ms, run_spread(spec.kind, mode)
+    if path is not None:  # the server's own time on every batch, as ServingPath.around adds it for a plan
+        latency += path.added_ms(batch)
+        low += path.added_ms(batch, "low")
+        high += path.added_ms(batch, "high")
+        spread = max(spread, path.sigma)
+    tail = math.exp(Z99 * spread)
+    p99 = latency * tail
+    throughput = batch / latency * 1e3
     cost = None if spec.price_per_hour is None else spec.price_per_hour / (throughput * 3600) * 1e6
     if spec.kind == "cpu":  # no CUDA context or GPU libraries' workspaces: the weights and activations
         memory_bytes -= WORKSPACE_BYTES
     reasons = _shortfalls(memory_bytes, spec.memory_bytes, p99, throughput, constraints)
-    return DeviceChoice(spec.device_id, spec.name, predictor.provenance, out.total_ms, out.low_ms, out.high_ms,
-                        p99, out.low_ms * tail, out.high_ms * tail, throughput, memory_bytes, spec.memory_bytes,
+    return DeviceChoice(spec.device_id, spec.name, predictor.provenance, latency, low, high,
+                        p99, low * tail, high * tail, throughput, memory_bytes, spec.memory_bytes,
                         spec.price_per_hour, cost, not reasons, tuple(reasons), out.model_version, tuple(out.warnings))
 
 
@@ -245,9 +263,11 @@ def rank_key(c: DeviceChoice, constraints: Constraints) -> tuple[float, ...]:
 
 
 def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predictor], batch: int, precision: str,
-           mode: str, constraints: Constraints = Constraints(), host: HostProfile | None = None) -> Selection:
+           mode: str, constraints: Constraints = Constraints(), host: HostProfile | None = None,
+           serving_path: ServingPath | None = None) -> Selection:
     """Every device of ``predictors`` ranked for ``graph`` at ``batch``, ``precision`` and ``mode``
-    under ``constraints`` (an eager forward issued by ``host``, default each bundle's). A device
+    under ``constraints`` (an eager forward issued by ``host``, default each bundle's), each batch
+    served through ``serving_path`` where one is given (its time added to every device's). A device
     that cannot run the precision (no bf16 tensor cores on a T4) is listed in ``skipped``; a graph
     that runs nothing is refused (``NothingToRun``)."""
     check_variant(batch, precision, mode)
@@ -256,7 +276,8 @@ def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predicto
     items = predictors.values() if isinstance(predictors, Mapping) else predictors
     for predictor in items:
         try:
-            choices.append(_choice(predictor, graph, batch, precision, mode, host, constraints, memory))
+            choices.append(_choice(predictor, graph, batch, precision, mode, host, constraints, memory,
+                                   serving_path))
         except NothingToRun:
             raise
         except ValueError as exc:  # a precision the device lacks: the others can still be ranked
@@ -266,4 +287,4 @@ def select(graph: Graph, predictors: Mapping[str, Predictor] | Sequence[Predicto
     hosts = sorted((p for p in items if p.host is not None), key=lambda p: p.device.kind != "gpu")
     eager_host = host or (hosts[0].host if hosts else None)
     return Selection(graph.name, batch, precision, mode, constraints, choices, skipped,
-                     eager_host.id if mode == "eager" and eager_host is not None else None)
+                     eager_host.id if mode == "eager" and eager_host is not None else None, serving_path)

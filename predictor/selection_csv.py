@@ -19,7 +19,8 @@ from predictor.spreadsheet_cells import SpreadsheetWriter, Writable, fixed
 #: that reads cells by position keeps working.
 CSV_COLUMNS = ("rank", "device", "name", "provenance", "meets", "reasons", "latency_ms", "low_ms", "high_ms", "p99_ms",
                "throughput_qps", "memory_gib", "device_memory_gib", "price_per_hour", "cost_per_million",
-               "model", "batch", "precision", "mode", "host", "model_version", "p99_low_ms", "p99_high_ms", "settled")
+               "model", "batch", "precision", "mode", "host", "model_version", "p99_low_ms", "p99_high_ms", "settled",
+               "serving_path")
 
 
 def _flag(value: bool) -> str:
@@ -36,7 +37,7 @@ def _cells(s: Selection, rank: int, c: DeviceChoice) -> dict[str, Any]:
         "cost_per_million": "" if c.cost_per_million is None else fixed(c.cost_per_million),
         "model": s.model, "batch": s.batch, "precision": s.precision, "mode": s.mode, "host": s.host or "",
         "model_version": c.model_version, "p99_low_ms": fixed(c.p99_low_ms), "p99_high_ms": fixed(c.p99_high_ms),
-        "settled": _flag(s.settled),
+        "settled": _flag(s.settled), "serving_path": s.serving_path.name if s.serving_path is not None else "",
     }
 
 

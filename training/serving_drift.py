@@ -94,6 +94,8 @@ def lag_correlation(scores: Sequence[tuple[np.ndarray, np.ndarray]], edges_ms: S
             np.add.at(lags, which[inside], lag[inside])
             np.add.at(pairs, which[inside], 1)
     variance = square_sum / count if count else math.nan
+    if not variance > 0:  # every batch alike (or none): nothing correlates, nothing to fit
+        return LagCorrelation(np.full(bins, math.nan), np.full(bins, math.nan), np.zeros(bins))
     with np.errstate(invalid="ignore", divide="ignore"):
         return LagCorrelation(lags / pairs * 1e3, products / pairs / variance, pairs)
 
@@ -105,7 +107,7 @@ def fit_drift(measured: LagCorrelation, min_pairs: int = MIN_PAIRS) -> ServiceDr
     non-negative and sum to at most 1. No bin to fit: no drift."""
     from scipy.optimize import nnls
 
-    use = measured.pairs >= min_pairs
+    use = (measured.pairs >= min_pairs) & np.isfinite(measured.correlation)
     lag, target = measured.lag_ms[use], measured.correlation[use]
     if len(lag) < 2:
         return ServiceDrift(())
@@ -113,8 +115,10 @@ def fit_drift(measured: LagCorrelation, min_pairs: int = MIN_PAIRS) -> ServiceDr
     for fast, slow in itertools.product(FAST_TIMES_MS, SLOW_TIMES_MS):
         basis = np.column_stack([np.exp(-lag / fast), np.exp(-lag / slow)])
         shares, _ = nnls(basis, target)
-        if shares.sum() > 1:
-            shares = shares / shares.sum()
+        if shares.sum() > 1:  # the best fit within the bound lies on it: share_fast + share_slow = 1
+            edge, rest = basis[:, 0] - basis[:, 1], target - basis[:, 1]
+            fast_share = float(np.clip(edge @ rest / (edge @ edge), 0.0, 1.0)) if edge @ edge > 0 else 0.5
+            shares = np.array([fast_share, 1.0 - fast_share])
         error = float(np.sum((basis @ shares - target) ** 2))
         if error < best[0]:
             best = (error, tuple(DriftComponent(round(float(s), 4), t) for s, t in zip(shares, (fast, slow))))

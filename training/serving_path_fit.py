@@ -157,7 +157,9 @@ def measured_serving_path(data: ServingData, name: str, models: Sequence[str] | 
     the 5th and 95th percentile of the points' time over it; the median sigma of its served batches;
     with ``pauses``, the host's pauses (and the sigma of the batches they did not stall, so that the
     pauses are not counted twice); with ``drift``, the host's drift (how its batches' times move
-    together, ``training/serving_drift.py``). ``points``: the folder's ``path_points``, where the caller fits
+    together, ``training/serving_drift.py``: read off the batches the pauses did not stall, so with
+    ``pauses`` off its shares are of a narrower spread than the path's ``sigma``, and overstate it
+    where the host paused). ``points``: the folder's ``path_points``, where the caller fits
     several paths from one folder. ValueError when the models were served on more than one host
     (each host has a path of its own) or a model is not in the folder."""
     points = path_points(data) if points is None else points

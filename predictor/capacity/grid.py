@@ -41,7 +41,7 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot
     cover the next cell's search (its requests are then spent: at most ``budget``, one run, and the
     runs of that cell's p99 range where the latency model has an interval: two, one at the slow end).
-    ``stalls``: the serving host's pauses, as ``plan`` takes them, the same for every cell."""
+    ``stalls``: the serving host's pauses and drift, as ``plan`` takes them, the same for every cell."""
     runs = Runs(latency, REQUESTS, SEED, scheduler=scheduler, stalls=stalls)
     plans: list[Plan] = []
     cells = list(itertools.product(qps, slo_p99_ms))

@@ -7,8 +7,8 @@ the rate, so neighbouring points differ by the load and not by the luck of the d
 numbers), and the curve is smooth without simulating millions of requests. With the planner's
 request count and seed (``DEFAULT_REQUESTS``, ``DEFAULT_SEED``) the point at a plan's per-GPU load
 is the plan's own simulation, so the curve passes through the numbers the plan printed. A plan
-made for a host that pauses (``plan(stalls=)``) passes through its curve when the curve is given
-the same pauses.
+made for a host that pauses or drifts (``plan(stalls=)``) passes through its curve when the curve is
+given the same ``stalls``.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
     latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
     each load the slow end can serve, for the points' p99 range: three runs a point (two for a
-    slow-end model, whose own run is its range's high end). ``stalls``: the host's pauses, replayed
-    in every run (the same pauses at every load, drawn from the seed)."""
+    slow-end model, whose own run is its range's high end). ``stalls``: the host's pauses and drift,
+    replayed in every run (the same at every load, drawn from the seed)."""
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")

@@ -1,13 +1,14 @@
 """How a serving host's batch times move together: its drift, a slow wander of its speed.
 
 The simulator drew each batch's time on its own (a lognormal around its size's median). Measured
-Triton says otherwise: on all six H100 hosts of ``datasets/nvidia-h100-80gb-hbm3/serving-triton*``
-a batch's time over its size's median correlates with the batches' around it, about 0.7 for
-batches 2-5 ms apart, 0.3-0.4 at 20-50 ms, 0.15 at 100-200 ms and none past half a second
-(``benchmarks/results/service_drift.txt``). A slow stretch of the host slows every batch in it, so
-requests queue behind a run of slow batches where independent draws would have spread the same
-slowness over the whole run: drawn independently, the simulator's p99 sat below the measured one in
-most loads (the measured p99 ranked above 90% of short simulated runs in 81 of 146 loads).
+Triton says otherwise: on every H100 host of ``datasets/nvidia-h100-80gb-hbm3/serving-triton*``
+a batch's time over its size's median (in spreads of that size) correlates with the batches' around
+it, about 0.5 for batches 2-5 ms apart (0.47-0.76 by host), 0.3 at 20-50 ms, 0.15 at 100-200 ms
+and none past half a second (``benchmarks/results/service_drift.txt``). A slow stretch of the host
+slows every batch in it, so requests queue behind a run of slow batches where independent draws
+would have spread the same slowness over the whole run: drawn independently, the simulator's p99
+sat below the measured one in most loads (over the first six sets the measured p99 ranked above
+90% of short simulated runs in 81 of 146 loads).
 
 A :class:`ServiceDrift` describes that correlation as a few components, each a share of a batch
 time's log variance that persists with its own correlation time; what the shares leave is drawn
@@ -61,6 +62,8 @@ class ServiceDrift:
     components: tuple[DriftComponent, ...]
 
     def __post_init__(self) -> None:
+        if not isinstance(self.components, tuple | list):
+            raise ValueError(f"components: must be a sequence of DriftComponent, not {self.components!r}")
         components = tuple(self.components)
         if not all(isinstance(c, DriftComponent) for c in components):
             raise ValueError("components: each must be a DriftComponent")
@@ -80,9 +83,9 @@ class ServiceDrift:
         return float(sum(c.share for c in self.components))
 
     def correlation(self, lag_ms: float) -> float:
-        """The correlation of two batches' log times ``lag_ms`` apart (both of sizes whose medians
-        they are measured against)."""
-        return float(sum(c.share * math.exp(-lag_ms / c.time_ms) for c in self.components))
+        """The correlation of two batches' log times ``lag_ms`` apart, either way (both of sizes whose
+        medians they are measured against)."""
+        return float(sum(c.share * math.exp(-abs(lag_ms) / c.time_ms) for c in self.components))
 
     def normals(self, rng: np.random.Generator) -> DriftNormals:
         """One run's standard normals in time, drawn from ``rng``."""

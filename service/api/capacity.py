@@ -7,7 +7,7 @@ predicted here as ``/v1/latency`` predicts it (and cached with its predictions);
 simulated by ``predictor.capacity`` (``grid.plan_grid``). No plan is computed in this module.
 
 ``serving_path`` puts a shipped serving path around the predictions (``ServingPath.around``, as
-``latpred capacity --serving-path`` does) and gives the plans its host's pauses; it names a
+``latpred capacity --serving-path`` does) and gives the plans its host's pauses and drift; it names a
 shipped path only, never a file, so a request cannot make the server read anything else.
 
 A request's work has two bounds, both checked before it can run long: its predictions by the
@@ -19,7 +19,6 @@ not refused: "you cannot have that" is the answer a capacity sheet needs to show
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 from dataclasses import replace
@@ -39,7 +38,7 @@ from predictor.capacity.planner import (
     triton_config,
 )
 from predictor.capacity.service_time import run_spread
-from predictor.capacity.serving_path import ServingPath, planned_service, stored_serving_paths
+from predictor.capacity.serving_path import ServingPath, planned_service
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
@@ -62,6 +61,7 @@ from service.schemas.capacity import (
     CapacityPlan,
     CapacityQuery,
 )
+from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
 api = APIBlueprint("capacity", __name__, url_prefix="/v1",
@@ -71,9 +71,6 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
 PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-6"
-#: the response header that names the serving path a plan includes ("none": the GPU's time alone),
-#: so that format=txt, whose body is numbers only, says it too
-SERVING_PATH_HEADER = "Latpred-Serving-Path"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -116,8 +113,9 @@ def capacity(query: CapacityQuery) -> Response:
     model runs as slowly as its prediction allows (its `p99_ms` is then its `p99_high_ms`).
 
     The predictions are the GPU's time alone; a server takes longer (Triton through PyTriton added
-    1.1-2.5 ms a batch and 0.17-0.27 ms a request on H100 hosts). `serving_path` (a shipped path's
-    name) adds a server's own time, with its range, to every batch, and replays its host's pauses;
+    1.1-2.5 ms a batch and 0.15-0.27 ms a request on H100 hosts). `serving_path` (a shipped path's
+    name) adds a server's own time, with its range, to every batch, and replays its host's pauses
+    and drift (its batches' times moving together);
     each plan names it (`serving_path`: its stored form, or null), as does the
     `Latpred-Serving-Path` header (`none` without one).
 
@@ -147,7 +145,7 @@ def _capacity(query: CapacityQuery) -> Response:
     mode = variant_field("mode", query.mode, DEFAULT_MODE)
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
                                        host=query.host.strip(" ") if query.host else None, store=st.host_store)
-    path = _serving_path(query.serving_path)
+    path = named_serving_path(query.serving_path)
     loads = numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
     objectives = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
     if len(loads) * len(objectives) > MAX_COMBINATIONS:
@@ -162,7 +160,7 @@ def _capacity(query: CapacityQuery) -> Response:
                                path.to_dict() if path is not None else None, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}",
-               SERVING_PATH_HEADER: path.name if path is not None else "none"}
+               **serving_path_header(path)}
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
@@ -178,29 +176,6 @@ def _capacity(query: CapacityQuery) -> Response:
     response = _render(rows, query.format, query.value)
     response.headers.update(headers)
     return response
-
-
-@functools.cache
-def _stored_paths() -> dict[str, ServingPath]:
-    """The shipped serving paths, read once (the files are package data: they change with a new
-    install, which restarts the service)."""
-    return stored_serving_paths()
-
-
-def _serving_path(value: str | None) -> ServingPath | None:
-    """The shipped serving path ``value`` names (spaces around it allowed, as around every value
-    of a sheet's query), None without one, or a 400 naming ``serving_path`` that lists the names:
-    only a name is looked up, so a file path is just a name that is not there."""
-    if value is None:
-        return None
-    name = value.strip(" ")
-    paths = _stored_paths()
-    if name not in paths:
-        known = sorted(paths)
-        raise ProblemError(400, f"serving_path: no shipped serving path named {name[:100]!r} (there are: "
-                                f"{', '.join(known)})", field="serving_path", kind="unknown-serving-path",
-                           serving_paths=known)
-    return paths[name]
 
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:

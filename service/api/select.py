@@ -16,6 +16,7 @@ from typing import Any
 from flask import Response, jsonify
 from flask_openapi3 import APIBlueprint, Tag
 
+from predictor.capacity.serving_path import ServingPath
 from predictor.graph import Graph
 from predictor.host_profile import HostProfile
 from predictor.predict import Predictor
@@ -39,6 +40,7 @@ from service.schemas.select import (
     SelectQuery,
     SelectRequest,
 )
+from service.serving_paths import named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
 api = APIBlueprint("select", __name__, url_prefix="/v1",
@@ -61,8 +63,11 @@ def select_post() -> dict[str, Any]:
 
     JSON body: exactly one of `graph` (JSON IR), `model` (zoo name) or `graph_id` (stored), the
     `batch` (default: the graph's own), `precision` (fp16), `mode` (cudagraph; `host` names the host
-    profile of an eager prediction), and optional constraints: `slo_p99_ms` (the p99 of one batch's
-    latency, with the mode's run-to-run spread), `min_throughput_qps` (inferences a second one
+    profile of an eager prediction), `serving_path` (a shipped serving path's name, e.g.
+    `pytriton-h100`: a server's own time per batch added to every device's, echoed as its stored
+    form; an unknown name is a 400 that lists the known ones), and optional constraints:
+    `slo_p99_ms` (the p99 of one batch's latency, with the mode's run-to-run spread, or the path's
+    spread where that is wider), `min_throughput_qps` (inferences a second one
     device must serve), `devices` (ids to choose among; default every device a bundle predicts).
     Every device must fit the model in memory (an estimate of weights, activations and the
     runtime). Devices that meet every constraint come first, cheapest per inference first (those
@@ -80,7 +85,9 @@ def select_post() -> dict[str, Any]:
     graph = st.resolver.resolve(body)
     source = "graph" if body.graph is not None else "model" if body.model is not None else "graph_id"
     constraints = _constraints(body.slo_p99_ms, body.min_throughput_qps)
-    selection = _select(st, graph, body.batch, body.precision, body.mode, body.host, constraints, body.devices, source)
+    path = named_serving_path(body.serving_path)
+    selection = _select(st, graph, body.batch, body.precision, body.mode, body.host, constraints, body.devices, source,
+                        path)
     return _json(selection)
 
 
@@ -94,9 +101,9 @@ def select_get(query: SelectQuery) -> Response:
     latency_ms, low_ms, high_ms, p99_ms, throughput_qps, memory_gib, device_memory_gib,
     price_per_hour, cost_per_million, model, batch, precision, mode, host, model_version,
     p99_low_ms, p99_high_ms (the p99 at either end of the prediction's interval), settled (the
-    selection's, as in the JSON answer), one row
+    selection's, as in the JSON answer), serving_path (its name; empty without one), one row
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
-    the constraints.
+    the constraints. Every format carries the `Latpred-Serving-Path` header (the path's name, or `none`).
     """
     with as_bad_request():
         st = state()
@@ -109,13 +116,17 @@ def select_get(query: SelectQuery) -> Response:
         throughput = numbers(query.min_throughput_qps, "min_throughput_qps", QPS_ITEM, 0.001,
                              MAX_QUERY_THROUGHPUT)[0] if query.min_throughput_qps is not None else None
         devices = _device_list(query.devices) if query.devices is not None else None
+        path = named_serving_path(query.serving_path)
         selection = _select(st, graph, query.batch, precision, mode, query.host.strip(" ") if query.host else None,
-                            _constraints(slo, throughput), devices, "model")
+                            _constraints(slo, throughput), devices, "model", path)
+    headers = serving_path_header(path)
     if query.format == "txt":
-        return Response(selection.best.device if selection.best else "none", mimetype="text/plain")
+        return Response(selection.best.device if selection.best else "none", mimetype="text/plain", headers=headers)
     if query.format == "csv":
-        return Response(_csv(selection), mimetype="text/csv")
-    return jsonify(_json(selection))
+        return Response(_csv(selection), mimetype="text/csv", headers=headers)
+    response = jsonify(_json(selection))
+    response.headers.update(headers)
+    return response
 
 
 def _device_list(value: str) -> list[str]:
@@ -165,7 +176,8 @@ def _host(st: ServiceState, candidates: list[Predictor], host: str | None, mode:
 
 
 def _select(st: ServiceState, graph: Graph, batch: int | None, precision: str, mode: str, host: str | None,
-            constraints: Constraints, devices: list[str] | None, source: str) -> Selection:
+            constraints: Constraints, devices: list[str] | None, source: str,
+            path: ServingPath | None = None) -> Selection:
     """The selection, or a problem (422; the GET answers it as a 400, ``as_bad_request``)."""
     candidates = _candidates(st, devices)
     profile = _host(st, candidates, host, mode)
@@ -173,7 +185,7 @@ def _select(st: ServiceState, graph: Graph, batch: int | None, precision: str, m
     variants = [ResolvedVariant(p, p.device, batch, precision, mode, profile) for p in candidates]
     work_budget.check([graph], variants, st.config.max_work, field=source, max_results=st.config.max_results)
     try:
-        return select(graph, candidates, batch, precision, mode, constraints, profile)
+        return select(graph, candidates, batch, precision, mode, constraints, profile, path)
     except ValueError as exc:  # the graph cannot take the batch, or its sizes are out of the models' range
         raise ProblemError(422, f"{source}: {exc}", field=source, kind="cannot-predict") from None
 
@@ -192,6 +204,7 @@ def _json(s: Selection) -> dict[str, Any]:
     return SelectionOut(
         model=s.model, batch=s.batch, precision=s.precision, mode=s.mode, host=s.host,
         slo_p99_ms=s.constraints.slo_p99_ms, min_throughput_qps=s.constraints.min_throughput_qps,
+        serving_path=s.serving_path.to_dict() if s.serving_path is not None else None,
         best=s.best.device if s.best else None, verdict=s.verdict, settled=s.settled, doubts=list(s.doubts),
         ranked=[_choice_out(i + 1, c) for i, c in enumerate(s.ranked)], skipped=dict(s.skipped),
     ).model_dump()

@@ -9,7 +9,7 @@ or a stored graph's id, plain decimals, and ``format=csv`` (one row per device, 
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, Strict
 
@@ -19,6 +19,7 @@ from predictor.validation import INTEGRAL_FLOAT
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, MAX_BATCH, Mode, Precision
 from service.schemas.capacity import (
     QPS_ITEM,
+    SERVING_PATHS,
     SLO_ITEM,
     Text,
     graph_name_text,
@@ -27,6 +28,7 @@ from service.schemas.capacity import (
     mode_text,
     one_of,
     precision_text,
+    serving_path_text,
 )
 from service.schemas.common import RequestModel, ResponseModel
 from service.schemas.predict import GraphSource
@@ -42,6 +44,11 @@ MAX_QUERY_THROUGHPUT = 10_000_000
 #: a JSON body's number: 8 or 8.5, never "8" or true
 JsonNumber = Annotated[float, Strict()]
 
+
+#: what ``serving_path`` in a selection request means
+SERVING_PATH_DESCRIPTION = (f"a shipped serving path's name ({', '.join(SERVING_PATHS)}): a server's own time per "
+                            "batch (PyTriton's, fitted on H100 hosts) added to every device's, so that the devices are "
+                            "ranked as the served model, not the GPU alone; default: none")
 
 class SelectConstraints(RequestModel):
     """What the device must do beside fitting the model (all optional)."""
@@ -66,6 +73,8 @@ class SelectRequest(GraphSource, SelectConstraints):
     mode: Mode = DEFAULT_MODE  # type: ignore[valid-type]
     host: Annotated[str, Field(pattern=HOST_ID_PATTERN, max_length=100)] | None = Field(
         default=None, description="host profile id for eager (GET /v1/hosts; default: the bundle's)")
+    serving_path: Annotated[str, Field(max_length=100)] | None = Field(
+        default=None, description=SERVING_PATH_DESCRIPTION)
 
 
 class SelectQuery(RequestModel):
@@ -84,6 +93,7 @@ class SelectQuery(RequestModel):
     min_throughput_qps: str | None = Text(one_of(QPS_ITEM), 40, example="2000",
                                           description="inferences a second one device must serve (a plain decimal "
                                                       f"up to {MAX_QUERY_THROUGHPUT})")
+    serving_path: str | None = serving_path_text()
     devices: str | None = Text(list_of(DEVICE_ITEM, MAX_DEVICES), 3000, example="nvidia-h200,nvidia-l4",
                                description="comma-separated device ids to choose among (default: every device a "
                                            "bundle predicts)")
@@ -130,6 +140,9 @@ class SelectionOut(ResponseModel):
                                          "graphs")
     slo_p99_ms: float | None
     min_throughput_qps: float | None
+    serving_path: dict[str, Any] | None = Field(description=(
+        "the serving path added to every device's batch (its stored form: name, server, label, per_batch_ms, "
+        "per_request_ms, low, high, sigma, pauses, drift, note); null when the devices' time alone is ranked"))
     best: str | None = Field(description="the chosen device's id; null when none meets the constraints")
     verdict: str = Field(description="the choice in words, or that none meets the constraints and which is nearest")
     settled: bool = Field(description=(

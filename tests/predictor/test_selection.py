@@ -198,3 +198,36 @@ def test_a_doubt_names_the_constraint_it_is_about(predictors: dict[str, Predicto
     assert floor.best is not None and floor.best.device == best.device and not floor.settled
     said = next(d for d in floor.doubts if d.startswith(best.device))
     assert "/s asked" in said and "objective" not in said
+
+
+def test_a_serving_path_adds_the_servers_time_to_every_device_and_narrows_a_fast_devices_lead(
+        predictors: dict[str, Predictor]) -> None:
+    """The server's own time is the same on every device: each batch takes it on top, the p99 spread
+    is at least the path's, and cost per inference then favours devices the GPU time alone ranked
+    below their speed (at batch 1, PyTriton's 1.6 ms a batch is more than resnet50's GPU time)."""
+    from predictor.capacity.serving_path import stored_serving_path
+
+    path = stored_serving_path("pytriton-h100")
+    graph = load_zoo_graph("resnet50")
+    alone = select(graph, predictors, 1, "fp16", "cudagraph")
+    served = select(graph, predictors, 1, "fp16", "cudagraph", serving_path=path)
+    assert served.serving_path == path and alone.serving_path is None
+    before = {c.device: c for c in alone.ranked}
+    for c in served.ranked:
+        gpu = before[c.device]
+        assert c.latency_ms == pytest.approx(gpu.latency_ms + path.added_ms(1))
+        assert c.low_ms == pytest.approx(gpu.low_ms + path.added_ms(1, "low"))
+        assert c.high_ms == pytest.approx(gpu.high_ms + path.added_ms(1, "high"))
+        assert c.p99_ms == pytest.approx(c.latency_ms * math.exp(2.3263478740408408 * path.sigma))
+        assert math.isclose(c.throughput_qps, 1 / c.latency_ms * 1e3)
+    # the fastest device's lead over the slowest shrinks: a fixed cost per batch
+    fastest, slowest = min(alone.ranked, key=lambda c: c.latency_ms), max(alone.ranked, key=lambda c: c.latency_ms)
+    after = {c.device: c for c in served.ranked}
+    assert (after[slowest.device].latency_ms / after[fastest.device].latency_ms
+            < slowest.latency_ms / fastest.latency_ms)
+    # an objective every device met on its GPU time alone is missed by some once the server is counted
+    objective = max(c.p99_ms for c in alone.ranked) * 1.01
+    tight = select(graph, predictors, 1, "fp16", "cudagraph", Constraints(slo_p99_ms=objective), serving_path=path)
+    assert all(c.meets for c in select(graph, predictors, 1, "fp16", "cudagraph",
+                                       Constraints(slo_p99_ms=objective)).ranked)
+    assert not any(c.meets for c in tight.ranked)  # 1.6 ms a batch is more than any device's GPU time here

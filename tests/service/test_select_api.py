@@ -96,6 +96,7 @@ def test_the_spreadsheet_get_answers_csv_and_txt(client: Any) -> None:
     ("/v1/select?model=resnet50&devices=Not%20An%20Id", "devices"),
     ("/v1/select?model=resnet50&precision=fp8", "precision"),
     ("/v1/select?model=resnet50&batch=0", "batch"),
+    ("/v1/select?model=resnet50&serving_path=../../etc/passwd", "serving_path"),
 ])
 def test_bad_query_values_are_a_400_naming_the_field(client: Any, url: str, field: str) -> None:
     assert_problem(client.get(url), 400, field)
@@ -110,6 +111,8 @@ def test_bad_query_values_are_a_400_naming_the_field(client: Any, url: str, fiel
     ({"model": "resnet50", "batch": "8"}, 422, "batch"),
     ({"model": "resnet50", "mode": "eager", "host": "no-such-host"}, 404, "host"),
     ({"model": "resnet50", "graph_id": "0" * 64}, 422, ""),
+    ({"model": "resnet50", "serving_path": "mine.json"}, 400, "serving_path"),
+    ({"model": "resnet50", "serving_path": 5}, 422, "serving_path"),
 ])
 def test_bad_bodies_are_refused_naming_the_field(client: Any, body: dict[str, Any], status: int, field: str) -> None:
     assert_problem(client.post("/v1/select", json=body), status, field or None)
@@ -154,3 +157,34 @@ def test_the_cli_writes_the_same_csv_as_the_spreadsheet_get(client: Any) -> None
     served_rows = list(csv.reader(io.StringIO(served.get_data(as_text=True))))
     assert cli_rows[0] == list(CSV_COLUMNS) and len(cli_rows) > 2
     assert cli_rows == served_rows
+
+
+def test_a_named_serving_path_is_added_to_every_device_and_echoed(client: Any) -> None:
+    """``serving_path`` adds the shipped path's time to every device's batch, in the JSON answer, the
+    CSV (its name in the last column) and the header of every format; the CLI ranks alike."""
+    from click.testing import CliRunner
+
+    from latpred import main
+    from predictor.capacity.serving_path import stored_serving_path
+
+    path = stored_serving_path("pytriton-h100")
+    alone = _select(client, batch=1)
+    served = _select(client, batch=1, serving_path="pytriton-h100")
+    assert alone["serving_path"] is None and served["serving_path"] == path.to_dict()
+    gpu = {d["device"]: d["latency_ms"] for d in alone["ranked"]}
+    for d in served["ranked"]:
+        assert d["latency_ms"] == pytest.approx(gpu[d["device"]] + path.added_ms(1), rel=1e-9)
+    url = "/v1/select?model=resnet50&batch=1&serving_path=%20pytriton-h100&format=csv"
+    sheet = client.get(url)
+    assert sheet.status_code == 200 and sheet.headers["Latpred-Serving-Path"] == "pytriton-h100"
+    rows = list(csv.DictReader(io.StringIO(sheet.get_data(as_text=True))))
+    assert [r["device"] for r in rows] == [d["device"] for d in served["ranked"]]
+    assert {r["serving_path"] for r in rows} == {"pytriton-h100"}
+    plain = client.get("/v1/select?model=resnet50&batch=1&format=txt")
+    assert plain.headers["Latpred-Serving-Path"] == "none"
+    cli = CliRunner().invoke(main, ["select", "resnet50", "--batch", "1", "--serving-path", "pytriton-h100",
+                                    "--format", "csv"])
+    assert cli.exit_code == 0, cli.output
+    assert list(csv.reader(io.StringIO(cli.output))) == list(csv.reader(io.StringIO(sheet.get_data(as_text=True))))
+    refused = CliRunner().invoke(main, ["select", "resnet50", "--serving-path", "nope"])
+    assert refused.exit_code != 0 and "--serving-path" in refused.output and "pytriton-h100" in refused.output
