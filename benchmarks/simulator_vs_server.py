@@ -389,6 +389,9 @@ def main() -> None:
                          f"({', '.join(data.models)})")
     if args.drift_from:
         hosts = model_hosts(data.folder)
+        if args.drift_from not in hosts:
+            raise SystemExit(f"--drift-from {args.drift_from}: the folder's collect logs do not say which host served "
+                             "it, so its drift cannot be said to be the other models' host's")
         elsewhere = sorted(m for m in data.models if hosts.get(m) != hosts.get(args.drift_from)
                            or hosts.get(m) == MIXED)
         if elsewhere:

@@ -43,8 +43,8 @@ from predictor.variant import MAX_BATCH
 @click.option("--dim", "dim_items", multiple=True, metavar="NAME=SIZE", help="an ONNX symbolic dim (repeatable)")
 @click.option("--serving-path", "serving_path_spec", default=None, metavar="NAME|FILE.json",
               help="add a server's own time per batch to every device's: a shipped serving path by name (e.g. "
-                   "pytriton-h100) or a JSON file of one ('latpred serving-path'); default: none, the devices' "
-                   "time alone")
+                   "pytriton-h100) or a JSON file of one ('latpred serving-path'), each sample one request; "
+                   "default: none, the devices' time alone")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True)
 def select_command(path: str, batch: int | None, precision: str, mode: str, slo_p99_ms: float | None,

@@ -19,8 +19,12 @@ PyTriton's 1.1-2.5 ms a batch and 0.15-0.27 ms a request on H100 hosts), every d
 the path's time too, as capacity planning adds it: its latency, interval ends, p99 (with a spread of
 at least the path's) and throughput are the server's, not the GPU's alone. The path is the server's on
 its host, the same whichever device it drives, so a fixed cost per batch narrows the lead a faster
-device has and a cheaper one often wins (one request is one sample). The host's pauses and drift,
-which make queues, are capacity planning's: one batch's p99 here leaves them out.
+device has and a cheaper one often wins. Each sample of the batch is one request, as a dynamic
+batcher forms it (the path's per-request part is charged ``batch`` times: a client sending the
+batch as one request pays less). The path's range is added to each device's interval on its own,
+so the doubts below treat a range the devices share as if each had its own: more doubts, at large
+batches most. The host's pauses and drift, which make queues, are capacity planning's: one batch's
+p99 here leaves them out.
 
 Constraints (all optional): a p99 objective, a minimum throughput per device, and that the model
 fits in memory (always checked). Devices that meet every constraint come first, cheapest per
@@ -101,7 +105,7 @@ class DeviceChoice:
     latency_ms: float  # predicted median of one batch
     low_ms: float  # the prediction's ~90% interval
     high_ms: float
-    p99_ms: float  # of one batch, with the mode's run-to-run spread
+    p99_ms: float  # of one batch, with the mode's run-to-run spread (or a serving path's, where wider)
     p99_low_ms: float  # the same at the low and at the high end of the prediction's interval
     p99_high_ms: float
     throughput_qps: float  # inferences (samples) a second, batches back to back

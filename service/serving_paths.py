@@ -8,7 +8,8 @@ unknown name alike and neither ever reads a file a request names.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import types
+from collections.abc import Mapping, Sequence
 
 from predictor.capacity.serving_path import ServingPath, stored_serving_paths
 from service.problems import ProblemError
@@ -19,10 +20,10 @@ SERVING_PATH_HEADER = "Latpred-Serving-Path"
 
 
 @functools.cache
-def shipped_serving_paths() -> dict[str, ServingPath]:
-    """The shipped serving paths, read once (package data: they change with a new install, which
-    restarts the service)."""
-    return stored_serving_paths()
+def shipped_serving_paths() -> Mapping[str, ServingPath]:
+    """The shipped serving paths, read once and shared read-only by every request (package data:
+    they change with a new install, which restarts the service)."""
+    return types.MappingProxyType(stored_serving_paths())
 
 
 def named_serving_path(value: str | None) -> ServingPath | None:

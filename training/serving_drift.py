@@ -121,7 +121,9 @@ def fit_drift(measured: LagCorrelation, min_pairs: int = MIN_PAIRS) -> ServiceDr
             shares = np.array([fast_share, 1.0 - fast_share])
         error = float(np.sum((basis @ shares - target) ** 2))
         if error < best[0]:
-            best = (error, tuple(DriftComponent(round(float(s), 4), t) for s, t in zip(shares, (fast, slow))))
+            fast_share = round(float(shares[0]), 4)  # the slow share from it: rounding keeps the sum <= 1
+            slow_share = min(round(float(shares[1]), 4), round(1.0 - fast_share, 4))
+            best = (error, (DriftComponent(fast_share, fast), DriftComponent(slow_share, slow)))
     return ServiceDrift(tuple(c for c in best[1] if c.share > 0))
 
 

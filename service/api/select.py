@@ -40,7 +40,7 @@ from service.schemas.select import (
     SelectQuery,
     SelectRequest,
 )
-from service.serving_paths import named_serving_path, serving_path_header
+from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
 api = APIBlueprint("select", __name__, url_prefix="/v1",
@@ -52,6 +52,11 @@ CSV_RESPONSE = {
                    "device's id, or 'none'",
     "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SelectionOut"}},
                 "text/csv": {"schema": {"type": "string"}}, "text/plain": {"schema": {"type": "string"}}},
+    "headers": {
+        SERVING_PATH_HEADER: {"description": "the serving path the latencies include (the `serving_path` asked for), "
+                                             "or `none`: the devices' time alone",
+                              "schema": {"type": "string"}},
+    },
 }
 
 
@@ -82,10 +87,10 @@ def select_post() -> dict[str, Any]:
     """
     st = state()
     body = json_body(SelectRequest)
+    path = named_serving_path(body.serving_path)  # before the graph: a bad name costs no resolving
     graph = st.resolver.resolve(body)
     source = "graph" if body.graph is not None else "model" if body.model is not None else "graph_id"
     constraints = _constraints(body.slo_p99_ms, body.min_throughput_qps)
-    path = named_serving_path(body.serving_path)
     selection = _select(st, graph, body.batch, body.precision, body.mode, body.host, constraints, body.devices, source,
                         path)
     return _json(selection)
@@ -103,7 +108,8 @@ def select_get(query: SelectQuery) -> Response:
     p99_low_ms, p99_high_ms (the p99 at either end of the prediction's interval), settled (the
     selection's, as in the JSON answer), serving_path (its name; empty without one), one row
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
-    the constraints. Every format carries the `Latpred-Serving-Path` header (the path's name, or `none`).
+    the constraints. Every format of the GET carries the `Latpred-Serving-Path` header (the path's
+    name, or `none`).
     """
     with as_bad_request():
         st = state()

@@ -94,14 +94,16 @@ def host_text() -> Any:
                 description="host profile id for eager (GET /v1/hosts; default: the bundle's own)")
 
 
-def serving_path_text() -> Any:
+def serving_path_text(description: str | None = None) -> Any:
     """One shipped serving path's name: the pattern is the names themselves (only '.' needs escaping
-    in them: names are letters, digits, '-', '_' and '.')."""
+    in them: names are letters, digits, '-', '_' and '.'); ``description``, what the endpoint does
+    with it (default: capacity planning's)."""
     names = "|".join(name.replace(".", r"\.") for name in SERVING_PATHS)
     return Text(one_of(f"({names})"), 100, example=SERVING_PATHS[0] if SERVING_PATHS else None,
-                description="a server's own time per batch to add to the GPU's, and its host's pauses and drift: "
-                            f"one of the shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's "
-                            "time alone, which a server such as Triton exceeds by milliseconds a batch)")
+                description=description or (
+                    "a server's own time per batch to add to the GPU's, and its host's pauses and drift: one of the "
+                    f"shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's time alone, which "
+                    "a server such as Triton exceeds by milliseconds a batch)"))
 
 
 class CapacityQuery(RequestModel):

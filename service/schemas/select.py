@@ -48,7 +48,9 @@ JsonNumber = Annotated[float, Strict()]
 #: what ``serving_path`` in a selection request means
 SERVING_PATH_DESCRIPTION = (f"a shipped serving path's name ({', '.join(SERVING_PATHS)}): a server's own time per "
                             "batch (PyTriton's, fitted on H100 hosts) added to every device's, so that the devices are "
-                            "ranked as the served model, not the GPU alone; default: none")
+                            "ranked as the served model, not the GPU alone; each sample of the batch counts as one "
+                            "request, as a dynamic batcher forms it; the host's pauses and drift, which make queues, "
+                            "are capacity planning's and left out; default: none")
 
 class SelectConstraints(RequestModel):
     """What the device must do beside fitting the model (all optional)."""
@@ -74,7 +76,7 @@ class SelectRequest(GraphSource, SelectConstraints):
     host: Annotated[str, Field(pattern=HOST_ID_PATTERN, max_length=100)] | None = Field(
         default=None, description="host profile id for eager (GET /v1/hosts; default: the bundle's)")
     serving_path: Annotated[str, Field(max_length=100)] | None = Field(
-        default=None, description=SERVING_PATH_DESCRIPTION)
+        default=None, description=SERVING_PATH_DESCRIPTION, json_schema_extra={"examples": list(SERVING_PATHS)})
 
 
 class SelectQuery(RequestModel):
@@ -93,7 +95,7 @@ class SelectQuery(RequestModel):
     min_throughput_qps: str | None = Text(one_of(QPS_ITEM), 40, example="2000",
                                           description="inferences a second one device must serve (a plain decimal "
                                                       f"up to {MAX_QUERY_THROUGHPUT})")
-    serving_path: str | None = serving_path_text()
+    serving_path: str | None = serving_path_text(SERVING_PATH_DESCRIPTION)
     devices: str | None = Text(list_of(DEVICE_ITEM, MAX_DEVICES), 3000, example="nvidia-h200,nvidia-l4",
                                description="comma-separated device ids to choose among (default: every device a "
                                            "bundle predicts)")
@@ -116,7 +118,8 @@ class DeviceChoiceOut(ResponseModel):
     latency_ms: float = Field(description="predicted median latency of one batch")
     low_ms: float = Field(description="lower end of the prediction's ~90% interval")
     high_ms: float = Field(description="upper end of the prediction's ~90% interval")
-    p99_ms: float = Field(description="p99 of one batch's latency (the mode's run-to-run spread)")
+    p99_ms: float = Field(description="p99 of one batch's latency (the mode's run-to-run spread, or a serving "
+                                      "path's where that is wider)")
     p99_low_ms: float = Field(description="the p99 at the lower end of the prediction's interval")
     p99_high_ms: float = Field(description="the p99 at the upper end of the prediction's interval")
     throughput_qps: float = Field(description="inferences a second, batches back to back")
