@@ -34,8 +34,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "service_drift.txt"
 
 def drift_words(drift: ServiceDrift) -> str:
     """"28% for 20 ms + 30% for 300 ms (persistent 58%)"."""
-    parts = " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in drift.components) or "none"
-    return f"{parts} (persistent {drift.persistent_share:.0%})"
+    return f"{drift.in_words()} (persistent {drift.persistent_share:.0%})"
 
 
 def rows(label: str, drift: ServiceDrift, measured: LagCorrelation) -> list[str]:

@@ -38,8 +38,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
 
 from benchmarks._report import publish  # noqa: E402
 from predictor.capacity.host_stalls import HostStalls  # noqa: E402
-from predictor.capacity.service_drift import DriftComponent  # noqa: E402
-from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR, ServingPath  # noqa: E402
+from predictor.capacity.serving_path import EMPTY_MODEL, STORED_DIR  # noqa: E402
 from training.serving_check import (  # noqa: E402
     TARGET,
     ServingData,
@@ -90,11 +89,6 @@ def pooled_drift(scores: dict[str, list[tuple[np.ndarray, np.ndarray]]], leave_o
     as a path's ``stalls`` (no pauses: they differ from host to host, 0 to 1.8 a second)."""
     pooled = [score for name, set_scores in scores.items() if name != leave_out for score in set_scores]
     return HostStalls(0.0, (), fit_drift(lag_correlation(pooled)))
-
-
-def shipped_drift(path: ServingPath) -> tuple[DriftComponent, ...]:
-    """The components of ``path``'s drift (none without one)."""
-    return path.stalls.drift.components if path.stalls.drift is not None else ()
 
 
 def scored(ratio: pd.Series, inside: pd.Series | None = None) -> str:
@@ -204,7 +198,7 @@ def main() -> None:
                 f"({shipped.low.per_batch_ms:.3f}-{shipped.high.per_batch_ms:.3f}), per request "
                 f"{shipped.cost.per_request_ms:.3f} ms ({shipped.low.per_request_ms:.3f}-"
                 f"{shipped.high.per_request_ms:.3f}), sigma {shipped.sigma:.3f}, drift "
-                + (" + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in shipped_drift(shipped)) or "none")]
+                + (shipped.stalls.drift.in_words() if shipped.stalls.drift is not None else "none")]
     publish(out, args.out)
 
 

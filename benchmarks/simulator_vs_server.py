@@ -249,9 +249,7 @@ PEERS = "host-peers"
 
 def drift_in_words(drift: ServiceDrift | None) -> str:
     """", drift 28% for 20 ms + 30% for 200 ms" (empty without drift), for the header."""
-    if drift is None or not drift.components:
-        return ""
-    return ", drift " + " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in drift.components)
+    return "" if drift is None or not drift.components else f", drift {drift.in_words()}"
 
 
 def without_drift(path: ServingPath) -> ServingPath:

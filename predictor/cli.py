@@ -254,9 +254,8 @@ def echo_serving_path(path: ServingPath | None) -> None:
                    f"{path.stalls.paused_share:.1%} of the time, replayed in every run")
     drift = path.stalls.drift
     if drift is not None and drift.persistent_share > 0:
-        parts = ", ".join(f"{c.share:.0%} for {c.time_ms:.3g} ms" for c in drift.components)
-        click.echo(f"  host drift: of each batch's spread {parts} persists (batches near each other in time "
-                   f"run alike), replayed in every run")
+        click.echo(f"  host drift: of each batch's spread {drift.in_words()} persists (batches near each other "
+                   "in time run alike), replayed in every run")
 
 
 def echo_plan(result: Plan, config: str, model: str, device_name: str, precision: str, mode: str,

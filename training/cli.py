@@ -325,6 +325,5 @@ def serving_path(folder: Path, models: str, name: str | None, no_pauses: bool, n
                f"({path.low.per_batch_ms:.3f}-{path.high.per_batch_ms:.3f} and {path.low.per_request_ms:.3f}-"
                f"{path.high.per_request_ms:.3f}), served batches' sigma {path.sigma:.3f}, host pauses "
                f"{stalls.rate_per_s:.2f} a second, drift "
-               + (", ".join(f"{c.share:.0%} of the spread for {c.time_ms:g} ms" for c in stalls.drift.components)
-                  if stalls.drift is not None and stalls.drift.components else "none")
+               + (stalls.drift.in_words() if stalls.drift is not None else "none")
                + f"; written to {out}")

@@ -58,9 +58,8 @@ def model_hosts(folder: Path) -> dict[str, str]:
 
 def replay_medians_ms(folder: Path, model: str, precision: str) -> dict[int, float]:
     """The model's CUDA-graph replay alone, median ms per batch size, as the collector timed it."""
-    frame = pd.read_parquet(Path(folder) / f"graph-service-{model}-{precision}.parquet")
-    medians = frame.groupby("batch")["service_s"].median()
-    return {int(b): float(s) * 1e3 for b, s in zip(medians.index.to_numpy(dtype=int), medians.to_numpy(), strict=True)}
+    replays = pd.read_parquet(Path(folder) / f"graph-service-{model}-{precision}.parquet")
+    return dict(measured_service(replays).medians_ms)
 
 
 def path_points(data: ServingData) -> pd.DataFrame:

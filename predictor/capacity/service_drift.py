@@ -87,6 +87,11 @@ class ServiceDrift:
         medians they are measured against)."""
         return float(sum(c.share * math.exp(-abs(lag_ms) / c.time_ms) for c in self.components))
 
+    def in_words(self) -> str:
+        """"31% for 20 ms + 31% for 200 ms" (each component's share and time), or "none": how every
+        command and benchmark names a drift."""
+        return " + ".join(f"{c.share:.0%} for {c.time_ms:g} ms" for c in self.components) or "none"
+
     def normals(self, rng: np.random.Generator) -> DriftNormals:
         """One run's standard normals in time, drawn from ``rng``."""
         return DriftNormals(self, rng)

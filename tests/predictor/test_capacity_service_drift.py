@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from serving_path_helpers import a_path
 
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.service_drift import DriftComponent, ServiceDrift
-from predictor.capacity.serving_path import PathCost, ServingPath
+from predictor.capacity.serving_path import ServingPath
 from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate
 
 DRIFT = ServiceDrift((DriftComponent(0.3, 20.0), DriftComponent(0.3, 200.0)))
@@ -61,13 +62,6 @@ def test_a_batch_asked_before_the_last_reads_the_last_state() -> None:
 def test_absurd_drift_is_refused_by_name(components: tuple[DriftComponent, ...], field: str) -> None:
     with pytest.raises(ValueError, match=f"^{field}"):
         ServiceDrift(components)
-
-
-def a_path(**changes: Any) -> ServingPath:
-    fields: dict[str, Any] = {"name": "test-path", "server": "tritonserver", "label": "measured",
-                              "cost": PathCost(1.5, 0.2), "low": PathCost(1.0, 0.15), "high": PathCost(2.5, 0.3),
-                              "sigma": 0.06}
-    return ServingPath(**{**fields, **changes})
 
 
 def test_a_path_stores_its_drift_and_one_stored_without_it_has_none() -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serving_path_helpers import a_path
 
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.serving_path import (
-    PathCost,
     ServingPath,
     read_serving_path,
     serving_path,
@@ -18,13 +18,6 @@ from predictor.capacity.serving_path import (
     stored_serving_paths,
 )
 from predictor.capacity.simulator import LatencyModel
-
-
-def a_path(**changes: Any) -> ServingPath:
-    fields: dict[str, Any] = {"name": "test-path", "server": "tritonserver", "label": "measured",
-                              "cost": PathCost(1.5, 0.2), "low": PathCost(1.0, 0.15), "high": PathCost(2.5, 0.3),
-                              "sigma": 0.06}
-    return ServingPath(**{**fields, **changes})
 
 
 def test_the_path_adds_its_per_batch_and_per_request_time_to_each_median_and_its_ends_to_the_interval() -> None:
