@@ -287,6 +287,9 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
                                            "(default: collectors.serving_check.MODELS)")
 @click.option("--precision", default="fp16", show_default=True)
 @click.option("--levels", default="", help="loads as fractions of capacity (default: collectors.serving_check.LEVELS)")
+@click.option("--rates", default="", help="loads as requests a second instead of --levels (a capacity plan's loads; "
+                                          "--server triton only): a rate at 0.95 of the capacity measured or above "
+                                          "is not offered")
 @click.option("--seconds", type=click.FloatRange(min=0.1), default=4.0, show_default=True,
               help="seconds of arrivals per load")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -301,7 +304,7 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
 @click.option("--setting", "setting_names", multiple=True,
               help="a batching setting by name, as mb16-delay500us or mb32-pref16,32-delay1000us (repeat for "
                    "more; default: collectors.serving_check.SETTINGS)")
-def serving(out: Path, models: str, precision: str, levels: str, seconds: float, seed: int, device: str,
+def serving(out: Path, models: str, precision: str, levels: str, rates: str, seconds: float, seed: int, device: str,
             threads: int | None, server: str, setting_names: tuple[str, ...]) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
     from collectors.batching_server import EMPTY_MODEL, ServerSettings, model_source
@@ -317,13 +320,21 @@ def serving(out: Path, models: str, precision: str, levels: str, seconds: float,
         wanted = tuple(float(x) for x in _items(levels)) or LEVELS
         if not all(0 < x < 1 for x in wanted):
             raise ValueError(f"--levels must be fractions of capacity in (0, 1), got {levels!r}")
+        try:
+            rates_qps = tuple(float(x) for x in _items(rates))
+        except ValueError:
+            raise ValueError(f"--rates must be requests a second, comma-separated, got {rates!r}") from None
+        if rates_qps and (levels or server != "triton"):
+            raise ValueError("--rates replaces --levels, and only with --server triton")
         if server == "triton":
             if threads is not None:
                 raise ValueError("--threads is for our own server's CPU forwards, not --server triton")
-            from collectors.triton_serving import run_triton_check
+            from collectors.triton_serving import check_rates, run_triton_check
 
+            check_rates(rates_qps)  # before any model loads
             folder = run_triton_check(out, device, names, get_precision(precision).name, settings=settings,
-                                      levels=wanted, seconds_per_level=seconds, seed=seed, say=click.echo)
+                                      levels=wanted, seconds_per_level=seconds, seed=seed, say=click.echo,
+                                      rates_qps=rates_qps)
         else:
             folder = run_serving_check(out, device, names, get_precision(precision).name, settings=settings,
                                        levels=wanted, seconds_per_level=seconds, seed=seed, threads=threads,

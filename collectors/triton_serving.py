@@ -38,6 +38,7 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,8 @@ from collectors.serving_check import (
 )
 from collectors.triton_client import INPUT, OUTPUT, ClientRun, client_main
 
+#: a rate asked for (``rates_qps``) at or above this share of the capacity measured is not offered
+MAX_RATE_SHARE = 0.95
 #: serial requests per batch size when Triton's service times are measured
 SERVICE_REPS = 25
 #: a batch size's service comes from the loads where they formed it this often (service_table)
@@ -275,23 +278,32 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
                      settings: Sequence[ServerSettings] = SETTINGS, levels: Sequence[float] = LEVELS,
                      seconds_per_level: float = SECONDS_PER_LEVEL, seed: int = 0,
                      requests: tuple[int, int] = (MIN_REQUESTS, MAX_REQUESTS), reps: int = SERVICE_REPS,
-                     say: Callable[[str], None] = lambda line: None) -> Path:
+                     say: Callable[[str], None] = lambda line: None, rates_qps: Sequence[float] = ()) -> Path:
     """Measure every model not yet on disk under real Triton on ``device``; returns the folder. On a
-    GPU each batch is a CUDA-graph replay; on a CPU an eager forward (what the tests run)."""
+    GPU each batch is a CUDA-graph replay; on a CPU an eager forward (what the tests run).
+
+    ``rates_qps``, where given, are the loads instead of ``levels``: requests a second, as a
+    capacity plan asks for them (``benchmarks/plan_check.py``), each recorded at its level of the
+    capacity measured. A rate at or above ``MAX_RATE_SHARE`` of that capacity is not offered (an
+    open-loop overload is what crashed Triton) and is said."""
     import torch
 
+    check_rates(rates_qps)
     pytriton_version = require_pytriton()
     fp = read_fingerprint(device)
     folder = Path(out) / fp.device_id / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    write_meta(folder, fp, precision, levels, seconds_per_level, seed, torch.get_num_threads(), settings,
-               server=f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client")
+    more = {"rates_qps": [float(r) for r in rates_qps]} if rates_qps else {}
+    write_meta(folder, fp, precision, () if rates_qps else levels, seconds_per_level, seed, torch.get_num_threads(),
+               settings, server=f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client",
+               **more)
     max_batch = max(s.max_batch for s in settings)
     for name, target in models_to_serve(folder, models, precision, say):
         started = time.perf_counter()
         model, replay = timed_model(name, precision, max_batch, fp.kind, reps)
         say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s")
-        frames, service = _serve_model(model, settings, levels, seconds_per_level, seed, requests, reps, say)
+        frames, service = _serve_model(model, settings, Loads(levels, tuple(rates_qps)), seconds_per_level, seed,
+                                       requests, reps, say)
         if not frames:
             say(f"{name}: no load was answered in full; nothing written")
             continue
@@ -304,7 +316,7 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
     return folder
 
 
-def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels: Sequence[float],
+def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], loads: Loads,
                  seconds: float, seed: int, requests: tuple[int, int], reps: int,
                  say: Callable[[str], None]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
     """``model`` under each setting, each in a Triton of its own: Triton's service time of every
@@ -318,7 +330,7 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
         with tempfile.TemporaryDirectory() as scratch:
             trace_file = Path(scratch) / "trace.json"
             log = BatchLog()
-            done = _serve_setting(model, setting, setting_index, trace_file, log, levels, seconds, seed, requests,
+            done = _serve_setting(model, setting, setting_index, trace_file, log, loads, seconds, seed, requests,
                                   reps, say)
             try:
                 trace = read_trace(trace_file)
@@ -340,7 +352,7 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], levels:
 
 
 def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
-                   levels: Sequence[float], seconds: float, seed: int, requests: tuple[int, int], reps: int,
+                   loads: Loads, seconds: float, seed: int, requests: tuple[int, int], reps: int,
                    say: Callable[[str], None]) -> list[tuple[float, float, float, ClientRun, np.ndarray]]:
     """One Triton run: the serial pass, then the loads; returns (level, capacity, start, the
     client's run, the schedule) of each load answered in full."""
@@ -358,8 +370,12 @@ def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: i
             except RuntimeError as exc:  # the server died: the next setting starts another
                 say(f"  {setting.name}: {exc}; the setting's loads are skipped")
                 return done
-            for level_index, level in enumerate(levels):
-                qps = level * capacity
+            for level_index, qps in enumerate(loads.rates(capacity)):
+                level = qps / capacity
+                if level >= MAX_RATE_SHARE:
+                    say(f"  {setting.name}: {qps:.0f} qps not offered, {level:.2f} of the {capacity:.0f} qps "
+                        f"measured (at most {MAX_RATE_SHARE:g})")
+                    continue
                 n = int(np.clip(qps * seconds, *requests))
                 offsets = np.cumsum(np.random.default_rng(seed + 1000 * setting_index + level_index)
                                     .exponential(1.0 / qps, n))
@@ -377,6 +393,26 @@ def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: i
             control.send(None)
             client.join(timeout=10)
     return done
+
+
+@dataclass(frozen=True)
+class Loads:
+    """A setting's loads: fractions of the capacity measured (``levels``), or, where given, request
+    rates (``rates_qps``, a capacity plan's loads)."""
+
+    levels: Sequence[float]
+    rates_qps: tuple[float, ...] = ()
+
+    def rates(self, capacity_qps: float) -> list[float]:
+        """Each load's requests a second, given the capacity the closed loop measured."""
+        return list(self.rates_qps) if self.rates_qps else [level * capacity_qps for level in self.levels]
+
+
+def check_rates(rates_qps: Sequence[float]) -> None:
+    """ValueError naming a rate that is not a positive, finite number of requests a second."""
+    for rate in rates_qps:
+        if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
+            raise ValueError(f"rates: each must be a positive number of requests a second, not {rate!r}")
 
 
 def _capacity(control: Any, url: str, headers: dict[str, str], name: str, setting: ServerSettings,

@@ -16,7 +16,16 @@ import pytest
 from click.testing import CliRunner
 
 from collectors.triton_client import ClientRun
-from collectors.triton_serving import EmptyTrace, batch_totals, load_frame, mean_seconds, read_trace, service_table
+from collectors.triton_serving import (
+    EmptyTrace,
+    Loads,
+    batch_totals,
+    check_rates,
+    load_frame,
+    mean_seconds,
+    read_trace,
+    service_table,
+)
 from latpred import main
 
 TRACE = Path(__file__).parent / "data" / "triton_trace.json"
@@ -119,4 +128,30 @@ def test_the_cli_refuses_threads_for_triton_and_names_pytriton_where_it_is_missi
     result = CliRunner().invoke(main, ["collect", "serving", "--server", "triton", "--out", str(tmp_path),
                                        "--device", "cpu", "--models", "nas-3"])
     assert result.exit_code == 1 and "nvidia-pytriton" in result.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_loads_are_fractions_of_the_capacity_measured_unless_rates_are_given() -> None:
+    assert Loads((0.3, 0.6)).rates(1000.0) == [300.0, 600.0]
+    assert Loads((0.3, 0.6), (250.0, 1200.0)).rates(1000.0) == [250.0, 1200.0]  # a plan's qps, whatever was measured
+
+
+@pytest.mark.parametrize("rate", [0.0, -5.0, float("nan"), float("inf"), "100"])
+def test_a_rate_that_is_no_positive_number_of_requests_is_refused_by_name(rate: object) -> None:
+    with pytest.raises(ValueError, match="rates: each must be a positive number"):
+        check_rates([100.0, rate])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--rates", "500,x"], "--rates must be requests a second"),
+    (["--rates", "500,-1"], "rates: each must be a positive number"),
+    (["--rates", "500", "--levels", "0.3"], "--rates replaces --levels"),
+    (["--rates", "500", "--server", "ours"], "only with --server triton"),
+])
+def test_the_cli_refuses_bad_rates_before_it_serves_or_writes(tmp_path: Path, args: list[str], said: str) -> None:
+    command = ["collect", "serving", "--out", str(tmp_path), "--device", "cpu", "--models", "nas-3", *args]
+    if "--server" not in args:
+        command += ["--server", "triton"]
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 1 and said in result.output
     assert not list(tmp_path.iterdir())

@@ -1,0 +1,285 @@
+"""Capacity plans checked end to end against Triton: does the server keep the p99 a plan promises?
+
+``simulator_vs_server.py`` checks the simulator at settings and loads chosen for the check. A
+capacity planner's user gets something else: a setting the planner chose for a model, a load
+they named, and a p99. This script makes such plans and scores them on Triton serving exactly them.
+
+1. ``plan`` (here, no GPU): for each model, the plan ``latpred capacity`` makes on one GPU
+   (``--max-gpus 1``) with a shipped serving path, at ``--fractions`` of the one-GPU capacity the
+   plan's own latency model gives (max batch up to 32), with an objective loose enough that the
+   plan is the planner's lowest-p99 setting there. Written as JSON (``--out``), the plans the
+   device serves.
+2. ``benchmarks/plan_check.sh`` (on the GPU): Triton through PyTriton serves each planned
+   (model, setting) at the plans' request rates (``latpred collect serving --server triton
+   --rates``), and the empty model at two settings, the serving host's own path.
+3. ``score`` (here): each plan's p99 against the p99 measured, server side (receipt to the
+   batch's finish, as the simulator models it) and at the client (send to answer, which adds the
+   gRPC trip both ways); whether the measured p99 is inside the plan's range (every batch at
+   either end of the prediction's 90% interval); and the same setting and rate simulated with the
+   serving host's own path (its empty model's) in place of the shipped one.
+
+Run:
+    .venv/bin/python benchmarks/plan_check.py plan [--device D] [--models a,b] [--out PLANS.json]
+    .venv/bin/python benchmarks/plan_check.py score --plans PLANS.json --folder FOLDER [--out RESULT.txt]
+FOLDER holds one serving folder per planned (model, setting) and one for the empty model, as
+``plan_check.sh`` brings them back (``plan-<model>-<setting>/<device>/serving-triton``,
+``empty/<device>/serving-triton``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+if not __package__:  # run as a script: the repository root on the path, as python -m puts it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks._report import publish  # noqa: E402
+from collectors.batching_server import ServerSettings  # noqa: E402
+from predictor.capacity.host_stalls import HostStalls  # noqa: E402
+from predictor.capacity.load_curve import capacity_qps  # noqa: E402
+from predictor.capacity.planner import plan  # noqa: E402
+from predictor.capacity.service_time import predicted_service_time  # noqa: E402
+from predictor.capacity.serving_path import EMPTY_MODEL, ServingPath, planned_service, serving_path  # noqa: E402
+from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate  # noqa: E402
+from predictor.device_bundles import load_predictor  # noqa: E402
+from predictor.predict import Predictor  # noqa: E402
+from predictor.zoo import load_zoo_graph  # noqa: E402
+from training.serving_check import WARMUP_FRACTION, first_measured, load_serving, request_stats  # noqa: E402
+from training.serving_path_fit import measured_serving_path  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PRECISION, MODE = "fp16", "cudagraph"
+#: the largest max batch a plan may choose: the collector captures a CUDA graph and times Triton's
+#: serial pass for every size up to it, seconds each on the device
+MAX_BATCH = 32
+#: an objective no plan here comes near: the plan is then the lowest p99 on one GPU
+LOOSE_SLO_MS = 1000.0
+#: the simulated requests of a plan and of the host-path simulation (the planner's own)
+REQUESTS = 20_000
+TARGET = 0.10
+
+
+@dataclass(frozen=True)
+class PlannedLoad:
+    """One plan: a model served on one GPU with ``setting`` at ``qps``, and what the plan promised."""
+
+    model: str
+    device: str
+    serving_path: str
+    fraction: float
+    capacity_qps: float
+    qps: float
+    setting: str
+    max_batch: int
+    max_queue_delay_us: int
+    p50_ms: float
+    p99_ms: float
+    p99_low_ms: float | None
+    p99_high_ms: float | None
+
+
+def rounded(ms: float | None) -> float | None:
+    """A plan's milliseconds as the plans file keeps them."""
+    return None if ms is None else round(ms, 4)
+
+
+def setting_name(max_batch: int, delay_us: int) -> str:
+    """The collector's name of a plan's batching setting (``ServerSettings.parse`` reads it back)."""
+    return f"mb{max_batch}-" + (f"delay{delay_us}us" if delay_us else "nodelay")
+
+
+def served_model(predictor: Predictor, model: str, path: ServingPath | None) -> tuple[LatencyModel, HostStalls | None]:
+    """What a plan is made on for ``model``: its predicted batch times plus ``path``, and the
+    path's host pauses and drift (``latpred capacity``'s own steps)."""
+    return planned_service(predicted_service_time(predictor, load_zoo_graph(model), PRECISION, MODE), path)
+
+
+def make_plans(device: str, models: list[str], fractions: list[float], path_name: str) -> list[PlannedLoad]:
+    """Each model's one-GPU plan at each fraction of the capacity its planned latency gives."""
+    predictor = load_predictor(device)
+    path = serving_path(path_name)
+    plans = []
+    for model in models:
+        service, stalls = served_model(predictor, model, path)
+        capacity = capacity_qps(service, BatchingConfig(max_batch=MAX_BATCH), stalls)
+        for fraction in fractions:
+            qps = float(round(fraction * capacity, -1))
+            made = plan(service, qps, LOOSE_SLO_MS, max_gpus=1, max_batch_choices=tuple(2 ** i for i in range(6)),
+                        stalls=stalls)
+            if not made.meets:
+                print(f"# {model} at {qps:g} qps: no one-GPU plan ({made.reason}); left out", file=sys.stderr)
+                continue
+            plans.append(PlannedLoad(model, predictor.device.device_id, path.name, fraction, round(capacity, 1), qps,
+                                     setting_name(made.max_batch, made.max_queue_delay_us), made.max_batch,
+                                     made.max_queue_delay_us, round(made.p50_ms, 4), round(made.p99_ms, 4),
+                                     rounded(made.p99_low_ms), rounded(made.p99_high_ms)))
+    return plans
+
+
+def plan_command(args: argparse.Namespace) -> None:
+    plans = make_plans(args.device, args.models.split(","), [float(f) for f in args.fractions.split(",")],
+                       args.serving_path)
+    made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    args.out.write_text(json.dumps({"made": made, "precision": PRECISION, "mode": MODE,
+                                    "plans": [asdict(p) for p in plans]}, indent=1) + "\n")
+    for p in plans:
+        print(f"{run_name(p)}: {p.model} at {p.qps:g} qps ({p.fraction:g} of {p.capacity_qps:g}): {p.setting}, "
+              f"p99 {p.p99_ms:.3f} ms ({p.p99_low_ms}-{p.p99_high_ms})")
+    print(f"{len(plans)} plans written to {args.out}")
+
+
+# ------------------------------------------------------------------------------------------- score
+def read_plans(path: Path) -> list[PlannedLoad]:
+    """The plans ``plan`` wrote."""
+    return [PlannedLoad(**p) for p in json.loads(path.read_text())["plans"]]
+
+
+def run_name(p: PlannedLoad) -> str:
+    """The folder ``plan_check.sh`` serves one plan into: each plan in a Triton of its own, so
+    that a server that dies (PyTriton's did, under load) takes no other plan's load with it."""
+    return f"plan-{p.model}-{p.setting}-{p.qps:.0f}"
+
+
+def served_folder(root: Path, name: str, device: str) -> Path:
+    """Where ``plan_check.sh`` put one collector run's serving folder."""
+    return root / name / device / "serving-triton"
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A plan and what Triton did at it (None where no load was answered)."""
+
+    plan: PlannedLoad
+    measured_qps: float | None = None
+    capacity_measured_qps: float | None = None
+    server_p99_ms: float | None = None
+    client_p99_ms: float | None = None
+    host_path_p99_ms: float | None = None
+
+    def ratio(self) -> float | None:
+        """The plan's p99 over the server's measured one."""
+        return None if self.server_p99_ms is None else self.plan.p99_ms / self.server_p99_ms
+
+    def in_range(self) -> bool:
+        """Whether the server's p99 is inside the plan's range."""
+        low, high = self.plan.p99_low_ms, self.plan.p99_high_ms
+        return (self.server_p99_ms is not None and low is not None and high is not None
+                and low <= self.server_p99_ms <= high)
+
+
+def host_path(root: Path, device: str) -> ServingPath | None:
+    """The serving host's own path, fitted on its empty model's loads (None where it was not served)."""
+    folder = served_folder(root, EMPTY_MODEL, device)
+    if not folder.is_dir():
+        return None
+    return measured_serving_path(load_serving(folder), "serving-host", [EMPTY_MODEL])
+
+
+def score_plan(p: PlannedLoad, root: Path, predictor: Predictor, own: ServingPath | None) -> Scored:
+    """One plan against the load Triton served at its rate (if any)."""
+    folder = served_folder(root, run_name(p), p.device)
+    if not folder.is_dir():
+        return Scored(p)
+    data = load_serving(folder)
+    served = data.requests[(data.requests["model"] == p.model) & (data.requests["setting"] == p.setting)]
+    capacity = float(served["capacity_qps"].iloc[0]) if len(served) else None
+    frame = served[np.isclose(served["offered_qps"], p.qps, rtol=1e-6)]
+    if frame.empty:
+        return Scored(p, capacity_measured_qps=capacity)
+    frame = frame.sort_values("index", ignore_index=True)
+    us = {c: frame[c].to_numpy(dtype=np.int64) * 1e-6 for c in ("sent_us", "received_us", "start_us", "finish_us",
+                                                                  "answered_us")}
+    server = request_stats(us["received_us"], us["start_us"], us["finish_us"])
+    first = first_measured(len(frame), WARMUP_FRACTION)
+    client_p99 = float(np.percentile((us["answered_us"] - us["sent_us"])[first:] * 1e3, 99))
+    simulated = None
+    if own is not None:
+        service, stalls = served_model(predictor, p.model, own)
+        setting = ServerSettings.parse(p.setting)
+        config = BatchingConfig(max_batch=setting.max_batch, max_queue_delay_us=setting.max_queue_delay_us,
+                                scheduler="triton")
+        simulated = simulate(Arrivals("poisson", p.qps), config, service, requests=REQUESTS, stalls=stalls).p99_ms
+    return Scored(p, server.throughput_qps, capacity, server.p99_ms, client_p99, simulated)
+
+
+def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]:
+    """The results table and its summary."""
+    def f(value: float | None, spec: str = ".2f") -> str:
+        return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+    first = scored[0].plan if scored else None
+    lines = [f"# .venv/bin/python benchmarks/plan_check.py score --plans {plans_path} --folder {root}",
+             f"# plans: {first.device if first else '-'}, {PRECISION} {MODE}, serving path "
+             f"{first.serving_path if first else '-'}, one GPU, max batch up to {MAX_BATCH}; measured: Triton "
+             "through PyTriton serving each plan's setting at its rate (benchmarks/plan_check.sh)",
+             "# server p99: receipt to the batch's finish, as the simulator models it; client p99: send to answer; "
+             f"the first {WARMUP_FRACTION:.0%} of each load skipped; plan/server: the plan's p99 over the server's; "
+             "range: the server's p99 inside the plan's p99 at either end of the prediction's interval; host path: "
+             "the same setting and rate simulated with the serving host's own path (its empty model) instead",
+             "",
+             f"{'model':<13} {'qps':>6} {'frac':>5} {'cap meas':>8} {'setting':<17} | {'plan p50':>8} {'plan p99':>8} "
+             f"{'range':>13} | {'server p99':>10} {'client p99':>10} {'plan/server':>11} {'in range':>8} | "
+             f"{'host path p99':>13} {'/server':>7}",
+             "-" * 150]
+    for s in scored:
+        p = s.plan
+        ratio = s.ratio()
+        mark = "" if ratio is None else ("" if abs(ratio - 1) <= TARGET else "*")
+        own = None if s.host_path_p99_ms is None or s.server_p99_ms is None else s.host_path_p99_ms / s.server_p99_ms
+        rng = f"{f(p.p99_low_ms)}-{f(p.p99_high_ms)}"
+        lines.append(f"{p.model:<13} {p.qps:>6.0f} {p.fraction:>5.2f} {f(s.capacity_measured_qps, '.0f'):>8} "
+                     f"{p.setting:<17} | {p.p50_ms:>8.2f} {p.p99_ms:>8.2f} {rng:>13} | {f(s.server_p99_ms):>10} "
+                     f"{f(s.client_p99_ms):>10} {f(ratio):>10}{mark:1} {('yes' if s.in_range() else 'no'):>8} | "
+                     f"{f(s.host_path_p99_ms):>13} {f(own):>7}"
+                     + ("" if s.server_p99_ms is not None else "   (no load answered at this rate)"))
+    served = [s for s in scored if s.server_p99_ms is not None]
+    within = sum(abs((s.ratio() or 0) - 1) <= TARGET for s in served)
+    own_within = [s for s in served if s.host_path_p99_ms is not None]
+    lines += ["", f"plans: {len(scored)}; served at their rate: {len(served)}; plan p99 within +-{TARGET:.0%} of the "
+              f"server's: {within}; the server's p99 inside the plan's range: {sum(s.in_range() for s in served)}; "
+              f"the plan's p99 at or above the server's (the promise kept): "
+              f"{sum((s.ratio() or 0) >= 1 for s in served)}"]
+    if own_within:
+        ok = sum(abs(s.host_path_p99_ms / s.server_p99_ms - 1) <= TARGET for s in own_within  # type: ignore[operator]
+                 )
+        lines.append(f"with the serving host's own path: within +-{TARGET:.0%} {ok} of {len(own_within)}")
+    return lines
+
+
+def score_command(args: argparse.Namespace) -> None:
+    plans = read_plans(args.plans)
+    if not plans:
+        raise SystemExit(f"{args.plans}: no plans")
+    predictor = load_predictor(plans[0].device)
+    own = host_path(args.folder, plans[0].device)
+    scored = [score_plan(p, args.folder, predictor, own) for p in plans]
+    publish(score_lines(scored, args.plans, args.folder), args.out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    make = commands.add_parser("plan", help="make the plans (no GPU)")
+    make.add_argument("--device", default="nvidia-h100-80gb-hbm3")
+    make.add_argument("--models", default="resnet50,mnasnet0_5,qwen2-0.5b")
+    make.add_argument("--fractions", default="0.3,0.6,0.85", help="loads as fractions of the planned one-GPU capacity")
+    make.add_argument("--serving-path", default="pytriton-h100")
+    make.add_argument("--out", type=Path, default=RESULTS / "plan_check_plans.json")
+    score = commands.add_parser("score", help="score the plans on what Triton served")
+    score.add_argument("--plans", type=Path, default=RESULTS / "plan_check_plans.json")
+    score.add_argument("--folder", type=Path, required=True)
+    score.add_argument("--out", type=Path, default=RESULTS / "plan_check.txt")
+    args = parser.parse_args()
+    (plan_command if args.command == "plan" else score_command)(args)
+
+
+if __name__ == "__main__":
+    main()

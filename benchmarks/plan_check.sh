@@ -1,0 +1,46 @@
+#!/bin/bash
+# Capacity plans served by Triton, in one device call (benchmarks/plan_check.py makes the plans here
+# and scores what comes back). Each plan of PLANS (default benchmarks/results/plan_check_plans.json)
+# is served in a Triton of its own, its model under its setting at its rate (`latpred collect
+# serving --server triton --rates`), so that a server that dies takes no other plan's load with it;
+# then the empty model at two settings, the serving host's own path. PyTriton travels as in
+# triton_serving.sh (carry .whl; datasets and bundles stay behind).
+# Brings back $OUT/plan_check.tgz (a folder per plan, plan-<model>-<setting>-<qps>/, and empty/, each
+# with <device>/serving-triton inside; host_before.json, host_after.json) and $OUT/plan_check.txt.
+#   OUT=<folder> [PLANS=...] [LOAD_SECONDS=5] [LIMIT=540] bash benchmarks/plan_check.sh
+set -u
+source benchmarks/device_env.sh
+log=$OUT/plan_check.txt
+gpu_machine_header $log
+site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
+plans=${PLANS:-benchmarks/results/plan_check_plans.json}
+root=$OUT/root
+mkdir -p $root
+ends=$(( $(date +%s) + ${LIMIT:-540} ))
+python3 -m latpred host probe --no-references --note "before the plans" --out $root/host_before.json >> $log 2>&1
+# one line per plan: its folder, model, setting and rate
+python3 -c "
+import json, sys
+for p in json.load(open('$plans'))['plans']:
+    print(f\"plan-{p['model']}-{p['setting']}-{p['qps']:.0f} {p['model']} {p['setting']} {p['qps']:g}\")
+" > $root/plans.txt
+while read -r name model setting rate; do
+  left=$(( ends - $(date +%s) - 60 ))  # a minute kept for the empty model and the probe after
+  if [ $left -lt 30 ]; then echo "$name: not served, out of time" >> $log; continue; fi
+  echo "== $name" >> $log
+  timeout $(( left < 120 ? left : 120 )) python3 -m latpred collect serving --server triton --precision fp16 \
+    --models $model --setting $setting --rates $rate --seconds ${LOAD_SECONDS:-5} --out $root/$name >> $log 2>&1 \
+    || echo "$name: stopped (exit $?)" >> $log
+done < $root/plans.txt
+left=$(( ends - $(date +%s) - 15 ))
+if [ $left -gt 30 ]; then
+  echo "== empty" >> $log
+  timeout $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
+    --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds ${LOAD_SECONDS:-5} \
+    --out $root/empty >> $log 2>&1 || echo "empty: stopped (exit $?)" >> $log
+fi
+python3 -m latpred host probe --no-references --note "after the plans" --out $root/host_after.json >> $log 2>&1
+date -u >> $log
+tar -C $root -czf $OUT/plan_check.tgz . && rm -rf $root
+grep -v -E '^[IW][0-9]{4} |^[|+]' $log | tail -80
