@@ -2,7 +2,8 @@
 # Capacity plans served by Triton, in one device call (benchmarks/plan_check.py makes the plans here
 # and scores what comes back). Each plan of PLANS (default benchmarks/results/plan_check_plans.json)
 # is served in a Triton of its own, its model under its setting at its rate (`latpred collect
-# serving --server triton --rates`), so that a server that dies takes no other plan's load with it;
+# serving --server triton --rates`, its stdin closed: the loop reads the plans there), so that a
+# server that dies takes no other plan's load with it;
 # then the empty model at two settings, the serving host's own path. PyTriton travels as in
 # triton_serving.sh (carry .whl; datasets and bundles stay behind).
 # Brings back $OUT/plan_check.tgz (a folder per plan, plan-<model>-<setting>-<qps>/, and empty/, each
@@ -30,7 +31,7 @@ while read -r name model setting rate; do
   if [ $left -lt 30 ]; then echo "$name: not served, out of time" >> $log; continue; fi
   echo "== $name" >> $log
   timeout $(( left < 120 ? left : 120 )) python3 -m latpred collect serving --server triton --precision fp16 \
-    --models $model --setting $setting --rates $rate --seconds ${LOAD_SECONDS:-5} --out $root/$name >> $log 2>&1 \
+    --models $model --setting $setting --rates $rate --seconds ${LOAD_SECONDS:-5} --out $root/$name < /dev/null >> $log 2>&1 \
     || echo "$name: stopped (exit $?)" >> $log
 done < $root/plans.txt
 left=$(( ends - $(date +%s) - 15 ))
