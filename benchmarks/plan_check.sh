@@ -20,10 +20,11 @@ root=$OUT/root
 mkdir -p $root
 ends=$(( $(date +%s) + ${LIMIT:-540} ))
 python3 -m latpred host probe --no-references --note "before the plans" --out $root/host_before.json >> $log 2>&1
-# one line per plan: its folder, model, setting and rate
+# one line per plan: its folder, model, setting and rate; the lightest loads first, so that a call
+# short of time leaves out the heaviest (those most likely to be over what Triton serves anyway)
 python3 -c "
 import json, sys
-for p in json.load(open('$plans'))['plans']:
+for p in sorted(json.load(open('$plans'))['plans'], key=lambda p: p['fraction']):
     print(f\"plan-{p['model']}-{p['setting']}-{p['qps']:.0f} {p['model']} {p['setting']} {p['qps']:g}\")
 " > $root/plans.txt
 while read -r name model setting rate; do
