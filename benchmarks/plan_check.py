@@ -42,7 +42,7 @@ if not __package__:  # run as a script: the repository root on the path, as pyth
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
-from collectors.batching_server import ServerSettings  # noqa: E402
+from collectors.batching_server import ServerSettings, model_source  # noqa: E402
 from predictor.capacity.host_stalls import HostStalls  # noqa: E402
 from predictor.capacity.load_curve import capacity_qps  # noqa: E402
 from predictor.capacity.planner import plan  # noqa: E402
@@ -53,9 +53,10 @@ from predictor.device_bundles import load_predictor  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
 from training.serving_check import WARMUP_FRACTION, first_measured, load_serving, request_stats  # noqa: E402
-from training.serving_path_fit import measured_serving_path  # noqa: E402
+from training.serving_path_fit import measured_serving_path, path_points  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
 PRECISION, MODE = "fp16", "cudagraph"
 #: the largest max batch a plan may choose: the collector captures a CUDA graph and times Triton's
 #: serial pass for every size up to it, seconds each on the device
@@ -104,6 +105,8 @@ def served_model(predictor: Predictor, model: str, path: ServingPath | None) -> 
 
 def make_plans(device: str, models: list[str], fractions: list[float], path_name: str) -> list[PlannedLoad]:
     """Each model's one-GPU plan at each fraction of the capacity its planned latency gives."""
+    for model in models:  # one the collector cannot build would fail on the device, not here
+        model_source(model)
     predictor = load_predictor(device)
     path = serving_path(path_name)
     plans = []
@@ -163,6 +166,8 @@ class Scored:
     server_p99_ms: float | None = None
     client_p99_ms: float | None = None
     host_path_p99_ms: float | None = None
+    #: why no load was answered at the plan's rate
+    why: str = "no load answered at this rate (the collect log says why)"
 
     def ratio(self) -> float | None:
         """The plan's p99 over the server's measured one."""
@@ -185,8 +190,12 @@ def host_path(root: Path, device: str) -> ServingPath | None:
 
 def score_plan(p: PlannedLoad, root: Path, predictor: Predictor, own: ServingPath | None) -> Scored:
     """One plan against the load Triton served at its rate (if any)."""
+    try:
+        model_source(p.model)
+    except ValueError:
+        return Scored(p, why="not served: not a model the collector builds")
     folder = served_folder(root, run_name(p), p.device)
-    if not folder.is_dir():
+    if not any(folder.glob("requests-*.parquet")):  # never served, or the server died before a load ended
         return Scored(p)
     data = load_serving(folder)
     served = data.requests[(data.requests["model"] == p.model) & (data.requests["setting"] == p.setting)]
@@ -210,13 +219,21 @@ def score_plan(p: PlannedLoad, root: Path, predictor: Predictor, own: ServingPat
     return Scored(p, server.throughput_qps, capacity, server.p99_ms, client_p99, simulated)
 
 
+def shown(path: Path) -> str:
+    """``path`` as the results file names it: from the repository's root where it is inside."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]:
     """The results table and its summary."""
     def f(value: float | None, spec: str = ".2f") -> str:
         return "-" if value is None or not math.isfinite(value) else format(value, spec)
 
     first = scored[0].plan if scored else None
-    lines = [f"# .venv/bin/python benchmarks/plan_check.py score --plans {plans_path} --folder {root}",
+    lines = [f"# .venv/bin/python benchmarks/plan_check.py score --plans {shown(plans_path)} --folder {shown(root)}",
              f"# plans: {first.device if first else '-'}, {PRECISION} {MODE}, serving path "
              f"{first.serving_path if first else '-'}, one GPU, max batch up to {MAX_BATCH}; measured: Triton "
              "through PyTriton serving each plan's setting at its rate (benchmarks/plan_check.sh)",
@@ -239,7 +256,7 @@ def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]
                      f"{p.setting:<17} | {p.p50_ms:>8.2f} {p.p99_ms:>8.2f} {rng:>13} | {f(s.server_p99_ms):>10} "
                      f"{f(s.client_p99_ms):>10} {f(ratio):>10}{mark:1} {('yes' if s.in_range() else 'no'):>8} | "
                      f"{f(s.host_path_p99_ms):>13} {f(own):>7}"
-                     + ("" if s.server_p99_ms is not None else "   (no load answered at this rate)"))
+                     + ("" if s.server_p99_ms is not None else f"   ({s.why})"))
     served = [s for s in scored if s.server_p99_ms is not None]
     within = sum(abs((s.ratio() or 0) - 1) <= TARGET for s in served)
     own_within = [s for s in served if s.host_path_p99_ms is not None]
@@ -254,6 +271,36 @@ def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]
     return lines
 
 
+def batch_lines(plans: list[PlannedLoad], root: Path, predictor: Predictor, paths: dict[str, ServingPath]) -> list[str]:
+    """Each served plan's batch times (sizes formed at least ``MIN_BATCHES`` times, with Triton's
+    turnaround, as the path fit reads them: ``path_points``) over what a plan adds up for them: the
+    model's predicted batch time plus each of ``paths``, and its replay alone plus each. Where the
+    plans' p99 misses, this says whether the batches or the queueing missed."""
+    names = list(paths)
+    lines = ["", "served batch time over the prediction (pred) or the replay alone (replay) plus a path, per batch "
+             "size formed at least 20 times: median (range over sizes)",
+             f"{'plan':<36} {'sizes':>7} " + " ".join(f"{f'{w} + {n}':>22}" for n in names for w in ("pred", "replay"))]
+    for p in plans:
+        folder = served_folder(root, run_name(p), p.device)
+        if not any(folder.glob("requests-*.parquet")):
+            continue
+        points = path_points(load_serving(folder))
+        if points.empty:
+            continue
+        graph = load_zoo_graph(p.model)
+        predicted = np.array([predictor.predict(graph, int(b), PRECISION, MODE, with_layers=False).total_ms
+                              for b in points["batch"]])
+        cells = []
+        for name in names:
+            added = paths[name].cost.per_batch_ms + paths[name].cost.per_request_ms * points["batch"].to_numpy()
+            for base in (predicted, points["replay_ms"].to_numpy()):
+                ratio = points["served_ms"].to_numpy() / (base + added)
+                cells.append(f"{np.median(ratio):.2f} ({ratio.min():.2f}-{ratio.max():.2f})")
+        sizes = f"{points['batch'].min()}-{points['batch'].max()}"
+        lines.append(f"{run_name(p):<36} {sizes:>7} " + " ".join(f"{c:>22}" for c in cells))
+    return lines
+
+
 def score_command(args: argparse.Namespace) -> None:
     plans = read_plans(args.plans)
     if not plans:
@@ -261,7 +308,10 @@ def score_command(args: argparse.Namespace) -> None:
     predictor = load_predictor(plans[0].device)
     own = host_path(args.folder, plans[0].device)
     scored = [score_plan(p, args.folder, predictor, own) for p in plans]
-    publish(score_lines(scored, args.plans, args.folder), args.out)
+    paths = {plans[0].serving_path: serving_path(plans[0].serving_path)}
+    if own is not None:
+        paths["host's own"] = own
+    publish(score_lines(scored, args.plans, args.folder) + batch_lines(plans, args.folder, predictor, paths), args.out)
 
 
 def main() -> None:
@@ -269,7 +319,8 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("plan", help="make the plans (no GPU)")
     make.add_argument("--device", default="nvidia-h100-80gb-hbm3")
-    make.add_argument("--models", default="resnet50,mnasnet0_5,qwen2-0.5b")
+    make.add_argument("--models", default="resnet101,mnasnet0_5,qwen2-0.5b",
+                      help="zoo models the collector builds, or nas-<seed> (collectors.batching_server.model_source)")
     make.add_argument("--fractions", default="0.3,0.6,0.85", help="loads as fractions of the planned one-GPU capacity")
     make.add_argument("--serving-path", default="pytriton-h100")
     make.add_argument("--out", type=Path, default=RESULTS / "plan_check_plans.json")
