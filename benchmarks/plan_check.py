@@ -9,9 +9,9 @@ they named, and a p99. This script makes such plans and scores them on Triton se
    plan's own latency model gives (max batch up to 32), with an objective loose enough that the
    plan is the planner's lowest-p99 setting there. Written as JSON (``--out``), the plans the
    device serves.
-2. ``benchmarks/plan_check.sh`` (on the GPU): Triton through PyTriton serves each planned
-   (model, setting) at the plans' request rates (``latpred collect serving --server triton
-   --rates``), and the empty model at two settings, the serving host's own path.
+2. ``benchmarks/plan_check.sh`` (on the GPU): Triton through PyTriton serves each plan in a
+   server of its own, its model under its setting at its rate (``latpred collect serving --server
+   triton --rates``), then the empty model at two settings, the serving host's own path.
 3. ``score`` (here): each plan's p99 against the p99 measured, server side (receipt to the
    batch's finish, as the simulator models it) and at the client (send to answer, which adds the
    gRPC trip both ways); whether the measured p99 is inside the plan's range (every batch at
@@ -21,9 +21,10 @@ they named, and a p99. This script makes such plans and scores them on Triton se
 Run:
     .venv/bin/python benchmarks/plan_check.py plan [--device D] [--models a,b] [--out PLANS.json]
     .venv/bin/python benchmarks/plan_check.py score --plans PLANS.json --folder FOLDER [--out RESULT.txt]
-FOLDER holds one serving folder per planned (model, setting) and one for the empty model, as
-``plan_check.sh`` brings them back (``plan-<model>-<setting>/<device>/serving-triton``,
-``empty/<device>/serving-triton``).
+FOLDER holds one serving folder per plan and one for the empty model, as ``plan_check.sh`` brings
+them back (``plan-<model>-<setting>-<qps>/<device>/serving-triton``, ``empty/<device>/serving-triton``).
+``plan`` refuses to overwrite a plans file: plans are committed before they are served, and a file
+scored since must stay the plans that were served.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from predictor.device_bundles import load_predictor  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
 from training.serving_check import WARMUP_FRACTION, first_measured, load_serving, request_stats  # noqa: E402
-from training.serving_path_fit import measured_serving_path, path_points  # noqa: E402
+from training.serving_path_fit import MIN_BATCHES, measured_serving_path, path_points  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -66,6 +67,11 @@ LOOSE_SLO_MS = 1000.0
 #: the simulated requests of a plan and of the host-path simulation (the planner's own)
 REQUESTS = 20_000
 TARGET = 0.10
+
+
+def within_target(ratio: float | None) -> bool:
+    """Whether a ratio is within +-``TARGET`` of 1 (rounded first, so that 0.9 and 1.1 count alike)."""
+    return ratio is not None and round(abs(ratio - 1), 9) <= TARGET
 
 
 @dataclass(frozen=True)
@@ -109,12 +115,16 @@ def make_plans(device: str, models: list[str], fractions: list[float], path_name
         model_source(model)
     predictor = load_predictor(device)
     path = serving_path(path_name)
-    plans = []
+    plans: list[PlannedLoad] = []
     for model in models:
         service, stalls = served_model(predictor, model, path)
         capacity = capacity_qps(service, BatchingConfig(max_batch=MAX_BATCH), stalls)
         for fraction in fractions:
             qps = float(round(fraction * capacity, -1))
+            if qps <= 0 or any(q.model == model and q.qps == qps for q in plans):
+                print(f"# {model}: {fraction:g} of {capacity:.0f} qps rounds to {qps:g} qps, no new plan; left out",
+                      file=sys.stderr)
+                continue
             made = plan(service, qps, LOOSE_SLO_MS, max_gpus=1, max_batch_choices=tuple(2 ** i for i in range(6)),
                         stalls=stalls)
             if not made.meets:
@@ -128,6 +138,9 @@ def make_plans(device: str, models: list[str], fractions: list[float], path_name
 
 
 def plan_command(args: argparse.Namespace) -> None:
+    if args.out.exists():
+        raise SystemExit(f"{args.out} exists: plans already made (and perhaps served) stay as they are; "
+                         "give another --out")
     plans = make_plans(args.device, args.models.split(","), [float(f) for f in args.fractions.split(",")],
                        args.serving_path)
     made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -249,7 +262,7 @@ def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]
     for s in scored:
         p = s.plan
         ratio = s.ratio()
-        mark = "" if ratio is None else ("" if abs(ratio - 1) <= TARGET else "*")
+        mark = "" if ratio is None or within_target(ratio) else "*"
         own = None if s.host_path_p99_ms is None or s.server_p99_ms is None else s.host_path_p99_ms / s.server_p99_ms
         rng = f"{f(p.p99_low_ms)}-{f(p.p99_high_ms)}"
         lines.append(f"{p.model:<13} {p.qps:>6.0f} {p.fraction:>5.2f} {f(s.capacity_measured_qps, '.0f'):>8} "
@@ -258,14 +271,14 @@ def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]
                      f"{f(s.host_path_p99_ms):>13} {f(own):>7}"
                      + ("" if s.server_p99_ms is not None else f"   ({s.why})"))
     served = [s for s in scored if s.server_p99_ms is not None]
-    within = sum(abs((s.ratio() or 0) - 1) <= TARGET for s in served)
+    within = sum(within_target(s.ratio()) for s in served)
     own_within = [s for s in served if s.host_path_p99_ms is not None]
     lines += ["", f"plans: {len(scored)}; served at their rate: {len(served)}; plan p99 within +-{TARGET:.0%} of the "
               f"server's: {within}; the server's p99 inside the plan's range: {sum(s.in_range() for s in served)}; "
               f"the plan's p99 at or above the server's (the promise kept): "
               f"{sum((s.ratio() or 0) >= 1 for s in served)}"]
     if own_within:
-        ok = sum(abs(s.host_path_p99_ms / s.server_p99_ms - 1) <= TARGET for s in own_within  # type: ignore[operator]
+        ok = sum(within_target(s.host_path_p99_ms / s.server_p99_ms) for s in own_within  # type: ignore[operator]
                  )
         lines.append(f"with the serving host's own path: within +-{TARGET:.0%} {ok} of {len(own_within)}")
     return lines
@@ -278,7 +291,7 @@ def batch_lines(plans: list[PlannedLoad], root: Path, predictor: Predictor, path
     plans' p99 misses, this says whether the batches or the queueing missed."""
     names = list(paths)
     lines = ["", "served batch time over the prediction (pred) or the replay alone (replay) plus a path, per batch "
-             "size formed at least 20 times: median (range over sizes)",
+             f"size formed at least {MIN_BATCHES} times: median (range over sizes)",
              f"{'plan':<36} {'sizes':>7} " + " ".join(f"{f'{w} + {n}':>22}" for n in names for w in ("pred", "replay"))]
     for p in plans:
         folder = served_folder(root, run_name(p), p.device)

@@ -16,30 +16,35 @@ gpu_machine_header $log
 site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
 tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
 plans=${PLANS:-benchmarks/results/plan_check_plans.json}
+LOAD_SECONDS=${LOAD_SECONDS:-5}
+LIMIT=${LIMIT:-540}
 root=$OUT/root
 mkdir -p $root
-ends=$(( $(date +%s) + ${LIMIT:-540} ))
+ends=$(( $(date +%s) + LIMIT ))
 python3 -m latpred host probe --no-references --note "before the plans" --out $root/host_before.json >> $log 2>&1
-# one line per plan: its folder, model, setting and rate; the lightest loads first, so that a call
-# short of time leaves out the heaviest (those most likely to be over what Triton serves anyway)
-python3 -c "
+echo "plans $plans, $LOAD_SECONDS s a load, limit $LIMIT s" >> $log
+# one line per plan: its folder (plan_check.py's run_name), model, setting and rate, exactly; the
+# lightest loads first, so that a call short of time leaves out the heaviest (those most likely to be
+# over what Triton serves anyway)
+python3 - "$plans" > $root/plans.txt 2>> $log <<'PY'
 import json, sys
-for p in sorted(json.load(open('$plans'))['plans'], key=lambda p: p['fraction']):
-    print(f\"plan-{p['model']}-{p['setting']}-{p['qps']:.0f} {p['model']} {p['setting']} {p['qps']:g}\")
-" > $root/plans.txt
+for p in sorted(json.load(open(sys.argv[1]))["plans"], key=lambda p: p["fraction"]):
+    print(f"plan-{p['model']}-{p['setting']}-{p['qps']:.0f} {p['model']} {p['setting']} {p['qps']!r}")
+PY
+[ -s $root/plans.txt ] || echo "no plan read from $plans" >> $log
 while read -r name model setting rate; do
   left=$(( ends - $(date +%s) - 60 ))  # a minute kept for the empty model and the probe after
   if [ $left -lt 30 ]; then echo "$name: not served, out of time" >> $log; continue; fi
   echo "== $name" >> $log
-  timeout $(( left < 120 ? left : 120 )) python3 -m latpred collect serving --server triton --precision fp16 \
-    --models $model --setting $setting --rates $rate --seconds ${LOAD_SECONDS:-5} --out $root/$name < /dev/null >> $log 2>&1 \
+  timeout -k 10 $(( left < 120 ? left : 120 )) python3 -m latpred collect serving --server triton --precision fp16 \
+    --models $model --setting $setting --rates $rate --seconds $LOAD_SECONDS --out $root/$name < /dev/null >> $log 2>&1 \
     || echo "$name: stopped (exit $?)" >> $log
 done < $root/plans.txt
 left=$(( ends - $(date +%s) - 15 ))
 if [ $left -gt 30 ]; then
   echo "== empty" >> $log
-  timeout $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
-    --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds ${LOAD_SECONDS:-5} \
+  timeout -k 10 $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
+    --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds $LOAD_SECONDS \
     --out $root/empty >> $log 2>&1 || echo "empty: stopped (exit $?)" >> $log
 fi
 python3 -m latpred host probe --no-references --note "after the plans" --out $root/host_after.json >> $log 2>&1

@@ -62,6 +62,7 @@ from collectors.serving_check import (
     write_requests,
 )
 from collectors.triton_client import INPUT, OUTPUT, ClientRun, client_main
+from predictor.capacity.simulator import MAX_RATE_QPS, is_finite_number
 
 #: a rate asked for (``rates_qps``) at or above this share of the capacity measured is not offered
 MAX_RATE_SHARE = 0.95
@@ -337,14 +338,15 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], loads: 
             except EmptyTrace as exc:  # a server that died before its trace wrote a part: the next setting
                 say(f"  {setting.name}: left out, {exc}")
                 continue
-        for level, capacity, start_at, run, offsets in done:
+        for qps, capacity, start_at, run, offsets in done:
             try:
                 frame = load_frame(trace, run, start_at, offsets)
             except ValueError as exc:  # a server that died lost the trace's last part
-                say(f"  {setting.name} at {level:.2f}: left out, {exc}")
+                say(f"  {setting.name} at {qps:g} qps: left out, {exc}")
                 continue
+            # the rate as offered, exactly (a plan's load is found by it), and its level of the capacity
             frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
-                                       level=level, capacity_qps=capacity, offered_qps=level * capacity))
+                                       level=qps / capacity, capacity_qps=capacity, offered_qps=qps))
         services.append(batch_service(trace, "s").assign(setting=setting.name))
     if not services:
         return frames, pd.DataFrame({"batch": [], "service_s": [], "source": []})
@@ -354,8 +356,8 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], loads: 
 def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
                    loads: Loads, seconds: float, seed: int, requests: tuple[int, int], reps: int,
                    say: Callable[[str], None]) -> list[tuple[float, float, float, ClientRun, np.ndarray]]:
-    """One Triton run: the serial pass, then the loads; returns (level, capacity, start, the
-    client's run, the schedule) of each load answered in full."""
+    """One Triton run: the serial pass, then the loads; returns (the rate offered, capacity, start,
+    the client's run, the schedule) of each load answered in full."""
 
     done: list[tuple[float, float, float, ClientRun, np.ndarray]] = []
     name = model_name(model.name, setting)
@@ -372,8 +374,8 @@ def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: i
                 return done
             for level_index, qps in enumerate(loads.rates(capacity)):
                 level = qps / capacity
-                if level >= MAX_RATE_SHARE:
-                    say(f"  {setting.name}: {qps:.0f} qps not offered, {level:.2f} of the {capacity:.0f} qps "
+                if loads.rates_qps and level >= MAX_RATE_SHARE:
+                    say(f"  {setting.name}: {qps:g} qps not offered, {level:.2f} of the {capacity:.0f} qps "
                         f"measured (at most {MAX_RATE_SHARE:g})")
                     continue
                 n = int(np.clip(qps * seconds, *requests))
@@ -385,9 +387,9 @@ def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: i
                     say(f"  {setting.name} at {level:.2f}: Triton failed ({'; '.join(run.errors)}); "
                         "the setting's other loads are skipped")
                     break
-                done.append((level, capacity, start_at, run, offsets))
+                done.append((qps, capacity, start_at, run, offsets))
                 latency = (run.answered_s - run.sent_s)[n // 10:] * 1e3
-                say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, client p50 "
+                say(f"  {setting.name} at {level:.2f} x {capacity:.0f} = {qps:g} qps: {n} requests, client p50 "
                     f"{np.percentile(latency, 50):.3f} p99 {np.percentile(latency, 99):.3f} ms")
         finally:
             control.send(None)
@@ -409,10 +411,15 @@ class Loads:
 
 
 def check_rates(rates_qps: Sequence[float]) -> None:
-    """ValueError naming a rate that is not a positive, finite number of requests a second."""
+    """ValueError naming a rate that is not a positive, finite number of requests a second up to
+    the simulator's ``MAX_RATE_QPS``, or one given twice (two loads of one rate would share their
+    (model, setting, level) and be read as one)."""
     for rate in rates_qps:
-        if not (isinstance(rate, (int, float)) and np.isfinite(rate) and rate > 0):
-            raise ValueError(f"rates: each must be a positive number of requests a second, not {rate!r}")
+        if not is_finite_number(rate) or not 0 < rate <= MAX_RATE_QPS:
+            raise ValueError(f"--rates: each must be a number of requests a second in (0, {MAX_RATE_QPS:g}], "
+                             f"not {rate!r}")
+    if len(set(rates_qps)) != len(rates_qps):
+        raise ValueError(f"--rates: a rate is given twice ({', '.join(f'{r:g}' for r in rates_qps)})")
 
 
 def _capacity(control: Any, url: str, headers: dict[str, str], name: str, setting: ServerSettings,

@@ -136,15 +136,22 @@ def test_loads_are_fractions_of_the_capacity_measured_unless_rates_are_given() -
     assert Loads((0.3, 0.6), (250.0, 1200.0)).rates(1000.0) == [250.0, 1200.0]  # a plan's qps, whatever was measured
 
 
-@pytest.mark.parametrize("rate", [0.0, -5.0, float("nan"), float("inf"), "100"])
-def test_a_rate_that_is_no_positive_number_of_requests_is_refused_by_name(rate: object) -> None:
-    with pytest.raises(ValueError, match="rates: each must be a positive number"):
+@pytest.mark.parametrize("rate", [0.0, -5.0, float("nan"), float("inf"), "100", True, 2e7])
+def test_a_rate_that_is_no_number_of_requests_in_range_is_refused_by_name(rate: object) -> None:
+    with pytest.raises(ValueError, match="--rates: each must be a number of requests a second"):
         check_rates([100.0, rate])  # type: ignore[list-item]
+
+
+def test_a_rate_given_twice_is_refused_and_numpy_numbers_pass() -> None:
+    with pytest.raises(ValueError, match="--rates: a rate is given twice"):
+        check_rates([500.0, 500.0])
+    check_rates([np.int64(500), np.float64(250.5)])
 
 
 @pytest.mark.parametrize(("args", "said"), [
     (["--rates", "500,x"], "--rates must be requests a second"),
-    (["--rates", "500,-1"], "rates: each must be a positive number"),
+    (["--rates", "500,-1"], "--rates: each must be a number of requests a second"),
+    (["--rates", "500,500"], "--rates: a rate is given twice"),
     (["--rates", "500", "--levels", "0.3"], "--rates replaces --levels"),
     (["--rates", "500", "--server", "ours"], "only with --server triton"),
 ])
