@@ -12,3 +12,11 @@ gpu_machine_header() {
   { echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo;
     nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit --format=csv; } > "$1"
 }
+# unpack_pytriton LOG: PyTriton and what it needs (.whl/pytriton_site.tar.xz, carried) into the interpreter's
+# own site-packages, PYTRITON_SITE: Triton's Python backend stub reads that one's, not PYTHONPATH.
+# Where it cannot, says so in LOG and exits 3.
+unpack_pytriton() {
+  PYTRITON_SITE=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+  tar -xJf .whl/pytriton_site.tar.xz -C "$PYTRITON_SITE" \
+    || { echo "could not unpack PyTriton into $PYTRITON_SITE" >> "$1"; exit 3; }
+}

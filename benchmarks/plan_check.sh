@@ -13,8 +13,7 @@ set -u
 source benchmarks/device_env.sh
 log=$OUT/plan_check.txt
 gpu_machine_header $log
-site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
-tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
+unpack_pytriton $log
 plans=${PLANS:-benchmarks/results/plan_check_plans.json}
 LOAD_SECONDS=${LOAD_SECONDS:-5}
 LIMIT=${LIMIT:-540}

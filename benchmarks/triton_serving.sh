@@ -24,9 +24,8 @@ set -u
 source benchmarks/device_env.sh
 log=$OUT/triton_serving.txt
 gpu_machine_header $log
-site=$(python3 -c 'import site; print(site.getsitepackages()[0])')
-tar -xJf .whl/pytriton_site.tar.xz -C "$site" || { echo "could not unpack PyTriton into $site" >> $log; exit 3; }
-ldd "$site/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" | grep -i python >> $log
+unpack_pytriton $log
+ldd "$PYTRITON_SITE/pytriton/tritonserver/python_backend_stubs/3.12/triton_python_backend_stub" | grep -i python >> $log
 setting_flags=()
 for name in ${SETTINGS:-}; do setting_flags+=(--setting "$name"); done
 mkdir -p $OUT/root
