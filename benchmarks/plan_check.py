@@ -46,14 +46,21 @@ from benchmarks._report import publish  # noqa: E402
 from collectors.batching_server import ServerSettings, model_source  # noqa: E402
 from predictor.capacity.host_stalls import HostStalls  # noqa: E402
 from predictor.capacity.load_curve import capacity_qps  # noqa: E402
-from predictor.capacity.planner import plan  # noqa: E402
+from predictor.capacity.planner import MAX_BATCH_CHOICES, plan  # noqa: E402
 from predictor.capacity.service_time import predicted_service_time  # noqa: E402
 from predictor.capacity.serving_path import EMPTY_MODEL, ServingPath, planned_service, serving_path  # noqa: E402
 from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate  # noqa: E402
 from predictor.device_bundles import load_predictor  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
 from predictor.zoo import load_zoo_graph  # noqa: E402
-from training.serving_check import WARMUP_FRACTION, first_measured, load_serving, request_stats  # noqa: E402
+from training.serving_check import (  # noqa: E402
+    TARGET,
+    WARMUP_FRACTION,
+    first_measured,
+    load_serving,
+    predicted_service,
+    request_stats,
+)
 from training.serving_path_fit import MIN_BATCHES, measured_serving_path, path_points  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,11 +69,12 @@ PRECISION, MODE = "fp16", "cudagraph"
 #: the largest max batch a plan may choose: the collector captures a CUDA graph and times Triton's
 #: serial pass for every size up to it, seconds each on the device
 MAX_BATCH = 32
+#: the planner's own maximum batches, up to that
+PLAN_MAX_BATCHES = tuple(b for b in MAX_BATCH_CHOICES if b <= MAX_BATCH)
 #: an objective no plan here comes near: the plan is then the lowest p99 on one GPU
 LOOSE_SLO_MS = 1000.0
 #: the simulated requests of a plan and of the host-path simulation (the planner's own)
 REQUESTS = 20_000
-TARGET = 0.10
 
 
 def within_target(ratio: float | None) -> bool:
@@ -125,7 +133,7 @@ def make_plans(device: str, models: list[str], fractions: list[float], path_name
                 print(f"# {model}: {fraction:g} of {capacity:.0f} qps rounds to {qps:g} qps, no new plan; left out",
                       file=sys.stderr)
                 continue
-            made = plan(service, qps, LOOSE_SLO_MS, max_gpus=1, max_batch_choices=tuple(2 ** i for i in range(6)),
+            made = plan(service, qps, LOOSE_SLO_MS, max_gpus=1, max_batch_choices=PLAN_MAX_BATCHES,
                         stalls=stalls)
             if not made.meets:
                 print(f"# {model} at {qps:g} qps: no one-GPU plan ({made.reason}); left out", file=sys.stderr)
@@ -300,12 +308,12 @@ def batch_lines(plans: list[PlannedLoad], root: Path, predictor: Predictor, path
         points = path_points(load_serving(folder))
         if points.empty:
             continue
-        graph = load_zoo_graph(p.model)
-        predicted = np.array([predictor.predict(graph, int(b), PRECISION, MODE, with_layers=False).total_ms
-                              for b in points["batch"]])
+        batches = [int(b) for b in points["batch"]]
+        latency = predicted_service(predictor, p.model, PRECISION, batches)
+        predicted = np.array([latency(b)[0] for b in batches])
         cells = []
         for name in names:
-            added = paths[name].cost.per_batch_ms + paths[name].cost.per_request_ms * points["batch"].to_numpy()
+            added = np.array([paths[name].added_ms(b) for b in batches])
             for base in (predicted, points["replay_ms"].to_numpy()):
                 ratio = points["served_ms"].to_numpy() / (base + added)
                 cells.append(f"{np.median(ratio):.2f} ({ratio.min():.2f}-{ratio.max():.2f})")

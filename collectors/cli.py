@@ -329,9 +329,8 @@ def serving(out: Path, models: str, precision: str, levels: str, rates: str, sec
         if server == "triton":
             if threads is not None:
                 raise ValueError("--threads is for our own server's CPU forwards, not --server triton")
-            from collectors.triton_serving import check_rates, run_triton_check
+            from collectors.triton_serving import run_triton_check
 
-            check_rates(rates_qps)  # before any model loads
             folder = run_triton_check(out, device, names, get_precision(precision).name, settings=settings,
                                       levels=wanted, seconds_per_level=seconds, seed=seed, say=click.echo,
                                       rates_qps=rates_qps)
