@@ -27,6 +27,7 @@ from predictor.host_profile import (
     CALIBRATION_PRECISIONS,
     HOST_KINDS,
     HostProfile,
+    estimate_profile,
     host_kind,
     parse_profile,
     parse_reference_key,
@@ -198,6 +199,8 @@ class Predictor:
         self.calibrate_hosts = calibrate_hosts
         #: (a profile's JSON, other constants' or None, the forwards read) -> it calibrated by them
         self._calibrated: dict[tuple[str, str | None, tuple[str, ...]], tuple[HostProfile, Calibration | None]] = {}
+        #: (a GPU-less profile's JSON, the bundle's host) -> the estimate a GPU's forward is predicted from
+        self._estimates: dict[tuple[str, str], HostProfile] = {}
 
     def __repr__(self) -> str:
         return (f"Predictor({self.device.device_id}, bundle {self.bundle.version}, "
@@ -413,6 +416,36 @@ class Predictor:
         except ValueError:
             return False
 
+    def host_for_device(self, host: HostProfile) -> tuple[HostProfile, str | None]:
+        """The profile an eager forward on this device is predicted from when ``host`` is asked,
+        and a warning where it is not ``host`` itself. A profile probed beside a GPU times CUDA
+        launches, one probed without a GPU (``gpu`` null, measured) times a CPU's own operators:
+        on a CPU device the first gives way to the CPU's own profile, and on a GPU the second to
+        an estimate of its host, the bundle's host scaled by its CPU score (what ``latpred host
+        probe --cpu-only`` makes there, labelled estimated, with a wider interval)."""
+        if self.host is None:
+            return host, None
+        if self.device.kind == "cpu" and host.gpu:
+            return self.host, (f"the host profile {host.id} was probed beside a GPU ({host.gpu}): a CPU's forward "
+                               f"is predicted from its own profile, {self.host.id}")
+        if self.device.kind == "cpu" or host.gpu or host.label != "measured":
+            return host, None
+        if host.cpu_score_ns is None:
+            return host, (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
+                          "operators, not CUDA launches, and it has no cpu_score_ns to estimate a GPU's host from: "
+                          "probe where the GPU is, or estimate with 'latpred host probe --cpu-only'")
+        key = (host.model_dump_json(), self.host.id)
+        if key not in self._estimates:
+            self._estimates[key] = estimate_profile(
+                self.host, host.cpu_score_ns, cpu_model=host.cpu_model, cpu_cores=host.cpu_cores,
+                hostname=host.hostname, measured_at=host.measured_at,
+                note=f"estimated for a GPU from {host.id}, probed without one")
+        estimate = self._estimates[key]
+        return estimate, (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
+                          f"operators, not CUDA launches: this eager forward is predicted from {estimate.id}, "
+                          f"{self.host.id} scaled by {host.id}'s CPU score (estimated, as 'latpred host probe "
+                          "--cpu-only' makes)")
+
     def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None,
                         keys: Collection[str] = CALIBRATION_KEYS) -> tuple[HostProfile, Calibration | None]:
         """``host`` scaled by its reference forwards of ``keys`` (default: the fp32 ones, which
@@ -515,11 +548,10 @@ class Predictor:
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
         warnings: list[str] = []
-        if host is not None and self.device.kind == "cpu" and host.gpu and self.host is not None:
-            # a profile probed beside a GPU times CUDA launches; a CPU's own calls are its operators
-            warnings.append(f"the host profile {host.id} was probed beside a GPU ({host.gpu}): a CPU's forward is "
-                            f"predicted from its own profile, {self.host.id}")
-            host = self.host
+        if host is not None and mode == "eager":
+            host, mismatch = self.host_for_device(host)
+            if mismatch is not None:
+                warnings.append(mismatch)
         host = host or self.host
         eager = mode == "eager"
         if host is None and eager:

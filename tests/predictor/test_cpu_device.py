@@ -18,7 +18,7 @@ from predictor.compose import CompositionConstants, compose, layer_times
 from predictor.device_bundles import bundle_folder, expand_transfer, load_all
 from predictor.device_catalog import validate
 from predictor.devices import DEVICES, resolve_device
-from predictor.host_profile import HOST_KINDS
+from predictor.host_profile import HOST_KINDS, estimate_profile
 from predictor.memory import WORKSPACE_BYTES, memory_estimate
 from predictor.operator_host import speed_ratio
 from predictor.predict import Predictor
@@ -240,6 +240,28 @@ def test_a_host_probed_beside_a_gpu_is_not_a_cpus_profile(cpu: Predictor) -> Non
     own = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False)
     assert out.total_ms == own.total_ms and out.host == own.host
     assert any(h200.id in w and cpu.host.id in w for w in out.warnings)
+
+
+def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predictor) -> None:
+    # what `latpred host probe` measures where there is no GPU: this CPU's own operators, not launches
+    probed = cpu.host
+    h200 = load_all()["nvidia-h200"]
+    assert probed is not None and probed.gpu is None and probed.label == "measured" and h200.host is not None
+    out = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=probed)
+    estimate = estimate_profile(h200.host, probed.cpu_score_ns or 0.0, cpu_model=probed.cpu_model,
+                                cpu_cores=probed.cpu_cores, hostname=probed.hostname,
+                                measured_at=probed.measured_at,
+                                note=f"estimated for a GPU from {probed.id}, probed without one")
+    expected = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=estimate)
+    assert out.total_ms == expected.total_ms and (out.low_ms, out.high_ms) == (expected.low_ms, expected.high_ms)
+    assert out.host == expected.host and estimate.id in out.host and "estimated" in out.host
+    assert any(probed.id in w and estimate.id in w and "--cpu-only" in w for w in out.warnings)
+    # a captured graph issues no call: no host, no warning; an old profile without a CPU score is used, and said
+    captured = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "cudagraph", with_layers=False, host=probed)
+    assert captured.host is None and not any(probed.id in w for w in captured.warnings)
+    unscored = probed.model_copy(update={"cpu_score_ns": None})
+    as_probed = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=unscored)
+    assert probed.id in (as_probed.host or "") and any("no cpu_score_ns" in w for w in as_probed.warnings)
 
 
 def test_the_transfer_bundle_never_predicts_a_cpu(tmp_path: Path) -> None:
