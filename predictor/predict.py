@@ -430,10 +430,12 @@ class Predictor:
                                f"is predicted from its own profile, {self.host.id}")
         if self.device.kind == "cpu" or host.gpu or host.label != "measured":
             return host, None
-        if host.cpu_score_ns is None:
+        if host.cpu_score_ns is None or self.host.cpu_score_ns is None:
+            lacking = host.id if host.cpu_score_ns is None else f"the bundle's {self.host.id}"
             return host, (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
-                          "operators, not CUDA launches, and it has no cpu_score_ns to estimate a GPU's host from: "
-                          "probe where the GPU is, or estimate with 'latpred host probe --cpu-only'")
+                          f"operators, not CUDA launches, and {lacking} has no cpu_score_ns to estimate a GPU's "
+                          "host from: its costs are used as probed; probe where the GPU is, or estimate with "
+                          "'latpred host probe --cpu-only'")
         key = (host.model_dump_json(), self.host.id)
         if key not in self._estimates:
             self._estimates[key] = estimate_profile(
