@@ -4,10 +4,12 @@ This shared machine's speed drifts by a fifth within the hour, and alternating w
 (blocks of 15 rounds each) could not tell a 10% change from none: on 2026-12-07 the same change
 read 0.89x, 1.04x, 0.97x and 0.99x in four such runs (``results/cold_forests.txt``). So each
 checkout gets one persistent child process, pinned to the same core, loaded once; the parent
-asks them for one round at a time, in turn (base, this, this, base, ...), so that neighbouring
-rounds see the same machine, and a round of one follows a round of the other, as a cold
-prediction follows other work. A round is nas_speed.py's cold pair: a cold densenet169[:200] and
-a new 200-node NAS graph, batch 8, fp16, CUDA graph, the kernel cache cleared before each. The
+asks them for one round at a time, strictly in turn (base, this, base, ...), so that
+neighbouring rounds see the same machine and every round follows one of the other child, as a
+cold prediction follows other work (in the order base, this, this, base, ... a child that ran
+twice in a row was 1.3x quicker the second time on densenet169: its code still in the caches).
+A round is nas_speed.py's cold pair: a cold densenet169[:200] and a new 200-node NAS graph,
+batch 8, fp16, CUDA graph, the kernel cache cleared before each. The
 children import the checkout's own ``predictor`` and ``benchmarks/nas_speed.py`` (any revision
 that has ``graphs_of``, ``load_predictor`` and ``SEEDS``). Both draw the same graphs, and share
 the compiled-trees cache where their bundles are the same. For example
@@ -16,13 +18,15 @@ the compiled-trees cache where their bundles are the same. For example
     taskset -c 0 .venv/bin/python benchmarks/cold_ab.py /tmp/base [--rounds 300]
     git worktree remove --force /tmp/base
 
-Prints per graph each checkout's median, their ratio, and the geometric mean and quartiles of
-the rounds' own ratios (this / base, each against the base round next to it).
+Prints per graph each checkout's median, their ratio, and over the pairs (each round of this
+checkout over the geometric mean of the base's rounds either side of it) the geometric mean with
+its 95% interval, and the quartiles.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -76,36 +80,52 @@ def cpu_model() -> str:
     return "unknown CPU"
 
 
-def alternate(checkouts: dict[str, Path], rounds: int, core: int) -> dict[str, list[list[float]]]:
-    """Each checkout's rounds, asked of their children in turn, the first WARMUP_ROUNDS left out."""
-    total = rounds + WARMUP_ROUNDS
-    children = {name: subprocess.Popen([sys.executable, __file__, "--child", str(path), "--rounds", str(total),
-                                        "--core", str(core)], cwd=path, stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True)
-                for name, path in checkouts.items()}
+def _ask(process: subprocess.Popen[str], checkout: Path) -> list[float]:
+    """One round of a child: its milliseconds per graph."""
+    assert process.stdin is not None and process.stdout is not None
     try:
-        for name, process in children.items():
+        process.stdin.write("round\n")
+        process.stdin.flush()
+    except BrokenPipeError:
+        raise RuntimeError(f"the cold child of {checkout} died (exit {process.wait()})") from None
+    line = process.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the cold child of {checkout} died (exit {process.wait()})")
+    times: list[float] = json.loads(line)
+    return times
+
+
+def alternate(base: Path, this: Path, rounds: int, core: int) -> tuple[list[list[float]], list[list[float]]]:
+    """Rounds asked of the two children strictly in turn (base, this, base, this, ..., base), so that
+    every round follows one of the other child; the base's rounds, one more than this one's, and
+    this one's, the first WARMUP_ROUNDS of each left out."""
+    total = rounds + WARMUP_ROUNDS
+    children = [subprocess.Popen([sys.executable, __file__, "--child", str(path), "--rounds", str(total + 1),
+                                  "--core", str(core)], cwd=path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True)
+                for path in (base, this)]
+    try:
+        for process, path in zip(children, (base, this)):
             assert process.stdout is not None
             if process.stdout.readline().strip() != "ready":
-                raise RuntimeError(f"the cold child of {checkouts[name]} failed to start (exit {process.wait()})")
-        samples: dict[str, list[list[float]]] = {name: [] for name in checkouts}
-        for i in range(total):
-            for name in (list(children) if i % 2 == 0 else list(children)[::-1]):
-                process = children[name]
-                assert process.stdin is not None and process.stdout is not None
-                process.stdin.write("round\n")
-                process.stdin.flush()
-                line = process.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"the cold child of {checkouts[name]} died (exit {process.wait()})")
-                if i >= WARMUP_ROUNDS:
-                    samples[name].append(json.loads(line))
-        return samples
+                process.kill()  # (its stdin still open: it might wait on it)
+                raise RuntimeError(f"the cold child of {path} failed to start (exit {process.wait()})")
+        base_rounds, this_rounds = [], []
+        for _ in range(total):
+            base_rounds.append(_ask(children[0], base))
+            this_rounds.append(_ask(children[1], this))
+        base_rounds.append(_ask(children[0], base))  # the base round after this one's last
+        return base_rounds[WARMUP_ROUNDS:], this_rounds[WARMUP_ROUNDS:]
     finally:
-        for process in children.values():
-            if process.stdin is not None:
-                process.stdin.close()
-            process.wait(timeout=60)
+        for process in children:
+            with contextlib.suppress(OSError):
+                if process.stdin is not None:
+                    process.stdin.close()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def main() -> None:
@@ -120,19 +140,25 @@ def main() -> None:
         return
     if args.base is None or not (args.base / "benchmarks" / "nas_speed.py").is_file():
         parser.error(f"{args.base} holds no benchmarks/nas_speed.py: give a checkout of latpred")
+    if args.rounds < 2:
+        parser.error("--rounds: at least 2")
     core = min(os.sched_getaffinity(0))
-    checkouts = {"base": args.base.resolve(), "this": HERE}
-    samples = alternate(checkouts, args.rounds, core)
-    print(f"# {cpu_model()}; one core ({core}); {args.rounds} rounds per checkout, alternating round by round "
-          f"(after {WARMUP_ROUNDS} unmeasured); base {checkouts['base']}")
-    print(f"{'cold prediction, ms':<26} {'base':>8} {'this':>8} {'ratio':>7}   rounds' ratios: geomean (quartiles)")
+    base_path = args.base.resolve()
+    base_rounds, this_rounds = alternate(base_path, HERE, args.rounds, core)
+    print(f"# {cpu_model()}; one core ({core}); {args.rounds} rounds per checkout, strictly in turn, base first "
+          f"and last (after {WARMUP_ROUNDS} unmeasured each); base {base_path}")
+    print("# pair: each round of this checkout over the geometric mean of the base's rounds either side of it")
+    print(f"{'cold prediction, ms':<26} {'base':>8} {'this':>8} {'ratio':>7}   "
+          "pairs: geomean (95% interval; quartiles)")
     for j, graph in enumerate(GRAPHS):
-        base, this = ([r[j] for r in samples[name]] for name in checkouts)
-        ratios = [t / b for b, t in zip(base, this)]
-        geomean = math.exp(statistics.fmean(math.log(r) for r in ratios))
-        q1, _, q3 = statistics.quantiles(ratios, n=4)
+        base = [r[j] for r in base_rounds]
+        this = [r[j] for r in this_rounds]
+        logs = [math.log(t) - (math.log(base[i]) + math.log(base[i + 1])) / 2 for i, t in enumerate(this)]
+        mean, half = statistics.fmean(logs), 1.96 * statistics.stdev(logs) / math.sqrt(len(logs))
+        q1, _, q3 = statistics.quantiles([math.exp(x) for x in logs], n=4)
         print(f"{graph:<26} {statistics.median(base):>8.3f} {statistics.median(this):>8.3f} "
-              f"{statistics.median(this) / statistics.median(base):>6.2f}x   {geomean:.3f} ({q1:.2f}-{q3:.2f})")
+              f"{statistics.median(this) / statistics.median(base):>6.2f}x   {math.exp(mean):.3f} "
+              f"({math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}; {q1:.2f}-{q3:.2f})")
 
 
 if __name__ == "__main__":

@@ -514,9 +514,9 @@ def probe(device: str, cpu_only: bool, reference: str | None, note: str | None, 
     if save:
         click.echo(f"saved as {profile.id}: latpred predict ... --mode eager --host {profile.id}", err=True)
     if not cpu_only and profile.gpu is None:
-        click.echo("note: no GPU here, so this profile times this CPU's own operators: what a CPU device's eager "
-                   "forward reads. A GPU's eager forward predicted for it is estimated from its CPU score, as "
-                   "--cpu-only does", err=True)
+        click.echo("note: probed without a GPU, so this profile times this CPU's own operators: what a CPU "
+                   "device's eager forward reads. A GPU's eager forward predicted for it is estimated from its CPU "
+                   "score, as --cpu-only does", err=True)
     from predictor.host_spread import unsteady_warning
 
     if (unsteady := unsteady_warning(profile)) is not None:  # said now, where the user can probe again

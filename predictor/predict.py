@@ -550,6 +550,7 @@ class Predictor:
         arrays = self.layers(graph, batch, precision, mode)
         c = self.constants
         warnings: list[str] = []
+        asked = host
         if host is not None and mode == "eager":
             host, mismatch = self.host_for_device(host)
             if mismatch is not None:
@@ -608,6 +609,7 @@ class Predictor:
             mode=mode, total_ms=total / 1e3, low_ms=total * math.exp(-q) / 1e3,
             high_ms=total * math.exp(q) / 1e3, model_version=self.bundle.version,
             host=(host_description(named, calibration if self.calibrate_hosts else None)
+                  + (f" for {asked.id}" if asked is not None and asked.id != named.id else "")
                   if eager and named is not None else None),
             provenance=self.provenance,
             layers=layers, unsupported=unsupported, warnings=warnings,

@@ -82,7 +82,7 @@ def test_probe_writes_a_measured_profile_on_this_cpu(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     profile = parse_profile(json.loads(out.read_text()))
     assert profile.label == "measured" and profile.gpu is None and profile.probe_seconds is not None
-    assert "no GPU here" in result.output and "estimated from its CPU score" in result.output
+    assert "probed without a GPU" in result.output and "estimated from its CPU score" in result.output
 
 
 def test_no_references_is_refused_with_a_cpu_only_estimate() -> None:

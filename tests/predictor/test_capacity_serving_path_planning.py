@@ -142,7 +142,8 @@ def test_the_text_says_what_the_plan_covers() -> None:
     assert f"{path.cost.per_batch_ms:.3f} ms a batch + {path.cost.per_request_ms:.3f} ms a request" in text
     assert f"range {path.low.per_batch_ms:.3f} + {path.low.per_request_ms:.3f} to {path.high.per_batch_ms:.3f}" in text
     # a path fitted on other hosts says a plan holds only for a host like theirs, and how to fit one's own
-    assert path.label == "fitted" and "fitted on other hosts" in text and "latpred serving-path FOLDER" in text
+    assert path.label == "fitted" and "fitted on other hosts" in text
+    assert "latpred serving-path FOLDER --models empty --out mine.json" in text
 
 
 def test_a_slow_end_plan_takes_the_slow_end_of_the_prediction_and_of_the_path() -> None:

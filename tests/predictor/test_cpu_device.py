@@ -238,7 +238,7 @@ def test_a_host_probed_beside_a_gpu_is_not_a_cpus_profile(cpu: Predictor) -> Non
     assert h200 is not None and h200.gpu and cpu.host is not None
     out = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=h200)
     own = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False)
-    assert out.total_ms == own.total_ms and out.host == own.host
+    assert out.total_ms == own.total_ms and out.host == f"{own.host} for {h200.id}"
     assert any(h200.id in w and cpu.host.id in w for w in out.warnings)
 
 
@@ -254,7 +254,7 @@ def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predic
                                 note=f"estimated for a GPU from {probed.id}, probed without one")
     expected = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=estimate)
     assert out.total_ms == expected.total_ms and (out.low_ms, out.high_ms) == (expected.low_ms, expected.high_ms)
-    assert out.host == expected.host and estimate.id in out.host and "estimated" in out.host
+    assert out.host == f"{expected.host} for {probed.id}" and estimate.id in out.host and "estimated" in out.host
     assert any(probed.id in w and estimate.id in w and "--cpu-only" in w for w in out.warnings)
     # a captured graph issues no call: no host, no warning; an old profile without a CPU score is used, and said
     captured = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "cudagraph", with_layers=False, host=probed)
