@@ -72,14 +72,6 @@ def child(checkout: Path, rounds: int, core: int) -> None:
         print(json.dumps(times), flush=True)
 
 
-def cpu_model() -> str:
-    """The CPU's model name as Linux reports it (what a figure was measured on)."""
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def _ask(process: subprocess.Popen[str], checkout: Path) -> list[float]:
     """One round of a child: its milliseconds per graph."""
     assert process.stdin is not None and process.stdout is not None
@@ -142,6 +134,9 @@ def main() -> None:
         parser.error(f"{args.base} holds no benchmarks/nas_speed.py: give a checkout of latpred")
     if args.rounds < 2:
         parser.error("--rounds: at least 2")
+    sys.path.insert(0, str(HERE))  # (the parent only: a child imports its own checkout's code)
+    from collectors.fingerprint import cpu_model
+
     core = min(os.sched_getaffinity(0))
     base_path = args.base.resolve()
     base_rounds, this_rounds = alternate(base_path, HERE, args.rounds, core)

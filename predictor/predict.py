@@ -430,12 +430,13 @@ class Predictor:
                                f"is predicted from its own profile, {self.host.id}")
         if self.device.kind == "cpu" or host.gpu or host.label != "measured":
             return host, None
+        gpu_less = (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
+                    "operators, not CUDA launches")
         if host.cpu_score_ns is None or self.host.cpu_score_ns is None:
             lacking = host.id if host.cpu_score_ns is None else f"the bundle's {self.host.id}"
-            return host, (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
-                          f"operators, not CUDA launches, and {lacking} has no cpu_score_ns to estimate a GPU's "
-                          "host from: its costs are used as probed; probe where the GPU is, or estimate with "
-                          "'latpred host probe --cpu-only'")
+            return host, (f"{gpu_less}, and {lacking} has no cpu_score_ns to estimate a GPU's host from: its "
+                          "costs are used as probed; probe where the GPU is, or estimate with 'latpred host probe "
+                          "--cpu-only'")
         key = (host.model_dump_json(), self.host.id)
         if key not in self._estimates:
             self._estimates[key] = estimate_profile(
@@ -443,10 +444,8 @@ class Predictor:
                 hostname=host.hostname, measured_at=host.measured_at,
                 note=f"estimated for a GPU from {host.id}, probed without one")
         estimate = self._estimates[key]
-        return estimate, (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
-                          f"operators, not CUDA launches: this eager forward is predicted from {estimate.id}, "
-                          f"{self.host.id} scaled by {host.id}'s CPU score (estimated, as 'latpred host probe "
-                          "--cpu-only' makes)")
+        return estimate, (f"{gpu_less}: this eager forward is predicted from {estimate.id}, {self.host.id} scaled "
+                          f"by {host.id}'s CPU score (estimated, as 'latpred host probe --cpu-only' makes)")
 
     def calibrated_host(self, host: HostProfile, constants: CompositionConstants | None = None,
                         keys: Collection[str] = CALIBRATION_KEYS) -> tuple[HostProfile, Calibration | None]:
