@@ -249,11 +249,8 @@ def echo_serving_path(path: ServingPath | None) -> None:
     click.echo(f"serving path {path.name} ({path.label}, {path.server}): {path.cost.per_batch_ms:.3f} ms a batch + "
                f"{path.cost.per_request_ms:.3f} ms a request added to each batch (range {low.per_batch_ms:.3f} + "
                f"{low.per_request_ms:.3f} to {high.per_batch_ms:.3f} + {high.per_request_ms:.3f} ms)")
-    if path.label == "fitted":  # other hosts' median: a host outside their range plans wrong, and says nothing
-        click.echo("  fitted on other hosts: on a host slower or faster than all of them a plan is off by more than "
-                   "its range says (benchmarks/results/plan_check_2.txt); fit your own host's from Triton serving "
-                   "the empty model (latpred serving-path FOLDER --models empty --out mine.json) and plan with "
-                   "--serving-path mine.json")
+    if path.caution is not None:
+        click.echo(f"  {path.caution} (--serving-path mine.json)")
     if path.stalls.rate_per_s > 0:
         click.echo(f"  host pauses {path.stalls.rate_per_s:.3g} times a second, "
                    f"{path.stalls.paused_share:.1%} of the time, replayed in every run")

@@ -209,6 +209,15 @@ class HostProfile(BaseModel):
                              "could not read this profile): set schema_version to 3")
         return self
 
+    @property
+    def times_gpu_launches(self) -> bool:
+        """Whether the costs are a host issuing a GPU's kernels, not a CPU computing its own
+        operators: probed beside a GPU, or estimated from such a profile. An estimate's ``gpu`` is
+        None either way, so its reference's id says which (``make_id``: a CPU's ids start 'cpu-')."""
+        if self.label == "estimated":
+            return self.estimated_from is not None and not self.estimated_from.startswith("cpu-")
+        return self.gpu is not None
+
     def cost(self, kind: str) -> float:
         return self.costs_us[kind]
 

@@ -418,20 +418,27 @@ class Predictor:
 
     def host_for_device(self, host: HostProfile) -> tuple[HostProfile, str | None]:
         """The profile an eager forward on this device is predicted from when ``host`` is asked,
-        and a warning where it is not ``host`` itself. A profile probed beside a GPU times CUDA
-        launches, one probed without a GPU (``gpu`` null, measured) times a CPU's own operators:
-        on a CPU device the first gives way to the CPU's own profile, and on a GPU the second to
-        an estimate of its host, the bundle's host scaled by its CPU score (what ``latpred host
-        probe --cpu-only`` makes there, labelled estimated, with a wider interval)."""
+        and a warning where it is not ``host`` itself. A profile of a host issuing a GPU's kernels
+        (probed beside a GPU, or estimated from such a profile) times CUDA launches; one probed
+        without a GPU times a CPU's own operators. On a CPU device the first gives way to the CPU's
+        own profile, and on a GPU the second to an estimate of its host, the bundle's host scaled by
+        its CPU score (what ``latpred host probe --cpu-only`` makes there, labelled estimated, with a
+        wider interval)."""
         if self.host is None:
             return host, None
-        if self.device.kind == "cpu" and host.gpu:
-            return self.host, (f"the host profile {host.id} was probed beside a GPU ({host.gpu}): a CPU's forward "
-                               f"is predicted from its own profile, {self.host.id}")
-        if self.device.kind == "cpu" or host.gpu or host.label != "measured":
+        if self.device.kind == "cpu":
+            if not host.times_gpu_launches:
+                return host, None
+            how = (f"was probed beside a GPU ({host.gpu})" if host.gpu else
+                   f"was estimated from {host.estimated_from}, a host issuing a GPU's kernels")
+            return self.host, (f"the host profile {host.id} {how}: a CPU's forward is predicted from its own "
+                               f"profile, {self.host.id}")
+        if host.times_gpu_launches:
             return host, None
         gpu_less = (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
-                    "operators, not CUDA launches")
+                    "operators, not CUDA launches") if host.label == "measured" else (
+                    f"the host profile {host.id} was estimated from {host.estimated_from}, a CPU's own operators, "
+                    "not CUDA launches")
         if host.cpu_score_ns is None or self.host.cpu_score_ns is None:
             lacking = host.id if host.cpu_score_ns is None else f"the bundle's {self.host.id}"
             return host, (f"{gpu_less}, and {lacking} has no cpu_score_ns to estimate a GPU's host from: its "

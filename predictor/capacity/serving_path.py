@@ -111,6 +111,18 @@ class ServingPath:
         if not isinstance(self.stalls, HostStalls):
             raise ValueError(f"pauses: must be a HostStalls, not {type(self.stalls).__name__}")
 
+    @property
+    def caution(self) -> str | None:
+        """What a plan made with this path cannot promise, in words (None for a host's own path):
+        a path fitted on other hosts holds only on a host like theirs. The second H100 plan set's
+        host paid 2.78 ms a batch + 0.35 ms a request, outside every fitted host's, and all six of
+        its plans came out optimistic (benchmarks/results/plan_check_2.txt)."""
+        if self.label != "fitted":
+            return None
+        return ("fitted on other hosts: on a host slower or faster than all of them a plan is off by more than its "
+                "range says (benchmarks/results/plan_check_2.txt); fit your own host's from Triton serving the "
+                "empty model (latpred serving-path FOLDER --models empty --out mine.json) and plan with it")
+
     def added_ms(self, requests: int, end: End = "median") -> float:
         """What the path adds to a batch of ``requests`` requests, at its median or either end."""
         return {"median": self.cost, "low": self.low, "high": self.high}[end].added_ms(requests)

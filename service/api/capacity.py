@@ -61,7 +61,7 @@ from service.schemas.capacity import (
     CapacityPlan,
     CapacityQuery,
 )
-from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
+from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header, serving_path_out
 from service.state import ServiceState, state
 
 api = APIBlueprint("capacity", __name__, url_prefix="/v1",
@@ -70,7 +70,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-6"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-7"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -209,7 +209,7 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, pl
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
-        serving_path=path.to_dict() if path is not None else None,
+        serving_path=serving_path_out(path),
         candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
     ).model_dump()
 

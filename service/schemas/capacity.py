@@ -181,7 +181,9 @@ class CapacityPlan(ResponseModel):
     host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
     serving_path: dict[str, Any] | None = Field(description=(
         "the serving path added to each batch's predicted time (its stored form: name, server, label, per_batch_ms, "
-        "per_request_ms, low, high, sigma, pauses, drift, note); null when the plan covers the GPU's time alone"))
+        "per_request_ms, low, high, sigma, pauses, drift, note, and caution: for a path fitted on other hosts, "
+        "what a plan made with it cannot promise, null for a host's own); null when the plan covers the GPU's time "
+        "alone"))
     candidates_evaluated: int = Field(description="settings on a GPU count the search asked about")
     simulated_requests: int = Field(description="requests this plan simulated (runs shared with an earlier "
                                                 "combination of the grid are not counted again)")

@@ -145,7 +145,8 @@ class SelectionOut(ResponseModel):
     min_throughput_qps: float | None
     serving_path: dict[str, Any] | None = Field(description=(
         "the serving path added to every device's batch (its stored form: name, server, label, per_batch_ms, "
-        "per_request_ms, low, high, sigma, pauses, drift, note); null when the devices' time alone is ranked"))
+        "per_request_ms, low, high, sigma, pauses, drift, note, and caution: for a path fitted on other hosts, "
+        "what a plan made with it cannot promise, null for a host's own); null when the devices' time alone is ranked"))
     best: str | None = Field(description="the chosen device's id; null when none meets the constraints")
     verdict: str = Field(description="the choice in words, or that none meets the constraints and which is nearest")
     settled: bool = Field(description=(

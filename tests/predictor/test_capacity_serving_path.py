@@ -48,6 +48,12 @@ def test_the_stored_form_reads_back_the_same_path() -> None:
     assert ServingPath.from_dict(json.loads(json.dumps(path.to_dict()))) == path
 
 
+def test_only_a_path_fitted_on_other_hosts_carries_a_caution() -> None:
+    assert a_path().caution is None  # a host's own path: planned for that host
+    fitted = a_path(label="fitted").caution
+    assert fitted is not None and "other hosts" in fitted and "--models empty" in fitted
+
+
 @pytest.mark.parametrize(("change", "field"), [
     ({"per_batch_ms": -1}, "per_batch_ms"),
     ({"per_request_ms": 1e9}, "per_request_ms"),

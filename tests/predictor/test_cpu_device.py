@@ -242,6 +242,27 @@ def test_a_host_probed_beside_a_gpu_is_not_a_cpus_profile(cpu: Predictor) -> Non
     assert any(h200.id in w and cpu.host.id in w for w in out.warnings)
 
 
+def test_an_estimate_of_a_gpus_host_is_not_a_cpus_profile(cpu: Predictor) -> None:
+    # what `latpred host probe --cpu-only` makes by default: the H200's host scaled to this CPU, whose
+    # costs are CUDA launches (gpu None all the same); a CPU device's forward keeps its own profile
+    h200 = load_all()["nvidia-h200"].host
+    assert h200 is not None and cpu.host is not None and cpu.host.cpu_score_ns is not None
+    estimate = estimate_profile(h200, cpu.host.cpu_score_ns * 1.5, cpu_model="a CPU", cpu_cores=4,
+                                measured_at="2026-12-07T00:00:00Z")
+    assert estimate.gpu is None and estimate.times_gpu_launches and not cpu.host.times_gpu_launches
+    out = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=estimate)
+    own = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False)
+    assert out.total_ms == own.total_ms and out.host == f"{own.host} for {estimate.id}"
+    assert any(estimate.id in w and h200.id in w and cpu.host.id in w for w in out.warnings)
+    # scaled from a CPU's own profile it still times a CPU's operators: used as given, without a word
+    of_a_cpu = estimate_profile(cpu.host, cpu.host.cpu_score_ns * 1.5, cpu_model="a CPU", cpu_cores=4,
+                                measured_at="2026-12-07T00:00:00Z")
+    assert not of_a_cpu.times_gpu_launches
+    slower = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=of_a_cpu)
+    assert slower.total_ms > own.total_ms and of_a_cpu.id in (slower.host or "")
+    assert not any(of_a_cpu.id in w for w in slower.warnings)
+
+
 def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predictor) -> None:
     # what `latpred host probe` measures where there is no GPU: this CPU's own operators, not launches
     probed = cpu.host
@@ -256,6 +277,12 @@ def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predic
     assert out.total_ms == expected.total_ms and (out.low_ms, out.high_ms) == (expected.low_ms, expected.high_ms)
     assert out.host == f"{expected.host} for {probed.id}" and estimate.id in out.host and "estimated" in out.host
     assert any(probed.id in w and estimate.id in w and "--cpu-only" in w for w in out.warnings)
+    # an estimate scaled from a CPU's own profile times that CPU's operators too: estimated for the GPU alike
+    of_a_cpu = estimate_profile(probed, probed.cpu_score_ns or 0.0, cpu_model=probed.cpu_model,
+                                cpu_cores=probed.cpu_cores, measured_at=probed.measured_at)
+    again = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=of_a_cpu)
+    assert again.total_ms == pytest.approx(expected.total_ms, rel=1e-12) and f"for {of_a_cpu.id}" in (again.host or "")
+    assert any(of_a_cpu.id in w and probed.id in w for w in again.warnings)
     # a captured graph issues no call: no host, no warning; an old profile without a CPU score is used, and said
     captured = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "cudagraph", with_layers=False, host=probed)
     assert captured.host is None and not any(probed.id in w for w in captured.warnings)

@@ -170,7 +170,8 @@ def test_a_named_serving_path_is_added_to_every_device_and_echoed(client: Any) -
     path = stored_serving_path("pytriton-h100")
     alone = _select(client, batch=1)
     served = _select(client, batch=1, serving_path="pytriton-h100")
-    assert alone["serving_path"] is None and served["serving_path"] == path.to_dict()
+    assert alone["serving_path"] is None and served["serving_path"] == {**path.to_dict(), "caution": path.caution}
+    assert path.caution is not None and "fitted on other hosts" in path.caution
     gpu = {d["device"]: d["latency_ms"] for d in alone["ranked"]}
     for d in served["ranked"]:
         assert d["latency_ms"] == pytest.approx(gpu[d["device"]] + path.added_ms(1), rel=1e-9)
