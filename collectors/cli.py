@@ -550,7 +550,7 @@ def _estimated_profile(reference: str | None, note: str | None) -> Any:
         found = [h for h in (default_host(b) for b in bundles) if h is not None]
         # a GPU's host first: the estimate stands for a host issuing a GPU's kernels, which a CPU
         # device's profile (its calls compute on the CPU) does not time
-        found.sort(key=lambda h: h.gpu is None)
+        found.sort(key=lambda h: h.times_gpu_launches is not True)
         if not found:
             raise ValueError("no shipped bundle names a host profile to scale: give one with --reference")
         return estimate_here(found[0], note)

@@ -180,8 +180,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     instead of the predicted medians. --plot draws the recommended setting's latency against load
     on one GPU, with the objective and the planned per-GPU load marked.
 
-    The prediction is the GPU's time; a server (Triton through PyTriton measured 1.1-2.5 ms a batch
-    plus 0.15-0.27 ms a request more) takes longer, so a plan on the GPU's time alone can promise a
+    The prediction is the GPU's time; a server (Triton through PyTriton measured 1.1-2.6 ms a batch
+    plus 0.15-0.32 ms a request more on ten H100 hosts) takes longer, so a plan on the GPU's time alone can promise a
     p99 the server will not keep. --serving-path adds a server's own time to every batch, with its
     range, and replays its host's pauses and drift."""
     from predictor.capacity.planner import plan, triton_config
@@ -213,7 +213,7 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         click.echo(json.dumps({"model": graph.name, "device": predictor.device.device_id, "precision": precision,
                                "mode": mode, "plan_for": plan_for, **dataclasses.asdict(result),
                                "triton_config": config,
-                               "serving_path": path_added.to_dict() if path_added is not None else None}))
+                               "serving_path": path_added.answer_dict() if path_added is not None else None}))
     else:
         echo_plan(result, config, graph.name, predictor.device.name, precision, mode, plan_for)
         echo_serving_path(path_added)
@@ -250,7 +250,7 @@ def echo_serving_path(path: ServingPath | None) -> None:
                f"{path.cost.per_request_ms:.3f} ms a request added to each batch (range {low.per_batch_ms:.3f} + "
                f"{low.per_request_ms:.3f} to {high.per_batch_ms:.3f} + {high.per_request_ms:.3f} ms)")
     if path.caution is not None:
-        click.echo(f"  {path.caution} (--serving-path mine.json)")
+        click.echo(f"  {path.caution}")
     if path.stalls.rate_per_s > 0:
         click.echo(f"  host pauses {path.stalls.rate_per_s:.3g} times a second, "
                    f"{path.stalls.paused_share:.1%} of the time, replayed in every run")

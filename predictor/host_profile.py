@@ -210,12 +210,14 @@ class HostProfile(BaseModel):
         return self
 
     @property
-    def times_gpu_launches(self) -> bool:
-        """Whether the costs are a host issuing a GPU's kernels, not a CPU computing its own
-        operators: probed beside a GPU, or estimated from such a profile. An estimate's ``gpu`` is
-        None either way, so its reference's id says which (``make_id``: a CPU's ids start 'cpu-')."""
+    def times_gpu_launches(self) -> bool | None:
+        """Whether the costs are a host issuing a GPU's kernels (True), not a CPU computing its own
+        operators (False): probed beside a GPU, or estimated from such a profile. An estimate's
+        ``gpu`` is None either way, so the measured profile it was scaled from (``estimated_from``,
+        always a measured one: ``estimate_profile``) says which by its id (``make_id``: a CPU's
+        start 'cpu-', a GPU host's with its GPU's slug). None: unknown, an estimate naming none."""
         if self.label == "estimated":
-            return self.estimated_from is not None and not self.estimated_from.startswith("cpu-")
+            return None if self.estimated_from is None else not self.estimated_from.startswith("cpu-")
         return self.gpu is not None
 
     def cost(self, kind: str) -> float:
@@ -287,9 +289,12 @@ def estimate_profile(reference: HostProfile, cpu_score_ns: float, **fields: Any)
     if reference.cpu_score_ns is None:
         raise HostProfileError(f"profile {reference.id} has no cpu_score_ns: it cannot be scaled to another CPU")
     ratio = cpu_score_ns / reference.cpu_score_ns
+    # an estimate of an estimate names the measured profile at its root: what it times (a GPU's
+    # launches or a CPU's operators, HostProfile.times_gpu_launches) is that profile's
+    root = reference.estimated_from if reference.label == "estimated" and reference.estimated_from else reference.id
     body = {"schema_version": 2, "label": "estimated",  # (no spread: an estimate never saw the host run)
             "costs_us": {k: v * ratio for k, v in reference.costs_us.items()}, "cpu_score_ns": cpu_score_ns,
-            "estimated_from": reference.id, "gpu": None, **fields}
+            "estimated_from": root, "gpu": None, **fields}
     body["id"] = make_id(body, "cpu")
     return parse_profile(body)
 

@@ -90,7 +90,7 @@ def _checked_variant(batch: int, precision: str, mode: str) -> None:
 ESTIMATED_EXTRA_LOG = 0.405
 
 
-#: calibrated host profiles a predictor remembers before it starts over
+#: calibrated (and estimated) host profiles a predictor remembers before it starts over
 CALIBRATED_HOSTS_KEPT = 256
 
 
@@ -426,17 +426,19 @@ class Predictor:
         wider interval)."""
         if self.host is None:
             return host, None
+        launches = host.times_gpu_launches  # (None: an estimate that names no reference, used as given)
         if self.device.kind == "cpu":
-            if not host.times_gpu_launches:
+            if launches is not True:
                 return host, None
             how = (f"was probed beside a GPU ({host.gpu})" if host.gpu else
                    f"was estimated from {host.estimated_from}, a host issuing a GPU's kernels")
             return self.host, (f"the host profile {host.id} {how}: a CPU's forward is predicted from its own "
                                f"profile, {self.host.id}")
-        if host.times_gpu_launches:
+        if launches is not False:
             return host, None
+        measured = host.label == "measured"
         gpu_less = (f"the host profile {host.id} was probed without a GPU, so its costs are a CPU's own "
-                    "operators, not CUDA launches") if host.label == "measured" else (
+                    "operators, not CUDA launches") if measured else (
                     f"the host profile {host.id} was estimated from {host.estimated_from}, a CPU's own operators, "
                     "not CUDA launches")
         if host.cpu_score_ns is None or self.host.cpu_score_ns is None:
@@ -446,10 +448,13 @@ class Predictor:
                           "--cpu-only'")
         key = (host.model_dump_json(), self.host.id)
         if key not in self._estimates:
+            if len(self._estimates) >= CALIBRATED_HOSTS_KEPT:  # (a service may be posted many hosts)
+                self._estimates.clear()
             self._estimates[key] = estimate_profile(
                 self.host, host.cpu_score_ns, cpu_model=host.cpu_model, cpu_cores=host.cpu_cores,
                 hostname=host.hostname, measured_at=host.measured_at,
-                note=f"estimated for a GPU from {host.id}, probed without one")
+                note=f"estimated for a GPU from {host.id}, " + ("probed without one" if measured else
+                                                                 f"itself estimated from {host.estimated_from}"))
         estimate = self._estimates[key]
         return estimate, (f"{gpu_less}: this eager forward is predicted from {estimate.id}, {self.host.id} scaled "
                           f"by {host.id}'s CPU score (estimated, as 'latpred host probe --cpu-only' makes)")

@@ -100,7 +100,7 @@ def select_command(path: str, batch: int | None, precision: str, mode: str, slo_
         click.echo(json.dumps({**dataclasses.asdict(selection), "best": selection.best.device if selection.best
                                else None, "verdict": selection.verdict, "settled": selection.settled,
                                "doubts": list(selection.doubts),
-                               "serving_path": path_added.to_dict() if path_added is not None else None}))
+                               "serving_path": path_added.answer_dict() if path_added is not None else None}))
     elif fmt == "csv":
         write_selection_csv(selection, sys.stdout, lineterminator="\n")
     else:
@@ -115,6 +115,8 @@ def echo_table(selection: Selection) -> None:
         path = s.serving_path
         click.echo(f"served through {path.name} ({path.label}, {path.server}): {path.cost.per_batch_ms:.3f} ms a "
                    f"batch + {path.cost.per_request_ms:.3f} ms a request added to every device's batch")
+        if path.caution is not None:
+            click.echo(f"  {path.caution}")
     if s.settled:
         click.echo("settled: no device's verdict on the constraints that the choice depends on, nor its order by "
                    "cost where it was predicted from a datasheet, changes at either end of its prediction interval")

@@ -15,7 +15,7 @@ from it:
   hour (``price / (throughput * 3600) * 1e6``), where the catalog knows a price.
 
 With a serving path (``predictor.capacity.serving_path``: a server's own time per batch, such as
-PyTriton's 1.1-2.5 ms a batch and 0.15-0.27 ms a request on H100 hosts), every device's batch takes
+PyTriton's 1.1-2.6 ms a batch and 0.15-0.32 ms a request on ten H100 hosts), every device's batch takes
 the path's time too, as capacity planning adds it: its latency, interval ends, p99 (with a spread of
 at least the path's) and throughput are the server's, not the GPU's alone. The path is the server's on
 its host, the same whichever device it drives, so a fixed cost per batch narrows the lead a faster

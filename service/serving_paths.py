@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from predictor.capacity.serving_path import ServingPath, stored_serving_paths
 from service.problems import ProblemError
@@ -43,19 +42,10 @@ def named_serving_path(value: str | None) -> ServingPath | None:
     return paths[name]
 
 
-def serving_path_out(path: ServingPath | None) -> dict[str, Any] | None:
-    """The path as an answer shows it: its stored form and, for a path fitted on other hosts,
-    ``caution``, what a plan made with it cannot promise (``ServingPath.caution``; null for a
-    host's own path), so that a client reading JSON is told what ``latpred capacity`` prints."""
-    if path is None:
-        return None
-    return {**path.to_dict(), "caution": path.caution}
-
-
 def serving_path_header(path: ServingPath | None) -> dict[str, str]:
     """The header that names the path an answer includes."""
     return {SERVING_PATH_HEADER: path.name if path is not None else "none"}
 
 
-__all__: Sequence[str] = ["SERVING_PATH_HEADER", "named_serving_path", "serving_path_header", "serving_path_out",
+__all__: Sequence[str] = ["SERVING_PATH_HEADER", "named_serving_path", "serving_path_header",
                           "shipped_serving_paths"]

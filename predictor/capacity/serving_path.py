@@ -11,7 +11,10 @@ within 10%). The per-request part held from host to host; the per-batch part was
 host (the models one host served agreed within 0.1-0.5 ms, the hosts spanned 1.1-2.5 ms), which is
 why a path measured on the serving host (``latpred serving-path`` on loads that ``latpred collect
 serving --server triton`` measured there, of the empty model or any other) beats one fitted across
-hosts, and why a fitted path carries the hosts' range as its interval.
+hosts, and why a fitted path carries the hosts' range as its interval. A tenth host
+(``serving-triton-blind8``) paid 2.6 ms a batch + 0.32 ms a request, above every other: plans made
+for it with the path fitted on the other hosts all came out optimistic, so a fitted path carries
+that caution (``ServingPath.caution``) into every plan's answer.
 
 A :class:`ServingPath` adds ``per_batch_ms + per_request_ms * requests`` to every batch's median,
 widens the batch's spread to at least the path's (``sigma``, the spread of whole served batches),
@@ -121,7 +124,8 @@ class ServingPath:
             return None
         return ("fitted on other hosts: on a host slower or faster than all of them a plan is off by more than its "
                 "range says (benchmarks/results/plan_check_2.txt); fit your own host's from Triton serving the "
-                "empty model (latpred serving-path FOLDER --models empty --out mine.json) and plan with it")
+                "empty model (latpred serving-path FOLDER --models empty --out mine.json) and plan with it "
+                "(latpred capacity ... --serving-path mine.json)")
 
     def added_ms(self, requests: int, end: End = "median") -> float:
         """What the path adds to a batch of ``requests`` requests, at its median or either end."""
@@ -156,16 +160,23 @@ class ServingPath:
                 "drift": self.stalls.drift.to_dict() if self.stalls.drift is not None else None,
                 "note": self.note}
 
+    def answer_dict(self) -> dict[str, Any]:
+        """The path as an answer shows it (the CLIs' JSON, the service's): its stored form and
+        ``caution`` (null for a host's own path), so that JSON tells what the text prints;
+        ``from_dict`` reads it back, the caution being the label's."""
+        return {**self.to_dict(), "caution": self.caution}
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingPath:
-        """A path from its stored form, or a ValueError that names the field at fault."""
+        """A path from its stored form (or an answer's, whose ``caution`` follows from the label
+        and is not read), or a ValueError that names the field at fault."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a serving path is a JSON object, not {type(data).__name__}")
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"schema_version: this latpred reads serving paths of version {SCHEMA_VERSION}, not "
                              f"{data.get('schema_version')!r}")
         known = {"schema_version", "name", "server", "label", "per_batch_ms", "per_request_ms", "low", "high", "sigma",
-                 "pauses", "drift", "note"}
+                 "pauses", "drift", "note", "caution"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"{unknown[0]}: not a field of a serving path (fields: {', '.join(sorted(known))})")

@@ -61,7 +61,7 @@ from service.schemas.capacity import (
     CapacityPlan,
     CapacityQuery,
 )
-from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header, serving_path_out
+from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
 api = APIBlueprint("capacity", __name__, url_prefix="/v1",
@@ -113,10 +113,11 @@ def capacity(query: CapacityQuery) -> Response:
     model runs as slowly as its prediction allows (its `p99_ms` is then its `p99_high_ms`).
 
     The predictions are the GPU's time alone; a server takes longer (Triton through PyTriton added
-    1.1-2.5 ms a batch and 0.15-0.27 ms a request on H100 hosts). `serving_path` (a shipped path's
+    1.1-2.6 ms a batch and 0.15-0.32 ms a request on ten H100 hosts). `serving_path` (a shipped path's
     name) adds a server's own time, with its range, to every batch, and replays its host's pauses
     and drift (its batches' times moving together);
-    each plan names it (`serving_path`: its stored form, or null), as does the
+    each plan names it (`serving_path`: its stored form and, for a path fitted on other hosts,
+    `caution`; or null), as does the
     `Latpred-Serving-Path` header (`none` without one).
 
     `format=csv` answers the columns model, device, precision, mode, qps, slo_p99_ms, gpus,
@@ -209,7 +210,7 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, pl
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
-        serving_path=serving_path_out(path),
+        serving_path=path.answer_dict() if path is not None else None,
         candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
     ).model_dump()
 

@@ -37,8 +37,9 @@ api = APIBlueprint("latency", __name__, url_prefix="/v1",
 
 #: How answers are written, in the ETag: a cache that kept an answer written before CSV cells were
 #: escaped (``spreadsheet_cells``) must not be told with a 304 that it is still good; nor one that kept
-#: an eager answer for a profile probed without a GPU, now predicted from its estimate, nor a CPU's answer
-#: for an estimate of a GPU's host, now predicted from the CPU's own profile (Predictor.host_for_device).
+#: an eager answer for a profile probed without a GPU (or estimated from one), now predicted from its
+#: estimate, nor a CPU's answer for an estimate of a GPU's host, now predicted from the CPU's own profile
+#: (Predictor.host_for_device).
 RENDERING = "escaped-cells-1 provenance gpu-less-hosts-estimated cpu-keeps-its-own-over-gpu-estimates"
 
 OK_RESPONSE = {

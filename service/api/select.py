@@ -40,7 +40,7 @@ from service.schemas.select import (
     SelectQuery,
     SelectRequest,
 )
-from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header, serving_path_out
+from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
 api = APIBlueprint("select", __name__, url_prefix="/v1",
@@ -210,7 +210,7 @@ def _json(s: Selection) -> dict[str, Any]:
     return SelectionOut(
         model=s.model, batch=s.batch, precision=s.precision, mode=s.mode, host=s.host,
         slo_p99_ms=s.constraints.slo_p99_ms, min_throughput_qps=s.constraints.min_throughput_qps,
-        serving_path=serving_path_out(s.serving_path),
+        serving_path=s.serving_path.answer_dict() if s.serving_path is not None else None,
         best=s.best.device if s.best else None, verdict=s.verdict, settled=s.settled, doubts=list(s.doubts),
         ranked=[_choice_out(i + 1, c) for i, c in enumerate(s.ranked)], skipped=dict(s.skipped),
     ).model_dump()

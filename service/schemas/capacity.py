@@ -180,7 +180,7 @@ class CapacityPlan(ResponseModel):
     model_version: str = Field(description="the version of the bundle that predicted the latency per batch")
     host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
     serving_path: dict[str, Any] | None = Field(description=(
-        "the serving path added to each batch's predicted time (its stored form: name, server, label, per_batch_ms, "
+        "the serving path added to each batch's predicted time (its stored form, name, server, label, per_batch_ms, "
         "per_request_ms, low, high, sigma, pauses, drift, note, and caution: for a path fitted on other hosts, "
         "what a plan made with it cannot promise, null for a host's own); null when the plan covers the GPU's time "
         "alone"))

@@ -144,7 +144,7 @@ class SelectionOut(ResponseModel):
     slo_p99_ms: float | None
     min_throughput_qps: float | None
     serving_path: dict[str, Any] | None = Field(description=(
-        "the serving path added to every device's batch (its stored form: name, server, label, per_batch_ms, "
+        "the serving path added to every device's batch (its stored form, name, server, label, per_batch_ms, "
         "per_request_ms, low, high, sigma, pauses, drift, note, and caution: for a path fitted on other hosts, "
         "what a plan made with it cannot promise, null for a host's own); null when the devices' time alone is ranked"))
     best: str | None = Field(description="the chosen device's id; null when none meets the constraints")

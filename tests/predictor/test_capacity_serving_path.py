@@ -52,6 +52,11 @@ def test_only_a_path_fitted_on_other_hosts_carries_a_caution() -> None:
     assert a_path().caution is None  # a host's own path: planned for that host
     fitted = a_path(label="fitted").caution
     assert fitted is not None and "other hosts" in fitted and "--models empty" in fitted
+    # an answer's form carries it and reads back as the same path (a plan's JSON saved as a path file)
+    answer = a_path(label="fitted").answer_dict()
+    assert answer["caution"] == fitted
+    assert ServingPath.from_dict(json.loads(json.dumps(answer))) == a_path(label="fitted")
+    assert a_path().answer_dict()["caution"] is None
 
 
 @pytest.mark.parametrize(("change", "field"), [

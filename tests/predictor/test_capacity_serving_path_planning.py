@@ -114,7 +114,7 @@ def test_the_cli_plans_for_the_server_when_a_serving_path_is_named() -> None:
     served = json.loads(out)
     assert gpu_only["serving_path"] is None
     path = stored_serving_path("pytriton-h100")
-    assert served["serving_path"] == path.to_dict()
+    assert served["serving_path"] == path.answer_dict()
     assert gpu_only["meets"] and served["meets"]
     # the server's 2 ms or so a batch: more GPUs, or a higher p99 on as many
     assert served["gpus"] > gpu_only["gpus"] or (

@@ -261,6 +261,14 @@ def test_an_estimate_of_a_gpus_host_is_not_a_cpus_profile(cpu: Predictor) -> Non
     slower = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=of_a_cpu)
     assert slower.total_ms > own.total_ms and of_a_cpu.id in (slower.host or "")
     assert not any(of_a_cpu.id in w for w in slower.warnings)
+    # an estimate that names no reference is used as given, as before the rule, on either device
+    unnamed = estimate.model_copy(update={"estimated_from": None})
+    as_given = cpu.predict(load_zoo_graph("resnet18"), 1, "fp32", "eager", with_layers=False, host=unnamed)
+    assert as_given.host is not None and as_given.host.startswith(unnamed.id) and as_given.total_ms != own.total_ms
+    h200_predictor = load_all()["nvidia-h200"]
+    gpu_as_given = h200_predictor.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False,
+                                          host=unnamed)
+    assert gpu_as_given.host is not None and gpu_as_given.host.startswith(unnamed.id)
 
 
 def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predictor) -> None:
@@ -283,6 +291,7 @@ def test_a_host_probed_without_a_gpu_is_estimated_for_a_gpus_forward(cpu: Predic
     again = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "eager", with_layers=False, host=of_a_cpu)
     assert again.total_ms == pytest.approx(expected.total_ms, rel=1e-12) and f"for {of_a_cpu.id}" in (again.host or "")
     assert any(of_a_cpu.id in w and probed.id in w for w in again.warnings)
+    assert "itself estimated from" in (h200.host_for_device(of_a_cpu)[0].note or "")
     # a captured graph issues no call: no host, no warning; an old profile without a CPU score is used, and said
     captured = h200.predict(load_zoo_graph("resnet18"), 1, "fp16", "cudagraph", with_layers=False, host=probed)
     assert captured.host is None and not any(probed.id in w for w in captured.warnings)

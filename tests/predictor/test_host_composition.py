@@ -352,6 +352,18 @@ def test_an_estimate_scales_by_the_cpus_single_thread_time() -> None:
                          measured_at="2026-01-02T00:00:00+00:00")
 
 
+def test_an_estimate_of_an_estimate_names_the_measured_profile_and_times_what_it_times() -> None:
+    once = estimate_profile(HOST, 675.0, cpu_model="x", cpu_cores=1, measured_at="2026-01-02T00:00:00+00:00")
+    twice = estimate_profile(once, 900.0, cpu_model="y", cpu_cores=2, measured_at="2026-01-03T00:00:00+00:00")
+    assert twice.estimated_from == HOST.id and twice.costs() == pytest.approx([2.0 * c for c in HOST.costs()])
+    assert HOST.times_gpu_launches and once.times_gpu_launches and twice.times_gpu_launches  # a GPU's launches
+    cpu = parse_profile(changed(id="cpu-0123456789", gpu=None))  # probed without a GPU: a CPU's own operators
+    of_cpu = estimate_profile(cpu, 675.0, cpu_model="x", cpu_cores=1, measured_at="2026-01-02T00:00:00+00:00")
+    assert cpu.times_gpu_launches is False and of_cpu.times_gpu_launches is False
+    unnamed = once.model_copy(update={"estimated_from": None})  # an estimate naming no reference: unknown
+    assert unnamed.times_gpu_launches is None
+
+
 # --- the published JSON Schema ---------------------------------------------------------------------
 
 def test_published_schema_is_current() -> None:

@@ -28,7 +28,7 @@ def test_a_named_serving_path_is_planned_around_the_predictions_and_echoed(clien
     assert plain.status_code == served.status_code == 200
     [gpu_only], [with_path] = plain.get_json(), served.get_json()
     path = stored_serving_path(NAME)
-    assert gpu_only["serving_path"] is None and with_path["serving_path"] == {**path.to_dict(), "caution": path.caution}
+    assert gpu_only["serving_path"] is None and with_path["serving_path"] == path.answer_dict()
     # fitted on other hosts: the JSON says what `latpred capacity` prints, that it holds on a host like theirs
     assert path.label == "fitted" and "latpred serving-path FOLDER" in with_path["serving_path"]["caution"]
     assert (plain.headers["Latpred-Serving-Path"], served.headers["Latpred-Serving-Path"]) == ("none", NAME)

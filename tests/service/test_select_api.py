@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
 import pytest
@@ -170,7 +171,7 @@ def test_a_named_serving_path_is_added_to_every_device_and_echoed(client: Any) -
     path = stored_serving_path("pytriton-h100")
     alone = _select(client, batch=1)
     served = _select(client, batch=1, serving_path="pytriton-h100")
-    assert alone["serving_path"] is None and served["serving_path"] == {**path.to_dict(), "caution": path.caution}
+    assert alone["serving_path"] is None and served["serving_path"] == path.answer_dict()
     assert path.caution is not None and "fitted on other hosts" in path.caution
     gpu = {d["device"]: d["latency_ms"] for d in alone["ranked"]}
     for d in served["ranked"]:
@@ -187,5 +188,10 @@ def test_a_named_serving_path_is_added_to_every_device_and_echoed(client: Any) -
                                     "--format", "csv"])
     assert cli.exit_code == 0, cli.output
     assert list(csv.reader(io.StringIO(cli.output))) == list(csv.reader(io.StringIO(sheet.get_data(as_text=True))))
+    table = CliRunner().invoke(main, ["select", "resnet50", "--batch", "1", "--serving-path", "pytriton-h100"])
+    assert table.exit_code == 0 and path.caution is not None and path.caution in table.output  # fitted: said
+    as_json = CliRunner().invoke(main, ["select", "resnet50", "--batch", "1", "--serving-path", "pytriton-h100",
+                                        "--format", "json"])
+    assert as_json.exit_code == 0 and json.loads(as_json.output)["serving_path"] == served["serving_path"]
     refused = CliRunner().invoke(main, ["select", "resnet50", "--serving-path", "nope"])
     assert refused.exit_code != 0 and "--serving-path" in refused.output and "pytriton-h100" in refused.output
