@@ -123,9 +123,19 @@ def make_plans(device: str, models: list[str], fractions: list[float], path_name
         model_source(model)
     predictor = load_predictor(device)
     path = serving_path(path_name)
+    predicted = {model: predicted_service_time(predictor, load_zoo_graph(model), PRECISION, MODE) for model in models}
+    return plans_for(predicted, predictor.device.device_id, fractions, path)
+
+
+def plans_for(predicted: dict[str, LatencyModel], device: str, fractions: list[float],
+              path: ServingPath) -> list[PlannedLoad]:
+    """Each model's one-GPU plan at each fraction of the capacity that its predicted batch times
+    (``predicted``, as ``predicted_service_time`` gives them) plus ``path`` give: ``make_plans``'
+    steps, and those of a plan made on the serving host with its own path (own_path_plans.py),
+    which has the predictions but not the trees that made them."""
     plans: list[PlannedLoad] = []
-    for model in models:
-        service, stalls = served_model(predictor, model, path)
+    for model, latency in predicted.items():
+        service, stalls = planned_service(latency, path)
         capacity = capacity_qps(service, BatchingConfig(max_batch=MAX_BATCH), stalls)
         for fraction in fractions:
             qps = float(round(fraction * capacity, -1))
@@ -138,7 +148,7 @@ def make_plans(device: str, models: list[str], fractions: list[float], path_name
             if not made.meets:
                 print(f"# {model} at {qps:g} qps: no one-GPU plan ({made.reason}); left out", file=sys.stderr)
                 continue
-            plans.append(PlannedLoad(model, predictor.device.device_id, path.name, fraction, round(capacity, 1), qps,
+            plans.append(PlannedLoad(model, device, path.name, fraction, round(capacity, 1), qps,
                                      setting_name(made.max_batch, made.max_queue_delay_us), made.max_batch,
                                      made.max_queue_delay_us, round(made.p50_ms, 4), round(made.p99_ms, 4),
                                      rounded(made.p99_low_ms), rounded(made.p99_high_ms)))
@@ -201,12 +211,16 @@ class Scored:
                 and low <= self.server_p99_ms <= high)
 
 
+#: the name of the serving host's own path (its empty model's), in plans made with it
+OWN_PATH = "serving-host"
+
+
 def host_path(root: Path, device: str) -> ServingPath | None:
     """The serving host's own path, fitted on its empty model's loads (None where it was not served)."""
     folder = served_folder(root, EMPTY_MODEL, device)
     if not folder.is_dir():
         return None
-    return measured_serving_path(load_serving(folder), "serving-host", [EMPTY_MODEL])
+    return measured_serving_path(load_serving(folder), OWN_PATH, [EMPTY_MODEL])
 
 
 def score_plan(p: PlannedLoad, root: Path, predictor: Predictor, own: ServingPath | None) -> Scored:
@@ -329,9 +343,16 @@ def score_command(args: argparse.Namespace) -> None:
     predictor = load_predictor(plans[0].device)
     own = host_path(args.folder, plans[0].device)
     scored = [score_plan(p, args.folder, predictor, own) for p in plans]
-    paths = {plans[0].serving_path: serving_path(plans[0].serving_path)}
-    if own is not None:
-        paths["host's own"] = own
+    planned_with = plans[0].serving_path
+    if planned_with == OWN_PATH:  # made on the serving host with its own path (own_path_plans.py)
+        if own is None:
+            raise SystemExit(f"{args.folder}: the plans were made with the host's own path, and no empty model's "
+                             "loads are there to fit it again")
+        paths = {"host's own": own}
+    else:
+        paths = {planned_with: serving_path(planned_with)}
+        if own is not None:
+            paths["host's own"] = own
     publish(score_lines(scored, args.plans, args.folder) + batch_lines(plans, args.folder, predictor, paths), args.out)
 
 

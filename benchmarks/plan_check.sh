@@ -6,9 +6,12 @@
 # server that dies takes no other plan's load with it;
 # then the empty model at two settings, the serving host's own path. PyTriton travels as in
 # triton_serving.sh (carry .whl; datasets and bundles stay behind).
+# With LATENCIES (comma-separated files of benchmarks/own_path_plans.py latencies), the plans are
+# made here instead, with the serving host's own path: the empty model is served first, its path
+# fitted, and the plans made from the committed latencies with it (root/plans.json, root/own_path.json).
 # Brings back $OUT/plan_check.tgz (a folder per plan, plan-<model>-<setting>-<qps>/, and empty/, each
 # with <device>/serving-triton inside; host_before.json, host_after.json) and $OUT/plan_check.txt.
-#   OUT=<folder> [PLANS=...] [LOAD_SECONDS=5] [LIMIT=540] bash benchmarks/plan_check.sh
+#   OUT=<folder> [PLANS=...|LATENCIES=...] [LOAD_SECONDS=5] [LIMIT=540] bash benchmarks/plan_check.sh
 set -u
 source benchmarks/device_env.sh
 log=$OUT/plan_check.txt
@@ -21,6 +24,21 @@ root=$OUT/root
 mkdir -p $root
 ends=$(( $(date +%s) + LIMIT ))
 python3 -m latpred host probe --no-references --note "before the plans" --out $root/host_before.json >> $log 2>&1
+# the serving host's own path: the empty model at two settings (before the plans when they are made with it)
+serve_empty() {
+  local left=$(( ends - $(date +%s) - $1 ))
+  if [ $left -lt 30 ]; then echo "empty: not served, out of time" >> $log; return 1; fi
+  echo "== empty" >> $log
+  timeout -k 10 $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
+    --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds $LOAD_SECONDS \
+    --out $root/empty >> $log 2>&1 || echo "empty: stopped (exit $?)" >> $log
+}
+if [ -n "${LATENCIES:-}" ]; then
+  serve_empty 300
+  plans=$root/plans.json
+  python3 benchmarks/own_path_plans.py plan --latencies "$LATENCIES" --root $root >> $log 2>&1 \
+    || echo "no plans made with the host's own path (exit $?)" >> $log
+fi
 echo "plans $plans, $LOAD_SECONDS s a load, limit $LIMIT s" >> $log
 # one line per plan: its folder (plan_check.py's run_name), model, setting and rate, exactly; the
 # lightest loads first, so that a call short of time leaves out the heaviest (those most likely to be
@@ -39,13 +57,7 @@ while read -r name model setting rate; do
     --models $model --setting $setting --rates $rate --seconds $LOAD_SECONDS --out $root/$name < /dev/null >> $log 2>&1 \
     || echo "$name: stopped (exit $?)" >> $log
 done < $root/plans.txt
-left=$(( ends - $(date +%s) - 15 ))
-if [ $left -gt 30 ]; then
-  echo "== empty" >> $log
-  timeout -k 10 $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
-    --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds $LOAD_SECONDS \
-    --out $root/empty >> $log 2>&1 || echo "empty: stopped (exit $?)" >> $log
-fi
+[ -n "${LATENCIES:-}" ] || serve_empty 15
 python3 -m latpred host probe --no-references --note "after the plans" --out $root/host_after.json >> $log 2>&1
 date -u >> $log
 tar -C $root -czf $OUT/plan_check.tgz . && rm -rf $root
