@@ -40,13 +40,18 @@ from benchmarks.plan_check import (  # noqa: E402
     host_path,
     plans_for,
     run_name,
+    served_folder,
 )
 from collectors.batching_server import model_source  # noqa: E402
 from predictor.capacity.serving_path import EMPTY_MODEL  # noqa: E402
 from predictor.capacity.simulator import LatencyModel  # noqa: E402
+from training.serving_check import load_serving  # noqa: E402
 
 #: the version of the latencies file this script writes and reads
 LATENCIES_VERSION = 1
+#: the fewest loads of the empty model its path is fitted on (plan_check.sh serves four: two
+#: settings at 0.3 and 0.6)
+MIN_EMPTY_LOADS = 2
 
 
 def latency_table(latency: LatencyModel) -> dict[str, Any]:
@@ -103,28 +108,55 @@ def served_device(root: Path) -> str:
     return found[0]
 
 
+def latencies_for(device: str, files: list[Path]) -> dict[str, Any]:
+    """The one latencies file of ``files`` made for ``device``, checked: of this script's version,
+    precision and mode. Two for one device is an error (which was committed for the call?)."""
+    read = [(f, json.loads(f.read_text())) for f in files]
+    chosen = [(f, c) for f, c in read if c.get("device") == device]
+    if len(chosen) != 1:
+        raise SystemExit(f"{len(chosen)} of {', '.join(map(str, files))} hold latencies for {device}: "
+                         "give exactly one")
+    path, latencies = chosen[0]
+    if (latencies.get("version"), latencies.get("precision"), latencies.get("mode")) != (LATENCIES_VERSION,
+                                                                                         PRECISION, MODE):
+        raise SystemExit(f"{path}: version {latencies.get('version')}, {latencies.get('precision')} "
+                         f"{latencies.get('mode')}; this script plans from version {LATENCIES_VERSION}, "
+                         f"{PRECISION} {MODE}")
+    return latencies
+
+
+def empty_loads(root: Path, device: str) -> list[str]:
+    """The empty model's loads served (setting at level), which its path is fitted on: at least
+    ``MIN_EMPTY_LOADS`` of them, or no plan (a server that crashed early leaves too few)."""
+    try:
+        data = load_serving(served_folder(root, EMPTY_MODEL, device))
+    except ValueError as exc:  # (a crash before any load ended leaves meta.json alone)
+        raise SystemExit(f"the empty model's loads cannot be read: {exc}") from None
+    loads = sorted({f"{s} at {lv:g}" for s, lv in zip(data.requests["setting"], data.requests["level"])})
+    if len(loads) < MIN_EMPTY_LOADS:
+        raise SystemExit(f"the empty model was served at {len(loads)} load(s) ({', '.join(loads) or 'none'}): at "
+                         f"least {MIN_EMPTY_LOADS} are needed to fit the host's path on")
+    return loads
+
+
 def plan_command(args: argparse.Namespace) -> None:
     device = served_device(args.root)
-    files = [Path(f) for f in args.latencies.split(",")]
-    chosen = [json.loads(f.read_text()) for f in files]
-    chosen = [c for c in chosen if c["device"] == device]
-    if not chosen:
-        raise SystemExit(f"none of {args.latencies} holds latencies for {device}")
-    latencies = chosen[0]
-    if latencies["version"] != LATENCIES_VERSION or (latencies["precision"], latencies["mode"]) != (PRECISION, MODE):
-        raise SystemExit(f"latencies for {device}: version {latencies['version']}, {latencies['precision']} "
-                         f"{latencies['mode']}; this script plans version {LATENCIES_VERSION}, {PRECISION} {MODE}")
+    latencies = latencies_for(device, [Path(f) for f in args.latencies.split(",")])
+    loads = empty_loads(args.root, device)
     own = host_path(args.root, device)
-    if own is None:
-        raise SystemExit(f"{args.root}: the empty model was not served, so there is no own path to plan with")
+    assert own is not None  # (served_device found the empty model's folder)
+    for name in ("own_path.json", "plans.json"):  # a call's own outputs, never an earlier call's
+        if (args.root / name).exists():
+            raise SystemExit(f"{args.root / name} exists: plans are made once per serve of the empty model")
     (args.root / "own_path.json").write_text(json.dumps(own.to_dict(), indent=1) + "\n")
     predicted = {m: table_latency(t) for m, t in latencies["models"].items()}
     plans = plans_for(predicted, device, latencies["fractions"], own)
     made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     (args.root / "plans.json").write_text(json.dumps({
         "made": made, "precision": PRECISION, "mode": MODE, "latencies_made": latencies["made"],
-        "bundle": latencies["bundle"], "plans": [asdict(p) for p in plans]}, indent=1) + "\n")
-    print(f"own path {own.cost.per_batch_ms:.3f} ms a batch + {own.cost.per_request_ms:.3f} ms a request")
+        "bundle": latencies["bundle"], "own_path_loads": loads, "plans": [asdict(p) for p in plans]}, indent=1) + "\n")
+    print(f"own path {own.cost.per_batch_ms:.3f} ms a batch + {own.cost.per_request_ms:.3f} ms a request, "
+          f"fitted on the empty model's {', '.join(loads)}")
     for p in plans:
         print(f"{run_name(p)}: {p.model} at {p.qps:g} qps ({p.fraction:g} of {p.capacity_qps:g}): {p.setting}, "
               f"p99 {p.p99_ms:.3f} ms ({p.p99_low_ms}-{p.p99_high_ms})")

@@ -262,8 +262,8 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]:
-    """The results table and its summary."""
+def score_lines(scored: list[Scored], plans_path: Path, root: Path, notes: list[str] | None = None) -> list[str]:
+    """The results table and its summary; ``notes``, header lines of their own (``# ...``)."""
     def f(value: float | None, spec: str = ".2f") -> str:
         return "-" if value is None or not math.isfinite(value) else format(value, spec)
 
@@ -276,6 +276,7 @@ def score_lines(scored: list[Scored], plans_path: Path, root: Path) -> list[str]
              f"the first {WARMUP_FRACTION:.0%} of each load skipped; plan/server: the plan's p99 over the server's; "
              "range: the server's p99 inside the plan's p99 at either end of the prediction's interval; host path: "
              "the same setting and rate simulated with the serving host's own path (its empty model) instead",
+             *(notes or []),
              "",
              f"{'model':<13} {'qps':>6} {'frac':>5} {'cap meas':>8} {'setting':<17} | {'plan p50':>8} {'plan p99':>8} "
              f"{'range':>13} | {'server p99':>10} {'client p99':>10} {'plan/server':>11} {'in range':>8} | "
@@ -342,18 +343,44 @@ def score_command(args: argparse.Namespace) -> None:
         raise SystemExit(f"{args.plans}: no plans")
     predictor = load_predictor(plans[0].device)
     own = host_path(args.folder, plans[0].device)
-    scored = [score_plan(p, args.folder, predictor, own) for p in plans]
     planned_with = plans[0].serving_path
+    notes: list[str] = []
     if planned_with == OWN_PATH:  # made on the serving host with its own path (own_path_plans.py)
-        if own is None:
-            raise SystemExit(f"{args.folder}: the plans were made with the host's own path, and no empty model's "
-                             "loads are there to fit it again")
-        paths = {"host's own": own}
+        used, notes = own_path_used(args.plans, args.folder, own, str(predictor.bundle.version))
+        # the host-path column would simulate each plan again with the path it was made with: left out
+        scored = [score_plan(p, args.folder, predictor, None) for p in plans]
+        paths = {"host's own": used}
     else:
+        scored = [score_plan(p, args.folder, predictor, own) for p in plans]
         paths = {planned_with: serving_path(planned_with)}
         if own is not None:
             paths["host's own"] = own
-    publish(score_lines(scored, args.plans, args.folder) + batch_lines(plans, args.folder, predictor, paths), args.out)
+    publish(score_lines(scored, args.plans, args.folder, notes) + batch_lines(plans, args.folder, predictor, paths),
+            args.out)
+
+
+def own_path_used(plans_path: Path, root: Path, refitted: ServingPath | None,
+                  bundle: str) -> tuple[ServingPath, list[str]]:
+    """The host's own path that plans made on the device were made with (``own_path.json`` beside
+    them), and header lines saying so and what differs here: the path fitted again on the same
+    loads, or the bundle that predicts the batch times the scoring compares with."""
+    stored = root / "own_path.json"
+    if not stored.exists():
+        raise SystemExit(f"{root}: the plans were made with the host's own path, and its own_path.json is not there")
+    used = ServingPath.from_dict(json.loads(stored.read_text()))
+    made = json.loads(plans_path.read_text())
+    loads = ", ".join(made.get("own_path_loads", [])) or "loads"
+    notes = [f"# serving path: the serving host's own, fitted on the device from the empty model's {loads} before "
+             f"the plans were made (own_path.json: {used.cost.per_batch_ms:.3f} ms a batch + "
+             f"{used.cost.per_request_ms:.3f} ms a request); so no host-path column"]
+    if refitted is None or not all(math.isclose(a, b, rel_tol=1e-9) for a, b in (
+            (used.cost.per_batch_ms, refitted.cost.per_batch_ms),
+            (used.cost.per_request_ms, refitted.cost.per_request_ms))):
+        notes.append("# NOTE: the path fitted here on the same loads differs from own_path.json")
+    if made.get("bundle") not in (None, bundle):
+        notes.append(f"# NOTE: the plans' latencies came from bundle {made['bundle']}; the batch times below are "
+                     f"compared with bundle {bundle}'s predictions")
+    return used, notes
 
 
 def main() -> None:

@@ -31,13 +31,16 @@ serve_empty() {
   echo "== empty" >> $log
   timeout -k 10 $left python3 -m latpred collect serving --server triton --precision fp16 --models empty \
     --setting mb16-delay500us --setting mb8-nodelay --levels 0.3,0.6 --seconds $LOAD_SECONDS \
-    --out $root/empty >> $log 2>&1 || echo "empty: stopped (exit $?)" >> $log
+    --out $root/empty >> $log 2>&1 || { echo "empty: stopped (exit $?)" >> $log; return 1; }
 }
+kept=60  # seconds the plans' loop leaves for what follows it: the empty model and the probe
 if [ -n "${LATENCIES:-}" ]; then
-  serve_empty 300
+  [ -z "${PLANS:-}" ] || echo "PLANS ignored: with LATENCIES the plans are made here" >> $log
+  kept=15  # the probe only
   plans=$root/plans.json
-  python3 benchmarks/own_path_plans.py plan --latencies "$LATENCIES" --root $root >> $log 2>&1 \
-    || echo "no plans made with the host's own path (exit $?)" >> $log
+  # a path fitted on an empty model whose server failed is no host's path: no plans then
+  serve_empty 300 && timeout -k 10 120 python3 benchmarks/own_path_plans.py plan --latencies "$LATENCIES" \
+    --root $root >> $log 2>&1 || echo "no plans made with the host's own path (exit $?)" >> $log
 fi
 echo "plans $plans, $LOAD_SECONDS s a load, limit $LIMIT s" >> $log
 # one line per plan: its folder (plan_check.py's run_name), model, setting and rate, exactly; the
@@ -50,7 +53,7 @@ for p in sorted(json.load(open(sys.argv[1]))["plans"], key=lambda p: p["fraction
 PY
 [ -s $root/plans.txt ] || echo "no plan read from $plans" >> $log
 while read -r name model setting rate; do
-  left=$(( ends - $(date +%s) - 60 ))  # a minute kept for the empty model and the probe after
+  left=$(( ends - $(date +%s) - kept ))
   if [ $left -lt 30 ]; then echo "$name: not served, out of time" >> $log; continue; fi
   echo "== $name" >> $log
   timeout -k 10 $(( left < 120 ? left : 120 )) python3 -m latpred collect serving --server triton --precision fp16 \
