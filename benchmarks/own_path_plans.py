@@ -23,7 +23,6 @@ Run:
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from dataclasses import asdict
@@ -37,9 +36,10 @@ from benchmarks.plan_check import (  # noqa: E402
     MAX_BATCH,
     MODE,
     PRECISION,
+    described,
     host_path,
+    made_now,
     plans_for,
-    run_name,
     served_folder,
 )
 from collectors.batching_server import model_source  # noqa: E402
@@ -92,7 +92,7 @@ def latencies_command(args: argparse.Namespace) -> None:
         model_source(model)
     predictor = load_predictor(args.device)
     tables = {m: latency_table(predicted_service_time(predictor, load_zoo_graph(m), PRECISION, MODE)) for m in models}
-    made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    made = made_now()
     args.out.write_text(json.dumps({
         "version": LATENCIES_VERSION, "made": made, "device": predictor.device.device_id,
         "bundle": str(predictor.bundle.version), "precision": PRECISION, "mode": MODE,
@@ -151,15 +151,14 @@ def plan_command(args: argparse.Namespace) -> None:
     (args.root / "own_path.json").write_text(json.dumps(own.to_dict(), indent=1) + "\n")
     predicted = {m: table_latency(t) for m, t in latencies["models"].items()}
     plans = plans_for(predicted, device, latencies["fractions"], own)
-    made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    made = made_now()
     (args.root / "plans.json").write_text(json.dumps({
         "made": made, "precision": PRECISION, "mode": MODE, "latencies_made": latencies["made"],
         "bundle": latencies["bundle"], "own_path_loads": loads, "plans": [asdict(p) for p in plans]}, indent=1) + "\n")
     print(f"own path {own.cost.per_batch_ms:.3f} ms a batch + {own.cost.per_request_ms:.3f} ms a request, "
           f"fitted on the empty model's {', '.join(loads)}")
     for p in plans:
-        print(f"{run_name(p)}: {p.model} at {p.qps:g} qps ({p.fraction:g} of {p.capacity_qps:g}): {p.setting}, "
-              f"p99 {p.p99_ms:.3f} ms ({p.p99_low_ms}-{p.p99_high_ms})")
+        print(described(p))
     print(f"{len(plans)} plans written to {args.root / 'plans.json'}")
 
 

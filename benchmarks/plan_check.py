@@ -161,13 +161,23 @@ def plan_command(args: argparse.Namespace) -> None:
                          "give another --out")
     plans = make_plans(args.device, args.models.split(","), [float(f) for f in args.fractions.split(",")],
                        args.serving_path)
-    made = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    made = made_now()
     args.out.write_text(json.dumps({"made": made, "precision": PRECISION, "mode": MODE,
                                     "plans": [asdict(p) for p in plans]}, indent=1) + "\n")
     for p in plans:
-        print(f"{run_name(p)}: {p.model} at {p.qps:g} qps ({p.fraction:g} of {p.capacity_qps:g}): {p.setting}, "
-              f"p99 {p.p99_ms:.3f} ms ({p.p99_low_ms}-{p.p99_high_ms})")
+        print(described(p))
     print(f"{len(plans)} plans written to {args.out}")
+
+
+def made_now() -> str:
+    """When a plans or latencies file is made, as the files keep it (to the minute, UTC)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def described(p: PlannedLoad) -> str:
+    """One plan in a line, as the plan steps print what they wrote."""
+    return (f"{run_name(p)}: {p.model} at {p.qps:g} qps ({p.fraction:g} of {p.capacity_qps:g}): {p.setting}, "
+            f"p99 {p.p99_ms:.3f} ms ({p.p99_low_ms}-{p.p99_high_ms})")
 
 
 # ------------------------------------------------------------------------------------------- score

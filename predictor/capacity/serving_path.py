@@ -12,8 +12,9 @@ host (the models one host served agreed within 0.1-0.5 ms, the hosts spanned 1.1
 why a path measured on the serving host (``latpred serving-path`` on loads that ``latpred collect
 serving --server triton`` measured there, of the empty model or any other) beats one fitted across
 hosts, and why a fitted path carries the hosts' range as its interval. A tenth host
-(``serving-triton-blind8``) paid 2.6 ms a batch + 0.32 ms a request, above every other: plans made
-for it with the path fitted on the other hosts all came out optimistic, so a fitted path carries
+(``serving-triton-blind8``) paid 2.6 ms a batch + 0.32 ms a request fitted on its models (2.78 +
+0.35 on its empty model), above every other: plans made for it with the path fitted on the other
+hosts all came out optimistic, so a fitted path carries
 that caution (``ServingPath.caution``) into every plan's answer.
 
 A :class:`ServingPath` adds ``per_batch_ms + per_request_ms * requests`` to every batch's median,
