@@ -14,6 +14,7 @@ machine), ``PYTHONPATH=$PWD python -m latpred ...``.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -76,6 +77,12 @@ class Root(click.Group):
         # Commands import their heavy dependencies (torch, xgboost, mlflow, flask) when they run.
         try:
             return super().invoke(ctx)
+        except ValueError as exc:  # a user's device catalog refused as predictor.devices loads it
+            catalog = sys.modules.get("predictor.device_catalog")
+            if catalog is None or not isinstance(exc, catalog.CatalogError):
+                raise
+            raise click.ClickException(f"{exc}\n(the catalog laid over the shipped one is "
+                                       "$LATPRED_DEVICE_CATALOG: fix it, or unset it)") from None
         except ImportError as exc:
             raise click.ClickException(
                 f"this command needs {exc.name or exc}, which is not installed: install latpred with "

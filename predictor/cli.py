@@ -209,13 +209,20 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
             field, field)) from None
     config = triton_config(result)
+    # what the latencies were predicted for, as 'latpred predict' says it: the host profile an eager
+    # forward used (another may stand in for the one asked, with a warning) and the warnings
+    said = predictor.predict(graph, 1, precision, mode, with_layers=False, host=host)
     if fmt == "json":
         click.echo(json.dumps({"model": graph.name, "device": predictor.device.device_id, "precision": precision,
                                "mode": mode, "plan_for": plan_for, **dataclasses.asdict(result),
-                               "triton_config": config,
+                               "triton_config": config, "host": said.host, "warnings": said.warnings,
                                "serving_path": path_added.answer_dict() if path_added is not None else None}))
     else:
         echo_plan(result, config, graph.name, predictor.device.name, precision, mode, plan_for)
+        if said.host is not None:
+            click.echo(f"host: {said.host}")
+        for warning in said.warnings:
+            click.echo(f"  warning: {warning}")
         echo_serving_path(path_added)
     if plot_path is not None:
         write_load_curve(plot_path, service, result, stalls, curve_title(

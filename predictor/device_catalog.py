@@ -43,6 +43,17 @@ MAX_FLOPS = 100e15  # FLOP/s
 MAX_MEMORY_BYTES = 4 * 2**40  # 4 TiB
 MAX_TDP_W = 10_000.0
 MAX_CLOCK_HZ = 10e9
+#: Below these a spec is a unit mistake, not a device (a bandwidth in GB/s, memory in GiB): each is
+#: far under the smallest device latpred could serve a model on (a laptop CPU; a 1g MIG slice). An
+#: entry of 2 bytes and 1 B/s loaded, and then a selection answered a cost of Infinity.
+MIN_BANDWIDTH = 1e9  # B/s
+MIN_FLOPS = 1e9  # FLOP/s
+MIN_MEMORY_BYTES = 2**28  # 256 MiB
+MIN_L2_BYTES = 2**16  # 64 KiB
+MIN_TDP_W = 1.0
+MIN_CLOCK_HZ = 1e8
+#: USD per device-hour above this is no price (a whole 8-GPU server rents for under a tenth of it)
+MAX_PRICE_PER_HOUR = 1000.0
 
 #: an id is what a query is compared with after lowercasing, and what a dataset folder is named
 ID_PATTERN = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -64,9 +75,15 @@ def _check_tensor_flops(value: dict[str, float], required: tuple[str, ...] = REQ
     if missing:
         raise ValueError(f"{', '.join(missing)} is required")
     for precision, rate in value.items():
-        if not math.isfinite(rate) or not 0 < rate <= MAX_FLOPS:
-            raise ValueError(f"{precision} = {rate!r} is not a FLOP/s in (0, {MAX_FLOPS:g}]")
+        if not math.isfinite(rate) or not MIN_FLOPS <= rate <= MAX_FLOPS:
+            raise ValueError(f"{precision} = {rate!r} is not a FLOP/s in [{MIN_FLOPS:g}, {MAX_FLOPS:g}]")
     return value
+
+
+class CatalogError(ValueError):
+    """A catalog file that cannot be read, or entries refused: the message names the file, device
+    and field (the CLI answers it as an error, not a traceback: the catalog loads with
+    predictor.devices, before any command's own checks)."""
 
 
 class Datasheet(BaseModel):
@@ -75,9 +92,9 @@ class Datasheet(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
-    memory_bandwidth: float = Field(gt=0, le=MAX_BANDWIDTH, description="bytes per second")
+    memory_bandwidth: float = Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH, description="bytes per second")
     tensor_flops: dict[str, float] = Field(description="precision -> dense tensor-core FLOP/s")
-    vector_flops: float = Field(gt=0, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
+    vector_flops: float = Field(ge=MIN_FLOPS, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
 
     @field_validator("tensor_flops")
     @classmethod
@@ -98,17 +115,17 @@ class CatalogEntry(BaseModel):
     #: tensor_flops empty (none required) and its vector_flops its fp32 rate
     kind: DeviceKind = "gpu"
     sm_count: int = Field(gt=0, le=MAX_SM_COUNT)
-    l2_bytes: int = Field(gt=0)
-    memory_bytes: int = Field(gt=0, le=MAX_MEMORY_BYTES)
-    memory_bandwidth: float = Field(gt=0, le=MAX_BANDWIDTH, description="bytes per second")
+    l2_bytes: int = Field(ge=MIN_L2_BYTES)
+    memory_bytes: int = Field(ge=MIN_MEMORY_BYTES, le=MAX_MEMORY_BYTES)
+    memory_bandwidth: float = Field(ge=MIN_BANDWIDTH, le=MAX_BANDWIDTH, description="bytes per second")
     tensor_flops: dict[str, float] = Field(description="precision -> dense tensor-core FLOP/s")
-    vector_flops: float = Field(gt=0, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
-    tdp_w: float = Field(gt=0, le=MAX_TDP_W)
+    vector_flops: float = Field(ge=MIN_FLOPS, le=MAX_FLOPS, description="fp32 FLOP/s on CUDA cores")
+    tdp_w: float = Field(ge=MIN_TDP_W, le=MAX_TDP_W)
     #: a GPU's boost clock (what its datasheet prints), which sizes its L2's bandwidth on the transfer
     #: model's basis (``DeviceSpec.l2_bandwidth``); a CPU has none
-    boost_clock_hz: float | None = Field(default=None, gt=0, le=MAX_CLOCK_HZ)
+    boost_clock_hz: float | None = Field(default=None, ge=MIN_CLOCK_HZ, le=MAX_CLOCK_HZ)
     #: on-demand USD per GPU-hour; left out (None): unknown, which TOML, having no null, can only say so
-    price_per_hour: float | None = Field(default=None, ge=0)
+    price_per_hour: float | None = Field(default=None, ge=0, le=MAX_PRICE_PER_HOUR)
     source: str = Field(min_length=1, description="where the specs come from")
     price_source: str | None = None
     #: the datasheet's ceilings where those above were measured (None: those above are the datasheet's)
@@ -152,13 +169,13 @@ def read_file(path: Path) -> dict[str, dict[str, Any]]:
         text = path.read_text(encoding="utf-8")
         data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
     except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError and JSONDecodeError are ValueErrors
-        raise ValueError(f"device catalog {path}: {exc}") from None
+        raise CatalogError(f"device catalog {path}: {exc}") from None
     devices = data.get("devices") if isinstance(data, dict) else None
     if not isinstance(devices, dict) or set(data) != {"devices"}:
-        raise ValueError(f"device catalog {path}: expected one top-level 'devices' table of id -> fields")
+        raise CatalogError(f"device catalog {path}: expected one top-level 'devices' table of id -> fields")
     for device_id, fields in devices.items():
         if not isinstance(fields, dict):
-            raise ValueError(f"device catalog {path}: device {device_id!r}: expected a table of fields")
+            raise CatalogError(f"device catalog {path}: device {device_id!r}: expected a table of fields")
     return devices
 
 
@@ -196,7 +213,7 @@ def validate(raw: Mapping[str, Mapping[str, Any]], origin: str) -> dict[str, Cat
                     where, _, message = message.partition(": ")
                 problems.append(f"device {device_id!r}: {where}: {message}")
     if problems:
-        raise ValueError(f"device catalog ({origin}) refused:\n  " + "\n  ".join(problems))
+        raise CatalogError(f"device catalog ({origin}) refused:\n  " + "\n  ".join(problems))
     return entries
 
 

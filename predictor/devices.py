@@ -22,6 +22,10 @@ TENSOR_CORE_FAMILIES = frozenset({"conv2d", "linear", "matmul", "sdpa"})
 L2_BYTES_PER_CLOCK_PER_SM = 5120 / 108
 
 
+class PrecisionUnsupported(ValueError):
+    """A precision the device's hardware lacks (a T4's bf16): a request's ``precision`` is at fault."""
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """One GPU model: identity, size, the ceilings that bound any kernel on it, what it costs
@@ -133,7 +137,7 @@ class DeviceSpec:
             return self.vector_flops
         if precision in ("fp16", "bf16"):
             if precision not in self.tensor_flops:
-                raise ValueError(f"{self.name} has no {precision} tensor cores: choose another precision")
+                raise PrecisionUnsupported(f"{self.name} has no {precision} tensor cores: choose another precision")
             return self.tensor_flops[precision]
         tf32 = allow_tf32_cudnn if family == "conv2d" else allow_tf32_matmul
         # a GPU without TF32 (Turing) runs fp32 on its CUDA cores whatever the flags say

@@ -39,11 +39,22 @@ def bundle_profiles(bundle: Bundle) -> dict[str, HostProfile]:
 
 def resolve_host(spec: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore] = ()) -> HostProfile:
     """The profile ``spec`` names: a JSON file (a path that exists, or one ending in .json), or
-    an id (``host_by_id``). Raises ``UnknownHostError`` for an id found nowhere,
-    ``HostProfileError`` for a file that is not a valid profile."""
-    if spec.endswith(".json") or os.sep in spec:
-        return load_profile(Path(spec))
+    an id (``host_by_id``). An id may end in .json too (``POST /v1/hosts`` stores ``box.json``):
+    a name ending so that is no file here, and has no separator, is looked up as an id. Raises
+    ``UnknownHostError`` for an id found nowhere, ``HostProfileError`` for a file that is not a
+    valid profile."""
+    path = Path(spec)
+    if os.sep in spec or path.is_file() or (spec.endswith(".json") and not _is_id_anywhere(spec, bundle, stores)):
+        return load_profile(path)
     return host_by_id(spec, bundle, stores)
+
+
+def _is_id_anywhere(spec: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore]) -> bool:
+    try:
+        host_by_id(spec, bundle, stores)
+    except UnknownHostError:
+        return False
+    return True
 
 
 def host_by_id(host_id: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore] = ()) -> HostProfile:

@@ -132,3 +132,11 @@ def echo_table(selection: Selection) -> None:
                    f"{'; '.join(c.reasons)}")
     for device, why in s.skipped.items():
         click.echo(f"   {device}: skipped ({why})")
+    hosts = {c.host: [d.device for d in s.ranked if d.host == c.host] for c in s.ranked if c.host is not None}
+    for host, devices in hosts.items():  # an eager forward's host, per device (a CPU device uses its own)
+        click.echo(f"host: {host}" + (f" ({', '.join(devices)})" if len(hosts) > 1 else ""))
+    # (a transferred device's warning says what its provenance column does)
+    warned = {w: [d.device for d in s.ranked if w in d.warnings] for c in s.ranked for w in c.warnings
+              if not w.startswith("transferred:")}
+    for warning, devices in warned.items():
+        click.echo(f"  warning ({', '.join(devices) if len(devices) < len(s.ranked) else 'every device'}): {warning}")

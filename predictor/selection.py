@@ -117,6 +117,8 @@ class DeviceChoice:
     reasons: tuple[str, ...] = ()
     model_version: str = ""
     warnings: tuple[str, ...] = ()
+    #: the host profile an eager prediction used, as the prediction names it (None for a CUDA graph)
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,7 +245,8 @@ def _choice(predictor: Predictor, graph: Graph, batch: int, precision: str, mode
     reasons = _shortfalls(memory_bytes, spec.memory_bytes, p99, throughput, constraints)
     return DeviceChoice(spec.device_id, spec.name, predictor.provenance, latency, low, high,
                         p99, low * tail, high * tail, throughput, memory_bytes, spec.memory_bytes,
-                        spec.price_per_hour, cost, not reasons, tuple(reasons), out.model_version, tuple(out.warnings))
+                        spec.price_per_hour, cost, not reasons, tuple(reasons), out.model_version, tuple(out.warnings),
+                        out.host)
 
 
 def _shortfall(c: DeviceChoice, constraints: Constraints) -> float:

@@ -15,11 +15,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from predictor.devices import DEVICES, DeviceSpec, resolve_device
+from predictor.devices import DEVICES, DeviceSpec, PrecisionUnsupported, resolve_device
 from predictor.graph import Graph
 from predictor.host_lookup import host_by_id
-from predictor.host_profile import ID_PATTERN, HostProfile, HostStore, UnknownHostError
+from predictor.host_profile import ID_PATTERN, HostProfile, HostProfileError, HostStore, UnknownHostError
 from predictor.predict import Predictor
 from predictor.prediction import Prediction
 from predictor.variant import Variant
@@ -86,6 +87,23 @@ def host_key(profile: HostProfile | None) -> str | None:
     return f"{profile.id}:{hashlib.sha256(profile.model_dump_json().encode()).hexdigest()[:16]}"
 
 
+def unreadable_host(host_id: str, exc: Exception, field: str) -> ProblemError:
+    """The problem for a stored profile whose file cannot be read as one (damaged, or written by a
+    newer latpred): the server's store, not the request, is at fault, and the answer says which
+    file and why instead of an unexplained 500."""
+    return ProblemError(500, f"the stored host profile {host_id!r} cannot be read ({unreadable_why(exc)}): replace "
+                             "its file in the service's host store (POST /v1/hosts never overwrites one)", field=field,
+                        kind="unreadable-host")
+
+
+def unreadable_why(exc: Exception) -> str:
+    """Why a stored profile's file cannot be read, naming the file by its name alone: the store's
+    folder on the server is no business of a client's (the listing is not guarded by the key)."""
+    text = str(exc)
+    head, sep, rest = text.partition(": ")
+    return f"{Path(head).name}{sep}{rest}" if sep and head.endswith(".json") else text
+
+
 def resolve_host_id(predictor: Predictor, host: str | None, store: HostStore | None,
                     field: str = "host", others: Sequence[Predictor] = ()) -> HostProfile | None:
     """The profile ``host`` names (an id: one the predictor's bundle carries, else one of the
@@ -96,6 +114,8 @@ def resolve_host_id(predictor: Predictor, host: str | None, store: HostStore | N
     try:
         return host_by_id(host, [predictor.bundle, *(p.bundle for p in others)],
                           [store] if store is not None else [])
+    except HostProfileError as exc:  # a stored file that is not a profile this latpred reads
+        raise unreadable_host(host, exc, field) from None
     except UnknownHostError as exc:
         known_form = bool(re.match(ID_PATTERN, host))  # an id that is not there, or no id at all
         raise ProblemError(404 if known_form else 422, f"{exc}; GET /v1/hosts lists them, POST /v1/hosts adds one",
@@ -178,6 +198,8 @@ def predict(graph: Graph, variant: ResolvedVariant, field: str = "", cache: Pred
         for name in ("mode", "precision"):  # what a device cannot run (a CPU: eager, fp32)
             if str(exc).startswith(f"{name}: "):
                 where = join_path(variant.prefix, name)
+        if isinstance(exc, PrecisionUnsupported):  # (a T4 has no bf16)
+            where = join_path(variant.prefix, "precision")
         raise ProblemError(422, str(exc) or type(exc).__name__, field=where, kind="cannot-predict") from None
     if not (math.isfinite(result.total_ms) and math.isfinite(result.low_ms) and math.isfinite(result.high_ms)):
         raise ProblemError(422, "the graph's sizes are outside the range the models can predict (the result "

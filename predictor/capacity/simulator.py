@@ -74,7 +74,7 @@ import numpy as np
 
 from predictor.capacity.host_stalls import HostStalls, PauseSchedule
 from predictor.capacity.service_drift import DriftNormals
-from predictor.capacity.single_instance import EPS_S, GiveUp, Served, ServiceFn, serve
+from predictor.capacity.single_instance import GiveUp, Served, ServiceFn, serve, slack_s
 from predictor.capacity.triton_scheduler import forms_the_rules_batches, serve_like_triton
 
 if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package imports without it
@@ -344,7 +344,7 @@ class _Server:
                 return fits[-1]
         elif queued >= config.max_batch:
             return config.max_batch
-        if self.env.now + EPS_S >= self.arrival_s[self.head] + self.delay_s:
+        if self.env.now + slack_s(self.env.now) >= self.arrival_s[self.head] + self.delay_s:
             return min(queued, config.max_batch)
         return 0
 

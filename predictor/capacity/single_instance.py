@@ -23,6 +23,7 @@ with one instance batches finish in order, so that count is known batch by batch
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,6 +32,14 @@ import numpy as np
 
 #: Seconds of slack when comparing a clock with a deadline: the simulator's (float sums of times are not exact).
 EPS_S = 1e-12
+
+
+def slack_s(now: float) -> float:
+    """The slack at clock ``now``: EPS_S, or four units in the last place of ``now`` once the clock is
+    past about 8,000 s, where adding EPS_S no longer moves it. A wait of EPS_S there left the clock
+    where it was, and a batcher waiting out the last picoseconds of its queue delay asked again
+    forever (a GPU at 0.2 qps, whose simulated runs reach hours: ``latpred capacity`` hung)."""
+    return max(EPS_S, 4 * math.ulp(now))
 #: A batch's service seconds from its size and its start (s): the start matters where the host pauses
 #: (:mod:`predictor.capacity.host_stalls`)
 ServiceFn = Callable[[int, float], float]
@@ -93,7 +102,7 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Serv
         oldest = arrivals[head]
         now = free_at if free_at > oldest else oldest
         full = head + max_batch - 1  # the request that makes the queue max_batch long
-        if (full < n and arrivals[full] <= now) or now + EPS_S >= oldest + delay_s:
+        if (full < n and arrivals[full] <= now) or now + slack_s(now) >= oldest + delay_s:
             send = now
         else:
             send = oldest + delay_s
@@ -120,4 +129,4 @@ def serve(arrival_s: np.ndarray, max_batch: int, delay_s: float, service_s: Serv
     return Served(np.repeat(start, counts), np.repeat(finish, counts), batches, requests=n, complete=True)
 
 
-__all__: Sequence[str] = ["EPS_S", "GiveUp", "ServiceFn", "Served", "serve"]
+__all__: Sequence[str] = ["EPS_S", "GiveUp", "ServiceFn", "Served", "serve", "slack_s"]

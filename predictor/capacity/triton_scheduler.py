@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from predictor.capacity.single_instance import EPS_S, GiveUp, Served, ServiceFn
+from predictor.capacity.single_instance import GiveUp, Served, ServiceFn, slack_s
 
 #: Triton's batcher sleeps this long when its queue is empty (``default_wait_microseconds``).
 IDLE_WAKE_S = 0.5
@@ -275,7 +275,8 @@ class _TritonServer:
         if crossed:
             b.saturated = True
         age = self.now - self.arrivals[self.head]
-        exceeded = self.delay_s > 0 and age + EPS_S >= self.delay_s
+        slack = slack_s(self.now)
+        exceeded = self.delay_s > 0 and age + slack >= self.delay_s
         if best != 0 and not exceeded:
             if self.delay_s == 0:
                 b.saturated = True
@@ -292,7 +293,7 @@ class _TritonServer:
         b.next_preferred = target - size if target >= size else NEVER
         if not b.saturated and size != 0 and size not in self.preferred:
             return 0.0, pending
-        return max(self.delay_s - age, EPS_S), pending
+        return max(self.delay_s - age, slack), pending
 
     def _scan(self, size: int, queued: int) -> tuple[int, int, bool, bool]:
         """``GetDynamicBatch``'s walk over ``queued`` requests with a payload of ``size``: (requests

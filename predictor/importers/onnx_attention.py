@@ -18,8 +18,9 @@ Transpose -> Squeeze -> Gather (``_in_projection_packed``), views around the att
 the output projection. In eval without gradients, PyTorch runs a batch-first one as its fast
 path instead, ``torch._native_multi_head_attention``, with no transposes: the kernels of that
 call (``torch_fused.native_attention_parts``, the torch importer's) replace the whole block, the
-transposes included. A sequence-first one runs the functional form: projection, attention and
-output projection.
+transposes included. A sequence-first one (the module's default) runs the functional form, the
+torch importer's ``_slow_parts``: the projection, its copy into [3, tokens, batch, embed],
+attention, the copy of its output back from batch 2 on, and the output projection.
 """
 
 from __future__ import annotations
@@ -27,10 +28,15 @@ from __future__ import annotations
 from typing import Any
 
 from predictor.importers.onnx_load import node_attributes
-from predictor.importers.onnx_ops import FAMILY_RULES, Hit, softmax_rule
+from predictor.importers.onnx_ops import FAMILY_RULES, Hit, ModelRefused, softmax_rule
 from predictor.importers.onnx_patterns import FusedKernel, other, producer, scalar_operand
 from predictor.importers.onnx_tensors import GraphTensors
-from predictor.importers.torch_fused import attention_route, batch_first_slow_parts, native_attention_parts
+from predictor.importers.torch_fused import (
+    attention_route,
+    batch_first_slow_parts,
+    native_attention_parts,
+    sequence_first_slow_parts,
+)
 
 #: Ops between a packed projection and the attention inside nn.MultiheadAttention.
 _MHA_VIEWS = ("Reshape", "Unsqueeze", "Transpose", "Squeeze", "Gather", "Slice", "Split", "Flatten")
@@ -273,11 +279,29 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
             fast_path = True
         parts = [(name, _as_hit(fields)) for name, fields in made]
         part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
-    else:
-        parts = [("qkv", proj[1]), ("attention", attention.hit), ("out_proj", out[1])]
+    else:  # sequence-first: F.multi_head_attention_forward, the only path PyTorch has for it
+        _check_sequence_first_batch(t, heads, embed, proj[1][2]["n"] // 3)
+        made = sequence_first_slow_parts(tokens, kv_tokens, embed, heads, attention.mask is not None,
+                                         bool(params.get("causal", 0)))
+        parts = [(name, _as_hit(fields)) for name, fields in made]
+        part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
                        views=view_calls, fast_path=fast_path, mask=attention.mask,
                        mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders)
+
+
+def _check_sequence_first_batch(t: GraphTensors, heads: int, embed: int, width: int) -> None:
+    """Refuse a sequence-first nn.MultiheadAttention ([sequence, batch, embed]) whose batch axis is
+    not the one the import took for the batch: its heads per sample then come out as a share of
+    the batch's (``heads`` against the module's ``width`` // head size), and every other parameter
+    per sample a share of the sequence. The batch is axis 0 unless a symbolic dim names it
+    (onnx_dims.BATCH_NAMES)."""
+    if embed != width:
+        raise ModelRefused(f"the model is sequence-first (nn.MultiheadAttention's default: [sequence, batch, "
+                           f"embed]) but axis 0 was taken for its batch ({t.batch}): its attention would have "
+                           f"{heads} head(s) per sample of {width} wide. Export it with its batch axis named, "
+                           "dynamic_axes={'x': {0: 'seq', 1: 'batch'}} (a dim named 'batch' is the batch at any "
+                           "axis), and set the sequence with --dim seq=N")
 
 
 def _batch_first_transpose(t: GraphTensors, name: str, before: bool) -> int | None:

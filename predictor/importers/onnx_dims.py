@@ -1,10 +1,10 @@
 """Give an ONNX model's symbolic input dims numbers, and refuse sizes no GPU could run.
 
 An export leaves the batch symbolic, often the sequence length or the image size too; shape
-inference needs numbers. The batch (a dim at axis 0) takes ``batch``; any other dim is set by
-name from ``dims`` (the CLI's ``--dim seq=256``, a request's ``dims``), and one left unknown is
-refused with a message naming it and the input it is on: guessing a sequence length would give a
-confident wrong answer. Bounds are checked before anything is computed, so absurd input fails
+inference needs numbers. The batch (a dim named as one, else one at axis 0) takes ``batch``; any
+other dim is set by name from ``dims`` (the CLI's ``--dim seq=256``, a request's ``dims``), and one
+left unknown is refused with a message naming it and the input it is on: guessing a sequence
+length would give a confident wrong answer. Bounds are checked before anything is computed, so absurd input fails
 fast: a dim is at most ``MAX_DIM`` and a tensor at most ``MAX_ELEMENTS`` elements, checked on the
 inputs once their dims are set and on every tensor shape inference gives.
 
@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 #: a dim above this is a mistake (onnx stores dims as int64; 2**31 elements in one axis is no model)
 MAX_DIM = 2**31 - 1
 #: more elements than this in one tensor: 256 GiB even at one byte each, beyond any GPU's memory
 MAX_ELEMENTS = 2**38
+#: symbolic dim names (any case) that name the batch at whichever axis they are; shorter ones
+#: ('N', 'b') are the batch only at axis 0, as any symbolic dim found there alone is: elsewhere
+#: 'n' is as likely a count of points or tokens
+BATCH_NAMES = frozenset({"batch", "batch_size", "batchsize", "bsz"})
 
 
 class DimsError(ValueError):
@@ -113,11 +117,15 @@ def _symbolic(model: Any) -> tuple[list[tuple[str, list[Any]]], dict[str, list[t
 def set_input_dims(model: Any, batch: int | None, dims: Mapping[str, int] | None = None) -> int:
     """Give every symbolic or missing input dim a number, and return the batch the shapes carry.
 
-    The batch is an input's fixed axis-0 size if one has it (the inputs stay consistent), else
-    ``batch``, else the size ``dims`` gives an axis-0 dim, else 1. A symbolic dim found only at
-    axis 0 is the batch; any other takes its size from ``dims`` by name. ``DimsError`` names every
-    dim left unknown (with its input and axis), a name in ``dims`` the model does not have, and an
-    input that would exceed ``MAX_ELEMENTS``."""
+    The batch is a symbolic dim named as one (``BATCH_NAMES``), at whichever axis: a sequence-first
+    model (``nn.MultiheadAttention``'s default, [sequence, batch, embed]) exported with
+    ``dynamic_axes={0: "seq", 1: "batch"}`` keeps its batch in axis 1, and taking axis 0 for it
+    made ``--batch`` set the sequence length. Without such a name, a symbolic dim found only at
+    axis 0 is the batch. The batch's size is, without a named one, an input's fixed axis-0 size if
+    one has it (the inputs stay consistent); else ``batch``, else the size ``dims`` gives the batch
+    dim, else 1. Any other symbolic dim takes its size from ``dims`` by name. ``DimsError`` names
+    every dim left unknown (with its input and axis), a name in ``dims`` the model does not have,
+    and an input that would exceed ``MAX_ELEMENTS``."""
     sizes = check_dims(dims)
     inputs, where = _symbolic(model)
     extra = [n for n in sizes if n not in where]
@@ -125,12 +133,16 @@ def set_input_dims(model: Any, batch: int | None, dims: Mapping[str, int] | None
         known = ", ".join(repr(n) for n in where) or "none"
         raise DimsError(f"the model has no symbolic dim {', '.join(repr(n) for n in extra)}; "
                         f"its symbolic dims are: {known}")
-    batch_dims = {n for n, places in where.items() if all(axis == 0 for _, axis in places)}
+    # (at most once an input: a square [n, n] input's n is no batch)
+    named = {n for n, places in where.items() if n.lower() in BATCH_NAMES
+             and len({name for name, _ in places}) == len(places)}
+    batch_dims = named or {n for n, places in where.items() if all(axis == 0 for _, axis in places)}
     clash = sorted(n for n in batch_dims if n in sizes and batch is not None and sizes[n] != batch)
     if clash:
-        raise DimsError(f"dim {clash[0]!r} is the batch (axis 0): it is {sizes[clash[0]]} in dims but the "
+        raise DimsError(f"dim {clash[0]!r} is the batch: it is {sizes[clash[0]]} in dims but the "
                         f"batch is {batch}; give one of them")
-    fixed = [s[0].dim_value for _, s in inputs if s and s[0].HasField("dim_value") and s[0].dim_value > 0]
+    fixed = [] if named else [s[0].dim_value for _, s in inputs if s and s[0].HasField("dim_value")
+                              and s[0].dim_value > 0]
     traced = fixed[0] if fixed else batch or next((sizes[n] for n in batch_dims if n in sizes), None) or 1
     unknown: list[str] = []
     for name, shape in inputs:
@@ -138,7 +150,7 @@ def set_input_dims(model: Any, batch: int | None, dims: Mapping[str, int] | None
             if dim.HasField("dim_value") and dim.dim_value > 0:
                 continue
             size = sizes.get(dim.dim_param) if dim.dim_param else None
-            if size is None and axis == 0 and (not dim.dim_param or dim.dim_param in batch_dims):
+            if size is None and (dim.dim_param in batch_dims or (axis == 0 and not dim.dim_param and not named)):
                 size = traced
             if size is None:
                 unknown.append(_unset(name, axis, dim))
@@ -183,3 +195,31 @@ def check_inferred_sizes(model: Any, shapes: Mapping[str, list[int] | None]) -> 
                     else f"tensor {name!r}")
             check_elements(what, dims, ValueError, "the model's shape arithmetic, or the dims and batch given, "
                                                    "ask for too much")
+
+
+def check_reshapes(nodes: Iterable[Any], shapes: Mapping[str, list[int] | None], target: Callable[[str], Any],
+                   names: list[str], cls: type[ValueError] = ValueError) -> None:
+    """Refuse a Reshape whose target (``target(name)``: its folded value, None where unknown) cannot
+    hold its input's elements (both known), naming it: no tensor can be reshaped so, and such a
+    node means the export fixed a size its trace saw. TorchScript's exporter writes
+    ``nn.MultiheadAttention``'s key length as the example's, so a model exported at sequence 32 with
+    the sequence marked dynamic and set to 256 would be costed with 256 queries against 32 keys: a
+    confident answer for a model that cannot run (onnx's reference evaluator fails on it). The
+    target is read, not the output's declared shape, which an export may state for its trace only."""
+    for node, name in zip(nodes, names):
+        if node.op_type != "Reshape" or len(node.input) < 2 or not node.output:
+            continue
+        before, value = shapes.get(node.input[0]), target(node.input[1])
+        if before is None or value is None:
+            continue
+        allow_zero = next((a.i for a in node.attribute if a.name == "allowzero"), 0)
+        dims = [int(d) for d in value.reshape(-1)]
+        if not allow_zero:  # a 0 copies the input's dim there
+            dims = [before[i] if d == 0 and i < len(before) else d for i, d in enumerate(dims)]
+        elements, fixed = math.prod(before), math.prod(d for d in dims if d != -1)
+        if (fixed != 0 and elements % fixed == 0) if -1 in dims else fixed == elements:
+            continue
+        raise cls(f"node {name!r} (Reshape) turns shape {before} ({elements} elements) into {dims}, which no tensor "
+                  "of that size fits: the export fixed a size it traced (a sequence length or batch taken as a "
+                  "constant; TorchScript's exporter does so in MultiheadAttention): predict at the sizes it was "
+                  "exported with, or export it again with that size dynamic (torch.onnx.export(..., dynamo=True))")

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from predictor.graph import Graph
-from predictor.importers.onnx_dims import check_dims, set_input_dims
+from predictor.importers.onnx_dims import DimsError, check_dims, check_reshapes, set_input_dims
 from predictor.importers.onnx_emit import Emitter
 from predictor.importers.onnx_load import infer_folded_shapes, load_model, standard_opset
 from predictor.importers.onnx_tensors import GraphTensors
+from predictor.importers.onnx_unknown_shapes import check_known_shapes
 
 # ---------------------------------------------------------------------------- the importer
 
@@ -63,7 +64,11 @@ def graph_from_onnx(source: bytes | str | Path, name: str | None = None, batch: 
     traced = set_input_dims(model, batch, dims)
     inferred, values = infer_folded_shapes(model, standard_opset(model))
     t = GraphTensors(model, inferred, values, traced)
-    emitter = Emitter(t, _names(t.nodes))
+    names = _names(t.nodes)
+    # dims given are the likeliest cause of a size the export fixed: then the service names them
+    check_reshapes(t.nodes, t.shapes, t.value, names, DimsError if dims else ValueError)
+    check_known_shapes(t, names)
+    emitter = Emitter(t, names)
     nodes = emitter.nodes()
     if not nodes:  # (a graph must have a node: pydantic's 'List should have at least 1 item' says nothing here)
         raise ValueError(f"the ONNX model runs nothing on the device: its {len(t.nodes)} node(s) are constants, "

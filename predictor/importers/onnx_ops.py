@@ -245,10 +245,17 @@ FAMILY_RULES: dict[str, Rule] = {
 }
 
 
+class ModelRefused(ValueError):
+    """A rule's refusal of the whole model, on purpose (its message says what to fix): unlike a
+    node too odd for a rule, it is not a fall back to the node's plain costs."""
+
+
 def try_rule(rule: Callable[..., Any], *args: Any) -> Any:
     """Run a rule; a node too odd for it (a missing input, a strange attribute) just falls back."""
     try:
         return rule(*args)
+    except ModelRefused:
+        raise
     except (IndexError, KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError):
         return None
 

@@ -148,6 +148,21 @@ def batch_first_slow_parts(tokens: int, embed: int, heads: int, masked: bool, ca
             ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
 
 
+def sequence_first_slow_parts(tokens: int, kv_tokens: int, embed: int, heads: int, masked: bool,
+                              causal: bool) -> list[Part]:
+    """The kernels ``_slow_parts`` records for a sequence-first ``nn.MultiheadAttention`` (its
+    default) with packed projections and biases, asked for no weights: the only path PyTorch has
+    for it (the fast path wants batch_first). For an importer that sees the module but not the call
+    (ONNX). The input is contiguous, so the projection is one GEMM with its bias; the projection is
+    made contiguous as [3, tokens, batch, embed], and attention's output is copied back from batch
+    2 on, before the output projection."""
+    return [("qkv", _kernel("linear", tokens=tokens, k=embed, n=3 * embed)),
+            ("qkv_copy", _copy(3 * tokens * embed)),
+            ("attention", _kernel_sdpa(tokens, kv_tokens, embed, heads, "masked" if masked else "", int(causal))),
+            ("output_copy", from_batch(_copy(tokens * embed), 2)),
+            ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
+
+
 def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
     """The kernels of ``F.multi_head_attention_forward`` (sequence-first [tokens, batch, embed]),
     per sample, in launch order, for packed self-attention (``nn.MultiheadAttention``'s slow path:

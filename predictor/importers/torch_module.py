@@ -27,17 +27,22 @@ from predictor.importers.torch_capture import capture_path_forced
 from predictor.importers.torch_fused import fused_block, measured_fast_paths
 
 
-def graph_from_module(model: Any, example: Any, name: str, source: str = "torch") -> Graph:
+def graph_from_module(model: Any, example: Any, name: str, source: str = "torch", batch_dim: int = 0) -> Graph:
     """Trace ``model(example)`` on its device (CPU is fine: only shapes matter) into a Graph.
+
+    ``batch_dim`` is the example's batch axis: 1 for a sequence-first model ([sequence, batch,
+    embed], ``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s default), whose
+    calls' parameters are per sample of that batch (taking axis 0 made every norm and linear's
+    rows per sample a share of the sequence, while the attention's were per sample of the batch).
 
     Where the captured forward runs other attention kernels than the eager one (transformers
     models), the kernels' ``capture_variant`` says so: the forward is traced a second time as
     if a CUDA stream were capturing, and its attention calls are matched in order.
     """
     model = model.eval()
-    graph = _trace(model, example, name, source)
+    graph = _trace(model, example, name, source, batch_dim)
     with capture_path_forced():
-        captured = _trace(model, example, name, source)
+        captured = _trace(model, example, name, source, batch_dim)
     return _with_capture_variants(graph, captured)
 
 
@@ -57,12 +62,14 @@ def _with_capture_variants(graph: Graph, captured: Graph) -> Graph:
     return replace(graph, nodes=nodes)
 
 
-def _trace(model: Any, example: Any, name: str, source: str) -> Graph:
+def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int = 0) -> Graph:
     """One forward, recorded call by call."""
     import torch
 
     nodes: list[Node] = []
-    batch = int(example.shape[0]) if isinstance(example, torch.Tensor) and example.dim() else 1
+    if isinstance(example, torch.Tensor) and example.dim() and not -example.dim() <= batch_dim < example.dim():
+        raise ValueError(f"batch_dim {batch_dim} is not an axis of the example, of shape {list(example.shape)}")
+    batch = int(example.shape[batch_dim]) if isinstance(example, torch.Tensor) and example.dim() else 1
 
     def on_call(op: str, args: tuple, kwargs: dict, out: Any) -> None:
         block = fused_block(op, args, kwargs)

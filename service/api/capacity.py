@@ -41,11 +41,13 @@ from predictor.capacity.service_time import run_spread
 from predictor.capacity.serving_path import ServingPath, planned_service
 from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
 from predictor.graph import Graph
+from predictor.prediction import Prediction
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
 from service.etags import etag_of, matches
 from service.graph_store import ID_PATTERN
+from service.host_header import HOST_HEADER, HOST_HEADER_DOC, host_header
 from service.openapi import budgeted, documents, problems
 from service.predictions import ResolvedVariant
 from service.problems import ProblemError
@@ -70,7 +72,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-7"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-8"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -84,6 +86,7 @@ OK_RESPONSE = {
         SERVING_PATH_HEADER: {"description": "the serving path the plans include (the `serving_path` asked for), "
                                              "or `none`: the GPU's time alone",
                               "schema": {"type": "string"}},
+        HOST_HEADER: HOST_HEADER_DOC,
     },
 }
 
@@ -165,25 +168,26 @@ def _capacity(query: CapacityQuery) -> Response:
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    latency, stalls = planned_service(_latency(st, graph, base), path, query.plan_for)
+    predicted, said = _latency(st, graph, base)
+    latency, stalls = planned_service(predicted, path, query.plan_for)
     try:
         plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
                           scheduler=query.scheduler, stalls=stalls)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None
-    host = base.host.id if mode == "eager" and base.host is not None else None
-    rows = [_row(p, graph, base, host, query.plan_for, path) for p in plans]
+    rows = [_row(p, graph, base, said, query.plan_for, path) for p in plans]
     response = _render(rows, query.format, query.value)
-    response.headers.update(headers)
+    response.headers.update({**headers, **host_header([said.host])})
     return response
 
 
-def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyModel:
+def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> tuple[LatencyModel, Prediction]:
     """The predicted median of every batch size a plan weighs, with its interval (from the
     prediction cache where it can be), and the spread of the measured runs on this kind of device
     in this mode (``service_time.run_spread``, as ``latpred capacity``); the predictions' work is
-    checked against the budget first."""
+    checked against the budget first. With it, batch 1's prediction: what every plan says of its
+    host (the profile used, which may stand in for the one asked) and warnings."""
     variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
     work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
                       status=400)
@@ -196,10 +200,10 @@ def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> LatencyMo
     medians = {b: p.total_ms for b, p in out.items()}
     intervals = {b: (p.low_ms, p.high_ms) for b, p in out.items()}
     return LatencyModel(medians.__getitem__, sigma=run_spread(base.device.kind, base.mode),
-                        interval_ms=intervals.__getitem__)
+                        interval_ms=intervals.__getitem__), out[1]
 
 
-def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, plan_for: PlanFor,
+def _row(result: Plan, graph: Graph, base: ResolvedVariant, said: Prediction, plan_for: PlanFor,
          path: ServingPath | None) -> dict[str, Any]:
     return CapacityPlan(
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
@@ -209,7 +213,8 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, host: str | None, pl
         p99_high_ms=result.p99_high_ms,
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
-        triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=host,
+        triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=said.host,
+        warnings=list(said.warnings),
         serving_path=path.answer_dict() if path is not None else None,
         candidates_evaluated=result.candidates_evaluated, simulated_requests=result.simulated_requests,
     ).model_dump()

@@ -113,15 +113,23 @@ def list_hosts() -> dict[str, Any]:
 
     Each bundle's profiles come first, its default marked (the host an eager prediction is for
     when a request names none), then the stored ones by id. A bundle's profile wins over a
-    stored one of the same id.
+    stored one of the same id. A stored file this latpred cannot read as a profile (damaged, or
+    written by a newer latpred) is listed under `unreadable` with why, not among the profiles.
     """
     fields = ("id", "label", "cpu_model", "cpu_cores", "gpu", "measured_at", "costs_us", "forward_spread")
     rows = [{**profile.model_dump(mode="json", include=set(fields)), "source": "bundle", "device": device,
              "default": default, "url": _url(profile.id)} for device, profile, default in _carried()]
     store = state().host_store  # (its profiles by id: a stray file in the folder is none, and no 500)
-    rows += [{**profile.model_dump(mode="json", include=set(fields)), "source": "stored", "device": None,
-              "default": False, "url": _url(profile.id)} for profile in map(store.get, store.ids())]
-    return {"hosts": rows}
+    unreadable = []
+    for host_id in store.ids():
+        try:
+            profile = store.get(host_id)
+        except HostProfileError as exc:  # one damaged (or newer) file must not take the listing down
+            unreadable.append({"id": host_id, "problem": predictions.unreadable_why(exc)})
+            continue
+        rows.append({**profile.model_dump(mode="json", include=set(fields)), "source": "stored", "device": None,
+                     "default": False, "url": _url(profile.id)})
+    return {"hosts": rows, "unreadable": unreadable}
 
 
 @api.get("/hosts/<host_id>", responses={200: HostAnswer, **NOT_FOUND, **problems(400, 503)})
@@ -133,6 +141,8 @@ def get_host(path: HostPath) -> dict[str, Any]:
         return _answer(first, "bundle", [d for d, p in carried if p == first])
     try:
         return _answer(state().host_store.get(path.host_id), "stored", [])
+    except HostProfileError as exc:
+        raise predictions.unreadable_host(path.host_id, exc, "host_id") from None
     except UnknownHostError:
         raise ProblemError(404, f"no host profile {path.host_id!r} is known: GET /v1/hosts lists them",
                            field="host_id") from None

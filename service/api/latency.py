@@ -26,6 +26,7 @@ from predictor.validation import validation_message
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Variant
 from service import predictions, work_budget
 from service.etags import etag_of, matches
+from service.host_header import HOST_HEADER, HOST_HEADER_DOC, host_header
 from service.openapi import budgeted, documents, problems
 from service.problems import ProblemError
 from service.query_values import as_bad_request
@@ -50,6 +51,7 @@ OK_RESPONSE = {
         "text/csv": {"schema": {"type": "string"}},
         "text/plain": {"schema": {"type": "string"}},
     },
+    "headers": {HOST_HEADER: HOST_HEADER_DOC},
 }
 
 
@@ -146,7 +148,7 @@ def _latency(query: LatencyQuery) -> Response:
             predictions.record(st.metrics, result)
             rows.append(result.to_json(with_layers=False))
     response = _render(rows, query.format)
-    response.headers.update(headers)
+    response.headers.update({**headers, **host_header(row["host"] for row in rows)})
     return response
 
 

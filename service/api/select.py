@@ -24,6 +24,7 @@ from predictor.selection import Constraints, DeviceChoice, Selection, select
 from predictor.selection_csv import write_selection_csv
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION
 from service import predictions, work_budget
+from service.host_header import HOST_HEADER, HOST_HEADER_DOC, host_header
 from service.openapi import budgeted, problems, request_bodies
 from service.predictions import ResolvedVariant
 from service.problems import ProblemError
@@ -56,6 +57,7 @@ CSV_RESPONSE = {
         SERVING_PATH_HEADER: {"description": "the serving path the latencies include (the `serving_path` asked for), "
                                              "or `none`: the devices' time alone",
                               "schema": {"type": "string"}},
+        HOST_HEADER: HOST_HEADER_DOC,
     },
 }
 
@@ -109,7 +111,8 @@ def select_get(query: SelectQuery) -> Response:
     selection's, as in the JSON answer), serving_path (its name; empty without one), one row
     per device in rank order; `format=txt` the chosen device's id, or `none` when no device meets
     the constraints. Every format of the GET carries the `Latpred-Serving-Path` header (the path's
-    name, or `none`).
+    name, or `none`) and the `Latpred-Host` header (the host profiles the devices' eager
+    predictions used, or `none`). `slo_p99_ms` and `min_throughput_qps` take one value each.
     """
     with as_bad_request():
         st = state()
@@ -117,15 +120,16 @@ def select_get(query: SelectQuery) -> Response:
         graph = st.resolver.from_name(name, "model")
         precision = variant_field("precision", query.precision, DEFAULT_PRECISION)
         mode = variant_field("mode", query.mode, DEFAULT_MODE)
-        slo = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, 0.001, MAX_QUERY_SLO_MS)[0] \
+        slo = _one(numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, 0.001, MAX_QUERY_SLO_MS), "slo_p99_ms") \
             if query.slo_p99_ms is not None else None
-        throughput = numbers(query.min_throughput_qps, "min_throughput_qps", QPS_ITEM, 0.001,
-                             MAX_QUERY_THROUGHPUT)[0] if query.min_throughput_qps is not None else None
+        throughput = _one(numbers(query.min_throughput_qps, "min_throughput_qps", QPS_ITEM, 0.001,
+                                  MAX_QUERY_THROUGHPUT), "min_throughput_qps") \
+            if query.min_throughput_qps is not None else None
         devices = _device_list(query.devices) if query.devices is not None else None
         path = named_serving_path(query.serving_path)
         selection = _select(st, graph, query.batch, precision, mode, query.host.strip(" ") if query.host else None,
                             _constraints(slo, throughput), devices, "model", path)
-    headers = serving_path_header(path)
+    headers = {**serving_path_header(path), **host_header(c.host for c in selection.ranked)}
     if query.format == "txt":
         return Response(selection.best.device if selection.best else "none", mimetype="text/plain", headers=headers)
     if query.format == "csv":
@@ -133,6 +137,15 @@ def select_get(query: SelectQuery) -> Response:
     response = jsonify(_json(selection))
     response.headers.update(headers)
     return response
+
+
+def _one(values: list[float], field: str) -> float:
+    """The one value a selection takes (``numbers`` reads a comma-separated list, as capacity's
+    grid does): several are refused naming the field, not cut to the first."""
+    if len(values) > 1:
+        raise ProblemError(400, f"{field}: one value, not {len(values)}: a selection answers one objective (ask "
+                                "GET /v1/capacity for a grid of them)", field=field)
+    return values[0]
 
 
 def _device_list(value: str) -> list[str]:
@@ -203,7 +216,7 @@ def _choice_out(rank: int, c: DeviceChoice) -> DeviceChoiceOut:
         p99_ms=c.p99_ms, p99_low_ms=c.p99_low_ms, p99_high_ms=c.p99_high_ms, throughput_qps=c.throughput_qps,
         memory_bytes=c.memory_bytes,
         device_memory_bytes=c.device_memory_bytes, price_per_hour=c.price_per_hour,
-        cost_per_million=c.cost_per_million, model_version=c.model_version, warnings=list(c.warnings))
+        cost_per_million=c.cost_per_million, model_version=c.model_version, host=c.host, warnings=list(c.warnings))
 
 
 def _json(s: Selection) -> dict[str, Any]:

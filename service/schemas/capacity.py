@@ -178,7 +178,13 @@ class CapacityPlan(ResponseModel):
                                     "empty otherwise")
     triton_config: str = Field(description="the config.pbtxt lines: max_batch_size and the dynamic_batching block")
     model_version: str = Field(description="the version of the bundle that predicted the latency per batch")
-    host: str | None = Field(description="the host profile of an eager plan; null for a CUDA graph")
+    host: str | None = Field(description=(
+        "the host profile an eager plan's latencies were predicted for, as /v1/latency names it (id, label, CPU; "
+        "'for <id>' where another profile stood in for the one asked: an estimate, with a warning); null for a "
+        "CUDA graph"))
+    warnings: list[str] = Field(default_factory=list, description=(
+        "what the latency predictions warn of (the host profile used, an estimated or unsteady host, a "
+        "transferred device, operators without a model)"))
     serving_path: dict[str, Any] | None = Field(description=(
         "the serving path added to each batch's predicted time (its stored form, name, server, label, per_batch_ms, "
         "per_request_ms, low, high, sigma, pauses, drift, note, and caution: for a path fitted on other hosts, "

@@ -46,9 +46,17 @@ class HostListItem(ResponseModel):
     url: str
 
 
+class UnreadableHost(ResponseModel):
+    id: str
+    problem: str = Field(description="why the stored file is not a profile this latpred reads")
+
+
 class HostsResponse(ResponseModel):
     hosts: list[HostListItem] = Field(description="the bundles' profiles (by device, default first), then "
                                                   "the stored ones (by id)")
+    unreadable: list[UnreadableHost] = Field(default_factory=list, description=(
+        "stored files that are not profiles this latpred reads (damaged, or written by a newer latpred): "
+        "left out of the list, and a prediction that names one is refused naming it"))
 
 
 class HostAnswer(ResponseModel):

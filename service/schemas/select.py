@@ -128,6 +128,9 @@ class DeviceChoiceOut(ResponseModel):
     price_per_hour: float | None = Field(description="USD per GPU-hour (catalog, editable); null where unknown")
     cost_per_million: float | None = Field(description="USD per million inferences; null without a price")
     model_version: str
+    host: str | None = Field(default=None, description=(
+        "the host profile this device's eager prediction used, as /v1/latency names it (a CPU device predicts "
+        "with its own; 'for <id>' where another profile stood in for the one asked); null for a CUDA graph"))
     warnings: list[str]
 
 

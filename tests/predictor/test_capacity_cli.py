@@ -87,3 +87,15 @@ def test_the_plan_for_choices_are_the_planners() -> None:
 
     option = next(p for p in capacity.params if p.name == "plan_for")
     assert tuple(option.type.choices) == PLAN_FOR  # type: ignore[attr-defined]
+
+
+def test_an_eager_plan_names_the_host_profile_it_was_predicted_for() -> None:
+    code, out = run("resnet50", "--mode", "eager", "--qps", "100", "--slo-p99-ms", "50", "--format", "json")
+    assert code == 0, out
+    plan = json.loads(out)
+    default = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200")).host
+    assert default is not None and plan["host"].startswith(f"{default.id} (") and plan["warnings"] == []
+    code, text = run("resnet50", "--mode", "eager", "--qps", "100", "--slo-p99-ms", "50")
+    assert f"host: {plan['host']}" in text
+    code, out = run("resnet50", "--qps", "100", "--slo-p99-ms", "50", "--format", "json")
+    assert json.loads(out)["host"] is None  # a CUDA graph's replay issues no call

@@ -129,3 +129,17 @@ def test_the_walk_over_idle_stretches_gives_the_event_loops_very_run() -> None:
         walked = _TritonServer(arrivals, max_batch, (), delay, 1, service())  # type: ignore[arg-type]
         assert walked.skip_idle
         np.testing.assert_array_equal(walked.run().batches, events.run().batches)
+
+
+@pytest.mark.timeout(60)  # it looped forever: a hang is the failure
+def test_a_queue_delay_is_waited_out_hours_into_a_run() -> None:
+    # A GPU at a fraction of a qps is simulated over hours: past about 8,000 s a picosecond added
+    # to the clock left it where it was, and the batcher waiting out the last picoseconds of its
+    # delay asked again forever (``latpred capacity gpt2 --mode eager --qps 0.2`` hung)
+    arrivals = 40_000.0 + np.cumsum(np.random.default_rng(5).exponential(1 / 300.0, 2000))
+    served = serve_like_triton(arrivals, 8, (), 1e-4, 1, lambda size, start: 0.005 + 0.001 * size)
+    assert len(served.finish_s) == 2000 and bool((served.start_s >= arrivals).all())
+    # the delay is honoured: nothing starts before its batch's first request has waited it out or the batch is full
+    firsts = served.batches[:, 3].astype(int)
+    full = served.batches[:, 2] == 8
+    assert bool(((served.batches[:, 0] - arrivals[firsts] >= 1e-4 - 1e-9) | full).all())

@@ -173,6 +173,14 @@ def test_a_user_file_that_does_not_validate_stops_the_import_naming_it(tmp_path:
     assert "device 'nvidia-l4': memory_bandwidth" in out.stderr and str(user) in out.stderr
 
 
+def test_a_command_answers_a_refused_user_file_as_an_error_not_a_traceback(tmp_path: Path) -> None:
+    user = write_catalog(tmp_path / "mine.toml", {"nvidia-l4": {"memory_bandwidth": 1.0}})
+    out = subprocess.run([sys.executable, "-m", "latpred", "select", "resnet50"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, CATALOG_ENV: str(user), "PYTHONPATH": str(REPO)})
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.startswith("Error: device catalog") and "device 'nvidia-l4': memory_bandwidth" in out.stderr
+
+
 # ---------------------------------------------------------------- what validation refuses
 @pytest.mark.parametrize("field, value", [
     ("sm_count", 0), ("sm_count", 1001), ("sm_count", 58.5), ("sm_count", "58"),
@@ -185,6 +193,9 @@ def test_a_user_file_that_does_not_validate_stops_the_import_naming_it(tmp_path:
     ("tdp_w", 0), ("tdp_w", float("inf")), ("boost_clock_hz", 0.0), ("boost_clock_hz", 1980e9),
     ("price_per_hour", -0.5), ("price_per_hour", float("nan")),
     ("provenance", "guessed"), ("name", "  "), ("source", ""),
+    # too small to be a device: a unit slip (GB/s, GiB), which loaded and gave a cost of Infinity
+    ("memory_bandwidth", 1.0), ("vector_flops", 1.0), ("tensor_flops", {"fp16": 1.0}), ("memory_bytes", 2),
+    ("l2_bytes", 1), ("tdp_w", 0.5), ("boost_clock_hz", 1.0), ("price_per_hour", 1e308),
 ])
 def test_an_absurd_spec_is_refused_naming_device_and_field(tmp_path: Path, field: str, value: Any) -> None:
     for device_id, fields in (("acme-x1", {**ACME, field: value}), ("nvidia-l40s", {field: value})):

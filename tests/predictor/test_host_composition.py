@@ -427,3 +427,20 @@ def test_a_cpus_eager_interval_keeps_its_bundles_width_whatever_the_spread() -> 
     plain, told = (cpu.predict(graph, 1, "fp32", "eager", host=h) for h in (cpu.host, steady))
     assert told.high_ms / told.total_ms == pytest.approx(plain.high_ms / plain.total_ms)
     assert math.log(plain.high_ms / plain.total_ms) == pytest.approx(cpu.bundle.composition["interval_log"]["eager"])
+
+
+def test_an_id_ending_in_json_is_looked_up_as_an_id_where_no_such_file_is(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # POST /v1/hosts stores id 'box.json'; the CLI's --host read every name ending in .json as a file
+    from predictor.host_lookup import resolve_host
+
+    store = HostStore(tmp_path / "hosts")
+    box = HOST.model_copy(update={"id": "box.json"})
+    store.put(box)
+    bundle = Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_host("box.json", bundle, [store]) == box
+    (tmp_path / "box.json").write_text(json.dumps(HOST.model_dump(mode="json")))  # a file of that name wins
+    assert resolve_host("box.json", bundle, [store]) == HOST
+    with pytest.raises(HostProfileError, match="nothing.json"):  # neither a file nor an id: the file is missing
+        resolve_host("nothing.json", bundle, [store])

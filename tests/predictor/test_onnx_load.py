@@ -219,6 +219,100 @@ def test_external_data_anywhere_is_never_opened(tmp_path: Path, opened: list[str
     assert str(path) in opened  # the hook does see the files that are opened
 
 
+def fixed_key_length_model() -> bytes:
+    """x [batch, seq, 64] -> Reshape to a constant [1, 32, 64] (a length the trace fixed) -> MatMul."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])
+    nodes = [helper.make_node("Reshape", ["x", "fixed"], ["r"], name="keys"),
+             helper.make_node("MatMul", ["r", "W"], ["y"])]
+    return make_model(nodes, [x], {"fixed": np.array([1, 32, 64], dtype=np.int64),
+                                   "W": np.zeros((64, 64), dtype=np.float32)})
+
+
+def test_a_reshape_that_changes_the_element_count_is_refused_naming_it() -> None:
+    assert kernels(graph_from_onnx(fixed_key_length_model(), batch=1, dims={"seq": 32}))  # as exported: fine
+    with pytest.raises(DimsError, match=r"node 'keys' \(Reshape\) turns shape \[1, 256, 64\] \(16384 elements\) "
+                                        r"into \[1, 32, 64\], which no tensor of that size fits.*export fixed a size"):
+        graph_from_onnx(fixed_key_length_model(), batch=1, dims={"seq": 256})
+
+
+def test_a_multihead_attention_exported_with_a_fixed_key_length_is_refused_at_another() -> None:
+    # TorchScript's exporter writes nn.MultiheadAttention's key length as the example's, though the
+    # sequence is marked dynamic: at 256 it would be costed as 256 queries against 32 keys
+    torch = pytest.importorskip("torch")
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(encoder, (torch.randn(2, 32, 64),), buf, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    assert [n.params["seq_kv"] for n in graph_from_onnx(buf.getvalue(), batch=1, dims={"seq": 32}).nodes
+            if n.family == "sdpa"] == [32]
+    with pytest.raises(DimsError, match="Reshape.*export fixed a size"):
+        graph_from_onnx(buf.getvalue(), batch=1, dims={"seq": 256})
+
+
+def test_shapes_that_stop_at_external_data_are_refused_naming_where() -> None:
+    # a Reshape target held in external data: what follows it has no shape to be costed by
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64, 64])
+    nodes = [helper.make_node("Reshape", ["x", "shape"], ["r"], name="flatten"),
+             helper.make_node("MatMul", ["r", "W"], ["m"], name="proj"), helper.make_node("Relu", ["m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])],
+                              initializer=[external_tensor("shape", [2], "weights.bin", TensorProto.INT64),
+                                           numpy_helper.from_array(np.zeros((4096, 8), np.float32), "W")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    with pytest.raises(ValueError, match=r"node 'proj' \(MatMul\) reads 'r', whose shape is unknown: the shapes stop "
+                                         r"being known at node 'flatten' \(Reshape\) \(its input 'shape' holds its "
+                                         r"values in external data"):
+        graph_from_onnx(data, batch=2)
+
+
+def test_a_short_name_elsewhere_than_axis_0_is_no_batch() -> None:
+    # 'n' at axis 1 is as likely a count of points: it must be given, never taken from --batch
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "n", 3])
+    data = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [x], {"W": np.zeros((3, 8), dtype=np.float32)})
+    with pytest.raises(DimsError, match="dim 'n'"):
+        graph_from_onnx(data, batch=2)
+    assert kernels(graph_from_onnx(data, batch=2, dims={"n": 1024})) == [("linear", "nobias",
+                                                                          {"tokens": 1024, "k": 3, "n": 8})]
+
+
+def test_a_reshape_is_checked_against_its_target_not_a_declared_output_shape() -> None:
+    # an export may declare its output as traced ([1, 1000]); the target (-1, 1000) fits any batch
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8, 125])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1000])
+    graph = helper.make_graph([helper.make_node("Reshape", ["x", "to"], ["y"])], "g", [x], [out],
+                              initializer=[numpy_helper.from_array(np.array([-1, 1000], dtype=np.int64), "to")])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    assert graph_from_onnx(data, batch=4).batch == 4
+
+
+def test_a_size_the_data_decides_is_costed_as_before_not_refused() -> None:
+    # NonZero's output size depends on the values: no file can state it, and what follows it is a fallback
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["y"])]
+    graph = graph_from_onnx(make_model(nodes, [x]), batch=2)
+    assert [n.op for n in graph.nodes if n.kind != "free"][:2] == ["Relu", "NonZero"]
+
+
+def test_shapes_that_stop_at_a_custom_operator_are_refused_but_the_operator_alone_is_costed() -> None:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64])
+    custom = helper.make_node("FooOp", ["x"], ["f"], name="foo", domain="com.foo")
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.foo", 1)]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b"])
+    alone = helper.make_model(helper.make_graph([helper.make_node("FooOp", ["x"], ["y"], name="foo", domain="com.foo")],
+                                                "g", [x], [out]), opset_imports=opsets).SerializeToString()
+    assert [n.kind for n in graph_from_onnx(alone, batch=2).nodes] == ["fallback"]
+    weight = numpy_helper.from_array(np.zeros((64, 8), np.float32), "W")
+    chain = helper.make_model(helper.make_graph([custom, helper.make_node("MatMul", ["f", "W"], ["y"], name="proj")],
+                                                "g", [x], [out], initializer=[weight]),
+                              opset_imports=opsets).SerializeToString()
+    with pytest.raises(ValueError, match=r"node 'proj' \(MatMul\) reads 'f'.*at node 'foo' \(FooOp\) \(it is an "
+                                         r"operator of domain 'com.foo'"):
+        graph_from_onnx(chain, batch=2)
+
+
 # ---------------------------------------------------------------------------- dims
 
 def text_model() -> bytes:
@@ -230,6 +324,19 @@ def text_model() -> bytes:
     rng = np.random.default_rng(0)
     return make_model(nodes, [ids, img], {"E": rng.standard_normal((100, 32)).astype(np.float32),
                                           "W": rng.standard_normal((32, 64)).astype(np.float32)}, ["y", "z"])
+
+
+@pytest.mark.parametrize("batch_name", ["batch", "batch_size", "bsz"])
+def test_a_dim_named_as_the_batch_is_the_batch_at_any_axis(batch_name: str) -> None:
+    # a sequence-first input [seq, batch, 32]: --batch sets axis 1, and the rows per sample are the sequence
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["seq", batch_name, 32])
+    data = make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [x],
+                      {"W": np.zeros((32, 64), dtype=np.float32)})
+    graph = graph_from_onnx(data, batch=4, dims={"seq": 10})
+    assert graph.batch == 4
+    assert kernels(graph) == [("linear", "nobias", {"tokens": 10, "k": 32, "n": 64})]
+    with pytest.raises(DimsError, match="dim 'seq'"):  # the sequence is not the batch: it must be given
+        graph_from_onnx(data, batch=4)
 
 
 def test_dims_set_symbolic_dims_by_name() -> None:
@@ -274,7 +381,7 @@ def test_absurd_dims_are_refused_before_anything_is_computed(dims: dict[str, Any
 
 def test_the_batch_dim_named_in_dims_must_agree_with_the_batch() -> None:
     assert graph_from_onnx(text_model(), dims={"batch": 2, "sequence": 8, "height": 8, "width": 8}).batch == 2
-    with pytest.raises(DimsError, match=r"dim 'batch' is the batch \(axis 0\): it is 2 in dims but the batch is 4"):
+    with pytest.raises(DimsError, match=r"dim 'batch' is the batch: it is 2 in dims but the batch is 4"):
         graph_from_onnx(text_model(), batch=4, dims={"batch": 2, "sequence": 8, "height": 8, "width": 8})
 
 

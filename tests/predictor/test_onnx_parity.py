@@ -167,3 +167,59 @@ def test_multi_head_attention_is_taken_to_run_its_fast_path() -> None:
     assert "_native_multi_head_attention" in {n.op for n in torch_graph.nodes}
     assert [(n.kind, n.family, n.variant, n.layout, n.params) for n in onnx_graph.nodes] == [
         (n.kind, n.family, n.variant, n.layout, n.params) for n in torch_graph.nodes]
+
+
+class SequenceFirstAttention(nn.Module):
+    """nn.MultiheadAttention as constructed by default ([sequence, batch, embed]), asked for no weights."""
+
+    def __init__(self, embed: int, heads: int) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(embed, heads)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attention(x, x, x, need_weights=False)[0]
+
+
+def sequence_first_export(module: nn.Module, example: torch.Tensor) -> bytes:
+    """TorchScript's export of a sequence-first module with both axes symbolic and the batch named."""
+    import io
+    import warnings
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {0: "seq", 1: "batch"}})
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name,build", [
+    ("mha_even_heads", lambda: SequenceFirstAttention(64, 4)),
+    ("mha_odd_heads", lambda: SequenceFirstAttention(60, 5)),
+    ("encoder", lambda: nn.TransformerEncoder(nn.TransformerEncoderLayer(64, 4, 128), 2, enable_nested_tensor=False)),
+])
+def test_a_sequence_first_model_predicts_like_its_torch_trace(predictor: Predictor, name: str, build: Any) -> None:
+    # PyTorch's default layout: the batch is axis 1, which the export names and the trace is told;
+    # no fast path takes it (it wants batch_first), so F.multi_head_attention_forward runs, with
+    # the copies of its projection and of its output (torch_fused.sequence_first_slow_parts)
+    torch.manual_seed(0)
+    module = build().eval()
+    width = module.attention.embed_dim if name.startswith("mha") else 64
+    data = sequence_first_export(module, torch.randn(16, 2, width))
+    for batch in (1, 8, 32):
+        onnx_graph = graph_from_onnx(data, name=name, batch=batch, dims={"seq": 16})
+        torch_graph = graph_from_module(module, torch.randn(16, batch, width), name=name, batch_dim=1)
+        assert onnx_graph.batch == torch_graph.batch == batch
+        off = variants_off(predictor, onnx_graph, torch_graph)
+        assert not off, f"{name} at batch {batch}: ONNX / torch outside 3%: {off}"
+    heads = module.attention.num_heads if name.startswith("mha") else 4
+    assert {n.params["heads"] for n in onnx_graph.nodes if n.family == "sdpa"} == {heads}
+
+
+def test_a_sequence_first_export_without_a_named_batch_is_refused() -> None:
+    # a static export's axis 0 is the sequence: taken for the batch, the attention would have a
+    # share of one head per sample
+    module = SequenceFirstAttention(64, 4).eval()
+    data = torchscript_export(module, torch.randn(16, 2, 64))
+    with pytest.raises(ValueError, match=r"sequence-first .* axis 0 was taken for its batch \(16\).*dynamic_axes"):
+        graph_from_onnx(data, batch=2)

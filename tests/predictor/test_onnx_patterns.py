@@ -4,7 +4,9 @@ exporter (``dynamo=False``), or written with ``onnx.helper`` the way the dynamo 
 
 from __future__ import annotations
 
+import io
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -375,6 +377,57 @@ def test_scaled_dot_product_attention_is_one_sdpa(mask: str, causal: bool, varia
     assert [n.params["n"] for n in graph.nodes if n.family == "linear"] == [32, 32, 32, 32]
     if mask in ("all_pass", "causal") or causal:
         assert any("attention" in a for a in graph.meta["assumptions"])
+
+
+def seq_dynamic_export(module: nn.Module, seq: int, width: int) -> bytes:
+    """TorchScript's export of ``module`` at sequence ``seq``, with the batch and sequence dims
+    symbolic (``batch``, ``seq``), as a user exports a model to predict it at other lengths."""
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), (torch.randn(1, seq, width),), buf, dynamo=False, opset_version=17,
+                          input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("exported,predicted", [(320, None), (16, 512)])
+def test_is_causal_stays_causal_past_the_folding_limit(exported: int, predicted: int | None) -> None:
+    # is_causal=True is exported as Expand(1, [L, S]) -> Trilu -> Equal(0) -> Where(-inf, 0); from
+    # 256 x 256 on that mask is over the folding's 65,536 elements, and its chain is replayed on a
+    # small square instead (onnx_mask_pattern): it stays is_causal, not a full boolean mask
+    module = Attention("none", causal=True)
+    graph = (graph_from_onnx(export(module, torch.randn(1, exported, 32))) if predicted is None
+             else graph_from_onnx(seq_dynamic_export(module, exported, 32), batch=1, dims={"seq": predicted}))
+    seq = predicted or exported
+    [sdpa] = [n for n in graph.nodes if n.family == "sdpa"]
+    assert sdpa.params == dict(heads=4, seq_q=seq, seq_kv=seq, head_dim=8, causal=1)
+    assert (sdpa.variant, sdpa.capture_variant) == ("", "")
+    assert not [n for n in graph.nodes if n.op in ("Trilu", "Where", "Expand", "Equal") and n.kind != "free"]
+
+
+class SlidingWindow(nn.Module):
+    """Attention through a banded mask (tril & triu(-16)): local attention, not causal."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = x.shape[1]
+        ones = torch.ones(t, t, dtype=torch.bool)
+        q = x.view(1, t, 4, 8).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, q, q, attn_mask=ones.tril() & ones.triu(-16))
+        return y.transpose(1, 2).reshape(1, t, 32)
+
+
+def test_a_sliding_window_mask_too_large_to_fold_is_not_taken_for_causal() -> None:
+    # replayed on a small square, the band triu(-16) would fill it and tril & it pass for causal
+    for seq, dims in ((64, None), (16, {"seq": 512})):
+        graph = (graph_from_onnx(export(SlidingWindow(), torch.randn(1, seq, 32))) if dims is None
+                 else graph_from_onnx(seq_dynamic_export(SlidingWindow(), seq, 32), batch=1, dims=dims))
+        assert [(n.variant, n.params["causal"]) for n in graph.nodes if n.family == "sdpa"] == [("bool_full", 0)]
+
+
+def test_a_padding_mask_too_large_to_fold_stays_a_real_mask() -> None:
+    graph = graph_from_onnx(export(Attention("padding"), torch.randn(1, 320, 32)))
+    [sdpa] = [n for n in graph.nodes if n.family == "sdpa"]
+    assert sdpa.params["causal"] == 0 and sdpa.variant == "bool_padding"
 
 
 def dynamo_attention(mask: bool, unit_scale: bool = False) -> bytes:

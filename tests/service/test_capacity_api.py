@@ -210,3 +210,11 @@ def test_a_plan_simulates_tritons_code_unless_the_documented_rule_is_asked_for(c
     assert rows_of(client.get(query + "&scheduler=rule&format=csv"))[0]["scheduler"] == "rule"
     bad = client.get(query + "&scheduler=fifo")
     assert bad.status_code == 400 and "scheduler" in bad.get_data(as_text=True)
+
+
+def test_a_precision_the_device_lacks_is_refused_naming_precision(client: Any) -> None:
+    # a T4 has no bf16 tensor cores: the request's precision is at fault, not its model
+    for url in ("/v1/capacity?model=resnet50&device=t4&precision=bf16&qps=10&slo_p99_ms=100",
+                "/v1/latency?model=resnet50&device=t4&precision=bf16"):
+        body = assert_problem(client.get(url), 400, "precision")
+        assert "no bf16 tensor cores" in body["detail"]

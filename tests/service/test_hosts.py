@@ -338,3 +338,40 @@ def test_a_bundle_without_a_default_host_needs_one_named_for_eager(tmp_path: Pat
         expected = 422
     graph = client.post("/v1/predict", json={"model": "resnet18", "mode": "cudagraph"})
     assert graph.status_code == expected and (expected == 200 or graph.get_json()["field"] == "host")
+
+
+def test_capacity_and_select_name_the_profile_that_stood_in_for_the_one_asked(client: Any) -> None:
+    """A profile probed without a GPU is estimated again for a GPU (Predictor.host_for_device): the
+    answers name the estimate used, 'for' the id asked, with its warning, in JSON and in the
+    Latpred-Host header that a txt answer, a number alone, carries too."""
+    assert client.post("/v1/hosts", json=host_profile(id="gpu-less-box", cpu_score_ns=500.0)).status_code == 201
+    query = f"model=resnet50&device={DEVICE}&mode=eager&host=gpu-less-box"
+    latency = client.get(f"/v1/latency?{query}&format=txt")
+    assert latency.status_code == 200
+    named = latency.headers["Latpred-Host"]
+    assert "(estimated" in named and named.endswith("for gpu-less-box")
+    capacity = client.get(f"/v1/capacity?{query}&qps=50&slo_p99_ms=100")
+    assert capacity.status_code == 200, capacity.get_json()
+    [row] = capacity.get_json()
+    assert row["host"] == named and row["warnings"]
+    assert client.get(f"/v1/capacity?{query}&qps=50&slo_p99_ms=100&format=txt").headers["Latpred-Host"] == named
+    select = client.get(f"/v1/select?model=resnet50&mode=eager&host=gpu-less-box&devices={DEVICE}")
+    assert select.status_code == 200, select.get_json()
+    assert select.get_json()["ranked"][0]["host"] == named and select.headers["Latpred-Host"] == named
+    assert client.get(f"/v1/latency?model=resnet50&device={DEVICE}&format=txt").headers["Latpred-Host"] == "none"
+
+
+def test_a_stored_file_that_is_no_readable_profile_is_listed_apart_and_refused_by_name(
+        client: Any, config: ServiceConfig) -> None:
+    assert client.post("/v1/hosts", json=host_profile(id="good-box")).status_code == 201
+    stored_file(config, "broken-box").write_text('{"schema_version": 99, "id": "broken-box"}')
+    listing = client.get("/v1/hosts")
+    assert listing.status_code == 200
+    assert [h["id"] for h in listing.get_json()["hosts"] if h["source"] == "stored"] == ["good-box"]
+    [unreadable] = listing.get_json()["unreadable"]
+    assert unreadable["id"] == "broken-box" and "schema_version" in unreadable["problem"]
+    for response, field in ((client.get("/v1/hosts/broken-box"), "host_id"),
+                            (client.get(f"/v1/latency?model=resnet50&device={DEVICE}&mode=eager&host=broken-box"),
+                             "host")):
+        body = assert_problem(response, 500, field)
+        assert "broken-box" in body["detail"] and "cannot be read" in body["detail"]

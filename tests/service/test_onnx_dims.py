@@ -73,6 +73,25 @@ def test_unset_unknown_and_absurd_dims_are_422_naming_dims(client: Any, fields: 
         assert detail in body["detail"]
 
 
+def fixed_length_onnx() -> bytes:
+    """x [batch, seq, 64] -> Reshape to a constant [1, 32, 64] (a length the export fixed) -> MatMul."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["a", "b", "c"])
+    nodes = [helper.make_node("Reshape", ["x", "fixed"], ["r"], name="keys"),
+             helper.make_node("MatMul", ["r", "W"], ["y"], name="proj")]
+    weights = [numpy_helper.from_array(np.array([1, 32, 64], dtype=np.int64), "fixed"),
+               numpy_helper.from_array(np.zeros((64, 64), np.float32), "W")]
+    graph = helper.make_graph(nodes, "fixed", [x], [out], initializer=weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_dims_the_export_cannot_take_are_422_naming_dims_and_the_node(client: Any) -> None:
+    assert post(client, fixed_length_onnx(), dims="seq=32", batch="1").status_code == 200
+    body = assert_problem(post(client, fixed_length_onnx(), dims="seq=256", batch="1"), 422, "dims")
+    assert "node 'keys' (Reshape) turns shape [1, 256, 64]" in body["detail"]
+    assert "export fixed a size" in body["detail"]
+
+
 @pytest.mark.parametrize("dims", ["sequence", "sequence=0", "sequence=-1", "sequence=1e12", "sequence=10000000000000",
                                   "{", '{"sequence": "8"}', '["sequence"]', "sequence=1,sequence=2"])
 def test_malformed_dims_are_422_naming_dims(client: Any, dims: str) -> None:

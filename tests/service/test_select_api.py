@@ -195,3 +195,10 @@ def test_a_named_serving_path_is_added_to_every_device_and_echoed(client: Any) -
     assert as_json.exit_code == 0 and json.loads(as_json.output)["serving_path"] == served["serving_path"]
     refused = CliRunner().invoke(main, ["select", "resnet50", "--serving-path", "nope"])
     assert refused.exit_code != 0 and "--serving-path" in refused.output and "pytriton-h100" in refused.output
+
+
+def test_several_objectives_in_one_select_query_are_refused_naming_the_field(client: Any) -> None:
+    # a comma list is capacity's grid; a selection answers one objective and must not keep the first silently
+    for field in ("slo_p99_ms", "min_throughput_qps"):
+        body = assert_problem(client.get(f"/v1/select?model=resnet50&{field}=1,0.5"), 400, field)
+        assert "one value" in body["detail"]
