@@ -405,6 +405,23 @@ class Predictor:
         graph = reference_graph(model).at_precision(get_precision(precision).name, batch)
         return self.layers(graph, batch, precision, "eager")
 
+    def default_host_elsewhere(self) -> str | None:
+        """What to say when the bundle's default host was probed beside another GPU than this
+        device (a transfer bundle's hosts are the H200 machine's; the H100's own were probed on
+        other machines, which a request names with ``host``): None where it was this GPU, or the
+        GPU this partition is carved from, or the profile names no GPU."""
+        host = self.host
+        if host is None or not host.gpu or self.device.kind != "gpu":
+            return None
+        try:
+            probed = resolve_device(host.gpu).device_id
+        except ValueError:
+            return None
+        if self.device.device_id == probed or self.device.device_id.startswith(f"{probed}-sm"):
+            return None
+        return (f"the default host profile {host.id} was probed beside {host.gpu}, not this GPU: its eager "
+                "latency is for that machine's host; name this machine's (--host, or 'host' in the request)")
+
     def references_apply(self, host: HostProfile) -> bool:
         """Whether ``host``'s reference forwards were timed on this predictor's device: forwards
         timed on another GPU (or on the H200 for one of its partitions, or for a device never
@@ -571,6 +588,8 @@ class Predictor:
         if host is None and eager:
             raise ValueError("this bundle names no host profile: give one (--host, or 'host' in the request)")
         named = host
+        if eager and asked is None and host is not None and (other := self.default_host_elsewhere()) is not None:
+            warnings.append(other)
         calibration = None
         if eager and host is not None:
             # Solved either way: forwards far from what the costs predict are said even when the

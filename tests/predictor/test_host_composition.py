@@ -444,3 +444,18 @@ def test_an_id_ending_in_json_is_looked_up_as_an_id_where_no_such_file_is(tmp_pa
     assert resolve_host("box.json", bundle, [store]) == HOST
     with pytest.raises(HostProfileError, match="nothing.json"):  # neither a file nor an id: the file is missing
         resolve_host("nothing.json", bundle, [store])
+
+
+def test_a_default_host_probed_beside_another_gpu_is_said_where_it_is_used() -> None:
+    # the transfer bundle's hosts are the H200 machine's: an eager H100 answer on its default host is
+    # that machine's host, which the answer now says; the H200 and its partitions run on that host
+    from predictor.device_bundles import load_predictor
+
+    graph = load_zoo_graph("resnet50")
+    elsewhere = "was probed beside NVIDIA H200, not this GPU"
+    h100 = load_predictor("nvidia-h100-80gb-hbm3")
+    assert any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager").warnings)
+    assert not any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager", host=h100.host).warnings)
+    assert not any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "cudagraph").warnings)
+    for device in ("nvidia-h200", "nvidia-h200-sm72"):
+        assert not any(elsewhere in w for w in load_predictor(device).predict(graph, 1, "fp16", "eager").warnings)
