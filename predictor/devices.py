@@ -181,6 +181,12 @@ def resolve_device(query: str) -> DeviceSpec:
     exact = [d for d in whole if [t for t in _tokens(d.name) if t != "nvidia"] == [w for w in words if w != "nvidia"]]
     if len(exact) == 1:
         return exact[0]
+    # likewise an id that is all the query says: 'NVIDIA H100 80GB HBM3' (what torch calls the GPU, as
+    # a host profile records it) is nvidia-h100-80gb-hbm3, not its partition nvidia-h100-80gb-hbm3-sm72
+    exact_id = [d for d in whole if [t for t in _tokens(d.device_id) if t != "nvidia"] == [w for w in words
+                                                                                          if w != "nvidia"]]
+    if len(exact_id) == 1:
+        return exact_id[0]
     matches = whole or [d for d in DEVICES.values() if wanted and (wanted in d.name.lower() or wanted in d.device_id)]
     if len(matches) == 1:
         return matches[0]

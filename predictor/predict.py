@@ -405,13 +405,14 @@ class Predictor:
         graph = reference_graph(model).at_precision(get_precision(precision).name, batch)
         return self.layers(graph, batch, precision, "eager")
 
-    def default_host_elsewhere(self) -> str | None:
-        """What to say when the bundle's default host was probed beside another GPU than this
-        device (a transfer bundle's hosts are the H200 machine's; the H100's own were probed on
-        other machines, which a request names with ``host``): None where it was this GPU, or the
-        GPU this partition is carved from, or the profile names no GPU."""
-        host = self.host
-        if host is None or not host.gpu or self.device.kind != "gpu":
+    def probed_elsewhere(self, host: HostProfile) -> str | None:
+        """What to say when an eager forward's host was probed beside another GPU than this
+        device: a transfer bundle's default hosts are the H200 machine's, so an H100's answer
+        without ``host`` is for that machine's host (the service resolves the default before it
+        predicts, so this reads the profile, not whether one was asked). None where it was this
+        GPU, or the GPU this partition is carved from, or the profile names no GPU (a CPU's, or an
+        estimate)."""
+        if not host.gpu or self.device.kind != "gpu":
             return None
         try:
             probed = resolve_device(host.gpu).device_id
@@ -419,7 +420,7 @@ class Predictor:
             return None
         if self.device.device_id == probed or self.device.device_id.startswith(f"{probed}-sm"):
             return None
-        return (f"the default host profile {host.id} was probed beside {host.gpu}, not this GPU: its eager "
+        return (f"the host profile {host.id} was probed beside {host.gpu}, not this GPU: its eager "
                 "latency is for that machine's host; name this machine's (--host, or 'host' in the request)")
 
     def references_apply(self, host: HostProfile) -> bool:
@@ -588,7 +589,7 @@ class Predictor:
         if host is None and eager:
             raise ValueError("this bundle names no host profile: give one (--host, or 'host' in the request)")
         named = host
-        if eager and asked is None and host is not None and (other := self.default_host_elsewhere()) is not None:
+        if eager and host is not None and (other := self.probed_elsewhere(host)) is not None:
             warnings.append(other)
         calibration = None
         if eager and host is not None:

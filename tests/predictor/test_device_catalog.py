@@ -120,6 +120,8 @@ def test_a_t4_has_no_bf16_nor_tf32_tensor_cores() -> None:
     ("4090", "nvidia-geforce-rtx-4090"), ("b200", "nvidia-b200"), ("h100 sxm", "nvidia-h100-80gb-hbm3"),
     ("H100 PCIe", "nvidia-h100-pcie"), ("a100 80gb", "nvidia-a100-sxm4-80gb"), ("nvidia-a100-sxm4-40gb",
                                                                                 "nvidia-a100-sxm4-40gb"),
+    # what torch calls the GPU (a host profile's gpu): the whole GPU, not its partition with the same words
+    ("NVIDIA H100 80GB HBM3", "nvidia-h100-80gb-hbm3"), ("NVIDIA H200", "nvidia-h200"),
 ])
 def test_resolve_prefers_whole_words(query: str, device_id: str) -> None:
     assert resolve_device(query).device_id == device_id

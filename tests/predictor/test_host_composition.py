@@ -446,16 +446,19 @@ def test_an_id_ending_in_json_is_looked_up_as_an_id_where_no_such_file_is(tmp_pa
         resolve_host("nothing.json", bundle, [store])
 
 
-def test_a_default_host_probed_beside_another_gpu_is_said_where_it_is_used() -> None:
+def test_a_host_probed_beside_another_gpu_is_said_where_it_is_used() -> None:
     # the transfer bundle's hosts are the H200 machine's: an eager H100 answer on its default host is
-    # that machine's host, which the answer now says; the H200 and its partitions run on that host
+    # that machine's host, which the answer now says, whether the profile was named (as the service
+    # names the default) or not; the H200 and its partitions run on that host
     from predictor.device_bundles import load_predictor
 
     graph = load_zoo_graph("resnet50")
     elsewhere = "was probed beside NVIDIA H200, not this GPU"
     h100 = load_predictor("nvidia-h100-80gb-hbm3")
     assert any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager").warnings)
-    assert not any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager", host=h100.host).warnings)
+    assert any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager", host=h100.host).warnings)
+    h100_probed = h100.host.model_copy(update={"id": "h100-box", "gpu": "NVIDIA H100 80GB HBM3"})
+    assert not any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "eager", host=h100_probed).warnings)
     assert not any(elsewhere in w for w in h100.predict(graph, 1, "fp16", "cudagraph").warnings)
     for device in ("nvidia-h200", "nvidia-h200-sm72"):
         assert not any(elsewhere in w for w in load_predictor(device).predict(graph, 1, "fp16", "eager").warnings)
