@@ -182,8 +182,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
 
     The prediction is the GPU's time; a server (Triton through PyTriton measured 1.1-2.6 ms a batch
     plus 0.15-0.32 ms a request more on ten H100 hosts) takes longer, so a plan on the GPU's time
-    alone can promise a p99 the server will not keep. --serving-path adds a server's own time to every batch, with its
-    range, and replays its host's pauses and drift."""
+    alone can promise a p99 the server will not keep. --serving-path adds a server's own time to
+    every batch, with its range, and replays its host's pauses and drift."""
     from predictor.capacity.planner import plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time

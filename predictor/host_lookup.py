@@ -44,17 +44,14 @@ def resolve_host(spec: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[
     ``UnknownHostError`` for an id found nowhere, ``HostProfileError`` for a file that is not a
     valid profile."""
     path = Path(spec)
-    if os.sep in spec or path.is_file() or (spec.endswith(".json") and not _is_id_anywhere(spec, bundle, stores)):
+    if os.sep in spec or path.is_file():
         return load_profile(path)
+    if spec.endswith(".json"):
+        try:
+            return host_by_id(spec, bundle, stores)
+        except UnknownHostError:  # neither an id nor a file: the file's error names what is missing
+            return load_profile(path)
     return host_by_id(spec, bundle, stores)
-
-
-def _is_id_anywhere(spec: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore]) -> bool:
-    try:
-        host_by_id(spec, bundle, stores)
-    except UnknownHostError:
-        return False
-    return True
 
 
 def host_by_id(host_id: str, bundle: Bundle | Sequence[Bundle], stores: Sequence[HostStore] = ()) -> HostProfile:

@@ -94,6 +94,17 @@ ESTIMATED_EXTRA_LOG = 0.405
 CALIBRATED_HOSTS_KEPT = 256
 
 
+def _probed_on(host: HostProfile) -> str | None:
+    """The id of the device ``host`` was probed beside, or None where it names no GPU (a CPU's
+    profile, an estimate) or one the catalog cannot tell."""
+    if not host.gpu:
+        return None
+    try:
+        return resolve_device(host.gpu).device_id
+    except ValueError:
+        return None
+
+
 def host_description(host: HostProfile, calibration: Calibration | None) -> str:
     """What an eager prediction says of its host: the profile, and how its reference forwards
     scaled it."""
@@ -412,11 +423,8 @@ class Predictor:
         predicts, so this reads the profile, not whether one was asked). None where it was this
         GPU, or the GPU this partition is carved from, or the profile names no GPU (a CPU's, or an
         estimate)."""
-        if not host.gpu or self.device.kind != "gpu":
-            return None
-        try:
-            probed = resolve_device(host.gpu).device_id
-        except ValueError:
+        probed = _probed_on(host)
+        if probed is None or self.device.kind != "gpu":
             return None
         if self.device.device_id == probed or self.device.device_id.startswith(f"{probed}-sm"):
             return None
@@ -427,12 +435,9 @@ class Predictor:
         """Whether ``host``'s reference forwards were timed on this predictor's device: forwards
         timed on another GPU (or on the H200 for one of its partitions, or for a device never
         measured) say nothing about how this device's forwards would run."""
-        if not host.reference_ms or not host.gpu or self.provenance != MEASURED:
+        if not host.reference_ms or self.provenance != MEASURED:
             return False
-        try:
-            return resolve_device(host.gpu).device_id == self.device.device_id
-        except ValueError:
-            return False
+        return _probed_on(host) == self.device.device_id
 
     def host_for_device(self, host: HostProfile) -> tuple[HostProfile, str | None]:
         """The profile an eager forward on this device is predicted from when ``host`` is asked,

@@ -40,6 +40,8 @@ def slack_s(now: float) -> float:
     where it was, and a batcher waiting out the last picoseconds of its queue delay asked again
     forever (a GPU at 0.2 qps, whose simulated runs reach hours: ``latpred capacity`` hung)."""
     return max(EPS_S, 4 * math.ulp(now))
+
+
 #: A batch's service seconds from its size and its start (s): the start matters where the host pauses
 #: (:mod:`predictor.capacity.host_stalls`)
 ServiceFn = Callable[[int, float], float]

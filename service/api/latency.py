@@ -40,8 +40,8 @@ api = APIBlueprint("latency", __name__, url_prefix="/v1",
 #: escaped (``spreadsheet_cells``) must not be told with a 304 that it is still good; nor one that kept
 #: an eager answer for a profile probed without a GPU (or estimated from one), now predicted from its
 #: estimate, nor a CPU's answer for an estimate of a GPU's host, now predicted from the CPU's own profile
-#: (Predictor.host_for_device), nor one without the warning that a device's default host was probed
-#: beside another GPU (Predictor.probed_elsewhere).
+#: (Predictor.host_for_device), nor one without the warning that its host was probed beside another
+#: GPU (Predictor.probed_elsewhere).
 RENDERING = ("escaped-cells-1 provenance gpu-less-hosts-estimated cpu-keeps-its-own-over-gpu-estimates "
              "default-host-elsewhere")
 
