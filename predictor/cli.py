@@ -166,13 +166,18 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                    "shipped serving path by name (e.g. pytriton-h100) or a JSON file of one ('latpred "
                    "serving-path' fits one from Triton loads measured on your host; default: none, the GPU's time "
                    "alone)")
+@click.option("--arrival-cv", type=float, default=1.0, show_default=True, metavar="FLOAT",
+              help="coefficient of variation of the gaps between requests: 1 = Poisson, 2 = bursty (each GPU "
+                   "sees its random share of the load); from 0.01 to 10")
 def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
              sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None, host_spec: str | None,
-             plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None) -> None:
+             plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None,
+             arrival_cv: float) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
-    simulated (predictor.capacity: one model instance per GPU, Poisson arrivals split evenly) over
+    simulated (predictor.capacity: one model instance per GPU, the load split evenly at random, its
+    arrivals Poisson unless --arrival-cv says how bursty they are) over
     maximum batches 1-128 and queue delays 0-5,000 us, and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
     answered, with the nearest plan and why it falls short. The plan's p99 comes with its range at
@@ -184,11 +189,15 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     plus 0.15-0.32 ms a request more on ten H100 hosts) takes longer, so a plan on the GPU's time
     alone can promise a p99 the server will not keep. --serving-path adds a server's own time to
     every batch, with its range, and replays its host's pauses and drift."""
-    from predictor.capacity.planner import plan, triton_config
+    from predictor.capacity.planner import checked_arrival_cv, plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
     from predictor.capacity.serving_path import planned_service
 
+    try:  # before the predictions, as the options below: a bad value costs no wait
+        checked_arrival_cv(arrival_cv)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--arrival-cv") from None
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
     path_added = load_serving_path(serving_path_spec)  # before the predictions: a bad one costs no wait
@@ -203,7 +212,8 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
     service, stalls = planned_service(predicted_service_time(predictor, graph, precision, mode, host, sigma),
                                       path_added, plan_for)
     try:
-        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls)
+        result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls,
+                      arrival_cv=arrival_cv)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
@@ -273,7 +283,10 @@ def echo_plan(result: Plan, config: str, model: str, device_name: str, precision
     qps, slo_p99_ms = result.qps, result.slo_p99_ms
     verdict = "meets the objective" if result.meets else f"does NOT meet the objective: {result.reason}"
     planned = " planned for the slow end of the latency prediction's interval," if plan_for == "slow_end" else ""
-    click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps:{planned} {verdict}")
+    arrivals = (f" with gaps between requests of cv {result.arrival_cv:g} (1 is Poisson)"
+                if result.arrival_cv != 1 else "")
+    click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps{arrivals}:{planned} "
+               f"{verdict}")
     click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us; per GPU "
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "
@@ -304,10 +317,11 @@ def check_plot_path(path: Path) -> None:
 
 
 def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None, title: str) -> None:
-    """The load curve of the plan's setting on one GPU (one instance, Poisson arrivals), from 5% to
-    98% of what it can serve and through the plan's per-GPU load, drawn to ``path``. The planner's
-    request count and seed, and the plan's latency model and host pauses and drift (``stalls``), make the
-    point at the planned load the plan's own simulation."""
+    """The load curve of the plan's setting on one GPU (one instance, the plan's arrivals: Poisson, or
+    one GPU's share of its bursty load), from 5% to 98% of what it can serve and through the plan's
+    per-GPU load, drawn to ``path``. The planner's request count and seed, and the plan's latency
+    model, host pauses and drift (``stalls``) and arrivals, make the point at the planned load the
+    plan's own simulation."""
     from predictor.capacity.load_curve import capacity_qps, load_curve, qps_range
     from predictor.capacity.plot import render_load_curves
     from predictor.capacity.simulator import BatchingConfig
@@ -315,7 +329,8 @@ def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostS
     config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us,
                             scheduler=result.scheduler)
     capacity = capacity_qps(service, config, stalls)
-    points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]), stalls=stalls)
+    points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]), stalls=stalls,
+                        arrival_cv=result.arrival_cv, gpus=result.gpus)
     try:
         render_load_curves(path, {"": points}, title=title, slo_p99_ms=result.slo_p99_ms,
                            planned_qps=result.per_gpu_qps, capacity_qps=capacity,

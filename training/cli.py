@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError
+from training.datasets_dir import DATASETS_DIR
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,7 +62,7 @@ def commands() -> None:
 
 @commands.command()
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              default=Path("datasets/nvidia-h200"), show_default=True)
+              default=DATASETS_DIR / "nvidia-h200", show_default=True)
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
               help="where the bundle is exported (one folder per device)")
 @click.option("--store", type=click.Path(path_type=Path), default=Path("mlruns/latpred.db"), show_default=True,
@@ -72,7 +73,7 @@ def commands() -> None:
 @click.option("--no-track", is_flag=True, help="skip MLflow")
 @click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("datasets/suites"), show_default=True,
+              default=DATASETS_DIR / "suites", show_default=True,
               help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
 @click.option("--host-speed-exponent", type=click.FloatRange(min=0, max=2), default=0.0, show_default=True,
               help="a CPU: scale a forward's operator times by its host's speed against the host its rows were "
@@ -133,7 +134,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
 @commands.command()
 @click.option("--device", default="h200", show_default=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              default=Path("datasets/nvidia-h200"), show_default=True)
+              default=DATASETS_DIR / "nvidia-h200", show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None)
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("runs/validate"),
               show_default=True)
@@ -143,7 +144,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
               help="score a suite through every importer (torch trace and each ONNX export): share within "
                    "+-10%, MAPE, Spearman and interval coverage per importer, mode, precision and batch")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=Path("datasets/suites"), show_default=True, help="the suites' graphs and exports")
+              default=DATASETS_DIR / "suites", show_default=True, help="the suites' graphs and exports")
 @click.option("--models", default="", help="comma-separated: score only these models of the suite")
 @click.option("--hosts", is_flag=True,
               help="score eager runs under every host condition measured (another machine, a contended core), "

@@ -71,6 +71,7 @@ from training.composition import (
     run_arrays,
 )
 from training.data import OpData, dataset_fingerprint, dataset_hash, load_model_runs, load_ops
+from training.datasets_dir import DATASETS_DIR
 from training.fit import FitResult, fit_target, refit_on_all_rows
 from training.hosts import BundleHosts, bundle_hosts, reference_profiles
 from training.metrics import ape, summarize_ape
@@ -79,7 +80,7 @@ from training.suites import DEFAULT_SUITES_DIR, nas_dev_arrays, nas_train_arrays
 from training.train import zoo_graphs
 
 #: the measured GPUs' datasets the transfer model is fitted on
-GPU_DATASETS = tuple(Path("datasets") / d for d in
+GPU_DATASETS = tuple(DATASETS_DIR / d for d in
                      ("nvidia-h200", "nvidia-h200-sm104", "nvidia-h200-sm72", "nvidia-h200-sm40",
                       "nvidia-h100-80gb-hbm3", "nvidia-h100-80gb-hbm3-sm72"))
 #: where the bundle goes (one folder beside the one-device bundles)

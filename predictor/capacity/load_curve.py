@@ -2,13 +2,15 @@
 
 A plan answers "p99 at this load"; the curve answers "how close to the knee is that?". Each
 point simulates the same setting at one offered load (:func:`predictor.capacity.simulator.simulate`,
-Poisson arrivals). Every point uses the same seed: the arrival gaps are then one draw scaled by
-the rate, so neighbouring points differ by the load and not by the luck of the draw (common random
-numbers), and the curve is smooth without simulating millions of requests. With the planner's
-request count and seed (``DEFAULT_REQUESTS``, ``DEFAULT_SEED``) the point at a plan's per-GPU load
-is the plan's own simulation, so the curve passes through the numbers the plan printed. A plan
-made for a host that pauses or drifts (``plan(stalls=)``) passes through its curve when the curve is
-given the same ``stalls``.
+Poisson arrivals, or one GPU's share of a bursty load: ``arrival_cv``). Every point uses the same
+seed: the arrival gaps are then one draw scaled by the rate, so neighbouring points differ by the
+load and not by the luck of the draw (common random numbers), and the curve is smooth without
+simulating millions of requests. With the planner's request count and seed (``DEFAULT_REQUESTS``,
+``DEFAULT_SEED``) the point at a plan's per-GPU load is the plan's own simulation, so the curve
+passes through the numbers the plan printed. A plan made for a host that pauses or drifts
+(``plan(stalls=)``) passes through its curve when the curve is given the same ``stalls``; one made
+for bursty arrivals (``plan(arrival_cv=)``), when it is given the same ``arrival_cv`` and the plan's
+``gpus`` (each GPU's arrivals are its share of the whole load: ``simulator.Arrivals.share``).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls, serving_share
+from predictor.capacity.planner import checked_arrival_cv
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
+    MAX_SHARE,
     Arrivals,
     BatchingConfig,
     LatencyFn,
@@ -43,7 +47,7 @@ MAX_POINTS = 1_000
 class LoadPoint:
     """One offered load and what the simulated server did there (per the config's instances together)."""
 
-    qps: float  # the offered Poisson rate asked for (the simulation's measured rate varies around it)
+    qps: float  # the offered rate asked for, per GPU (the simulation's measured rate varies around it)
     p50_ms: float
     p99_ms: float
     throughput_qps: float
@@ -107,14 +111,22 @@ def _checked_qps(qps: float, name: str) -> float:
 
 def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_values: Sequence[float], *,
                requests: int = DEFAULT_REQUESTS, seed: int = DEFAULT_SEED,
-               warmup_fraction: float = 0.1, stalls: HostStalls | None = None) -> list[LoadPoint]:
-    """Simulate ``config`` at each offered load in ``qps_values`` (Poisson arrivals, ``requests``
-    each, the same ``seed`` at every load: see the module docstring) and return one point per load,
+               warmup_fraction: float = 0.1, stalls: HostStalls | None = None, arrival_cv: float = 1.0,
+               gpus: int = 1) -> list[LoadPoint]:
+    """Simulate ``config`` at each offered load in ``qps_values`` (``requests`` each, the same
+    ``seed`` at every load: see the module docstring) and return one point per load,
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
     latency (a LatencyModel with an interval) is also simulated at both ends of its interval at
     each load the slow end can serve, for the points' p99 range: three runs a point (two for a
     slow-end model, whose own run is its range's high end). ``stalls``: the host's pauses and drift,
-    replayed in every run (the same at every load, drawn from the seed)."""
+    replayed in every run (the same at every load, drawn from the seed). ``arrival_cv``: the
+    coefficient of variation of the gaps between the whole load's requests, 1 (Poisson arrivals at
+    each load) unless given; ``gpus``: how many GPUs that load is split over at random, each point
+    being one GPU's share at its load (a bursty load's gaps are calmer on each of many GPUs; a
+    Poisson load's are Poisson on any number), as the planner simulates them."""
+    arrival_cv = checked_arrival_cv(arrival_cv)
+    if not is_int(gpus) or not 1 <= gpus <= MAX_SHARE:
+        raise ValueError(f"gpus: must be an integer in [1, {MAX_SHARE}], not {gpus!r}")
     values = [_checked_qps(q, "qps_values") for q in qps_values]
     if not values:
         raise ValueError("qps_values: must not be empty")
@@ -126,7 +138,8 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
                      if isinstance(latency, LatencyModel) and latency.interval_ms is not None else 0.0)
     points = []
     for qps in values:
-        arrivals = Arrivals("poisson", rate_qps=qps, seed=seed)
+        arrivals = (Arrivals("poisson", rate_qps=qps, seed=seed) if arrival_cv == 1 else
+                    Arrivals("gamma", rate_qps=qps * gpus, cv=arrival_cv, share=gpus, seed=seed))
         result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction,
                           stalls=stalls)
         ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction,

@@ -9,9 +9,15 @@ that meet the objective; :func:`triton_config` writes the matching ``config.pbtx
 The model of the fleet, and its simplifications:
 
 - G GPUs, each with **one** model instance (no ``instance_group`` count above 1), behind a load
-  balancer that splits the requests evenly and independently, so each GPU sees a Poisson process at
-  ``qps / G``. A real balancer (round robin, least-loaded) gives each GPU steadier arrivals than
-  Poisson, so the predicted p99 is, if anything, pessimistic; a skewed balancer is not modelled.
+  balancer that sends each request to one of them at random, evenly and independently. The whole
+  load's gaps between requests have a coefficient of variation ``arrival_cv``: 1 (the default) is
+  Poisson, and each GPU then sees a Poisson process at ``qps / G``; otherwise the load is a gamma
+  renewal process (above 1 bursty, below 1 steadier than Poisson), and each GPU sees exactly its
+  random share of it (``Arrivals.share``: gaps of cv^2 = 1 + (arrival_cv^2 - 1) / G, between the
+  whole load's and Poisson's, so a bursty load spread over many GPUs looks calmer to each). A real
+  balancer (round robin, least-loaded) gives each GPU steadier arrivals than a random one, so the
+  predicted p99 is, if anything, pessimistic; a skewed balancer, and bursts that are not a renewal
+  process (a load that rises for minutes, gaps that depend on each other), are not modelled.
 - Every GPU behaves alike, so one GPU is simulated and its numbers stand for all.
 - Each GPU's server batches as Triton's code does (``scheduler="triton"``): a batch sent after its
   queue delay waits, frozen, behind the running one, which makes a delay costlier than Triton's
@@ -73,6 +79,7 @@ from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     MAX_RATE_QPS,
     MAX_REQUESTS,
+    MIN_CV,
     SCHEDULERS,
     Engine,
     LatencyFn,
@@ -104,6 +111,11 @@ DELAY_US_CHOICES = (0, 100, 500, 1000, 2000, 5000)
 #: Requests simulated per run, and the seed of their arrivals and service times.
 REQUESTS = 20_000
 SEED = 0
+#: The burstiest load a plan takes (``arrival_cv``): gaps whose standard deviation is ten times their
+#: mean already put most requests in a few bursts; beyond that the traffic wants a trace, not a number.
+MAX_ARRIVAL_CV = 10.0
+#: The steadiest: gaps within 1% of each other are a clock (the simulator's own floor).
+MIN_ARRIVAL_CV = MIN_CV
 
 
 @dataclass(frozen=True)
@@ -144,6 +156,9 @@ class Plan:
     p99_high_ms: float | None = None
     #: how the simulation batched (``BatchingConfig.scheduler``): ``triton``, as Triton's code does
     scheduler: Scheduler = DEFAULT_SCHEDULER
+    #: the coefficient of variation of the gaps between the whole load's requests the plan was made
+    #: for: 1, Poisson; above 1, bursty (each GPU seeing its random share: see the module docstring)
+    arrival_cv: float = 1.0
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -162,8 +177,9 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES, delay_us_choices: Sequence[int] = DELAY_US_CHOICES,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
          exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
-         scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None) -> Plan:
-    """The fewest GPUs (one instance each, Poisson arrivals split evenly) and the dynamic-batching
+         scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
+         arrival_cv: float = 1.0) -> Plan:
+    """The fewest GPUs (one instance each, the load split evenly at random) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
     model and the search.
@@ -181,6 +197,8 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``stalls`` are the serving host's pauses and drift (``ServingPath.stalls``), replayed in every run:
     the p99 a host that stops now and then, or slows for a while, serves (None, or a steady
     ``HostStalls``: one that does neither, as before).
+    ``arrival_cv`` is the coefficient of variation of the gaps between the load's requests: 1,
+    Poisson (as before it was asked); 2, bursty traffic, which needs more headroom for the same p99.
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -206,12 +224,13 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     if stalls is not None and not isinstance(stalls, HostStalls):
         raise ValueError(f"stalls: must be a HostStalls or None, not {type(stalls).__name__}")
     stalls = steady_as_none(stalls)
+    arrival_cv = checked_arrival_cv(arrival_cv)
     if runs is None:
-        runs = Runs(latency, requests, seed, engine, scheduler, stalls)
-    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls) != \
-            (latency, requests, seed, engine, scheduler, stalls):
-        raise ValueError("runs: were made for another latency model, request count, seed, engine, scheduler or "
-                         "host pauses and drift (stalls)")
+        runs = Runs(latency, requests, seed, engine, scheduler, stalls, arrival_cv)
+    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls, runs.arrival_cv) != \
+            (latency, requests, seed, engine, scheduler, stalls, arrival_cv):
+        raise ValueError("runs: were made for another latency model, request count, seed, engine, scheduler, "
+                         "host pauses and drift (stalls) or arrival_cv")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.
@@ -256,6 +275,15 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         reason = (f"no setting meets p99 <= {slo_p99_ms:g} ms at a load below {MAX_UTILISATION:g} of their capacity "
                   f"on up to max_gpus={max_gpus} GPUs; the lowest p99 there is {result.p99_ms:.4g} ms")
     return _plan(search, max_gpus, max_batch, delay, result, meets=False, reason=reason)
+
+
+def checked_arrival_cv(arrival_cv: float) -> float:
+    """``arrival_cv`` as a float, or ValueError naming it unless it is a number in [MIN_ARRIVAL_CV,
+    MAX_ARRIVAL_CV]."""
+    if not is_finite_number(arrival_cv) or not MIN_ARRIVAL_CV <= arrival_cv <= MAX_ARRIVAL_CV:
+        raise ValueError(f"arrival_cv: the coefficient of variation of the gaps between requests must be in "
+                         f"[{MIN_ARRIVAL_CV:g}, {MAX_ARRIVAL_CV:g}] (1 is Poisson, 2 bursty), not {arrival_cv!r}")
+    return float(arrival_cv)
 
 
 def _fewest_gpus(any_feasible: Callable[[int], bool], lower: int, max_gpus: int) -> int | None:
@@ -314,7 +342,8 @@ def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimR
         p50_ms=result.p50_ms, p99_ms=result.p99_ms, throughput_qps=result.throughput_qps * gpus,
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
         candidates_evaluated=search.evaluated, simulated_requests=search.simulated, meets=meets,
-        reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high, scheduler=search.runs.scheduler)
+        reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high, scheduler=search.runs.scheduler,
+        arrival_cv=search.runs.arrival_cv)
 
 
 def triton_config(plan: Plan) -> str:
@@ -329,5 +358,6 @@ def triton_config(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__: Sequence[str] = ["DEFAULT_BUDGET", "DELAY_US_CHOICES", "MAX_BATCH_CHOICES", "MAX_UTILISATION", "Plan",
-                          "REQUESTS", "SEED", "plan", "triton_config"]
+__all__: Sequence[str] = ["DEFAULT_BUDGET", "DELAY_US_CHOICES", "MAX_ARRIVAL_CV", "MAX_BATCH_CHOICES",
+                          "MAX_UTILISATION", "MIN_ARRIVAL_CV", "Plan", "REQUESTS", "SEED", "checked_arrival_cv", "plan",
+                          "triton_config"]

@@ -15,7 +15,9 @@ cell simulated. A :class:`Search` is one plan's view of them: the requests it si
 
 The host's pauses and drift (``stalls``, :mod:`predictor.capacity.host_stalls`) are part of what the
 runs simulate, as the latency model is: every run of one :class:`Runs` replays the same processes,
-so a run kept for one plan answers another only when both plan for the same host.
+so a run kept for one plan answers another only when both plan for the same host. So is the
+arrivals' burstiness (``arrival_cv``): each GPU's arrivals are Poisson at qps / G for 1, else its
+share of a gamma process with that coefficient of variation (``simulator.Arrivals.share``).
 """
 
 from __future__ import annotations
@@ -59,16 +61,20 @@ class Runs:
     """Simulations of one latency model at one request count and seed, by (qps, max_batch, delay,
     GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
     The latency model is asked once per batch size. ``stalls``: the serving host's pauses and drift,
-    which every run (its p99 range's too) replays; None, a steady host."""
+    which every run (its p99 range's too) replays; None, a steady host. ``arrival_cv``: the
+    coefficient of variation of the gaps between the whole load's requests (1, Poisson)."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
-                 scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None) -> None:
+                 scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
+                 arrival_cv: float = 1.0) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler
         #: the host's pauses and drift (``simulate(stalls=)``), the same in every run; None for a steady
         #: host (one whose HostStalls is ``steady`` too: it simulates exactly as None does)
         self.stalls = steady_as_none(stalls)
+        #: how bursty the whole load is (``Search.arrivals``; ``plan`` checks it)
+        self.arrival_cv = arrival_cv
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
@@ -123,8 +129,17 @@ class Search:
         if self.budget is not None and self.simulated >= self.budget:
             raise OutOfBudget
 
+    def arrivals(self, gpus: int) -> Arrivals:
+        """One GPU's arrivals when the load is split at random over ``gpus``: Poisson at qps / G for an
+        ``arrival_cv`` of 1 (thinned Poisson is Poisson; the plans made before ``arrival_cv`` was
+        asked, to the bit), else that GPU's share of the gamma process (``Arrivals.share``)."""
+        runs = self.runs
+        if runs.arrival_cv == 1:
+            return Arrivals("poisson", rate_qps=self.qps / gpus, seed=runs.seed)
+        return Arrivals("gamma", rate_qps=self.qps, cv=runs.arrival_cv, share=gpus, seed=runs.seed)
+
     def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[Arrivals, BatchingConfig]:
-        return (Arrivals("poisson", rate_qps=self.qps / gpus, seed=self.runs.seed),
+        return (self.arrivals(gpus),
                 BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us, scheduler=self.runs.scheduler))
 
     def simulate(self, max_batch: int, delay_us: int, gpus: int) -> SimResult:

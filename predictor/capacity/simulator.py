@@ -10,6 +10,8 @@ What is simulated:
 
 - **Arrivals**: Poisson (exponential gaps), gamma gaps with a coefficient of variation (cv 1 is
   Poisson, below 1 steadier, above 1 burstier), or a recorded trace of arrival times in seconds.
+  A process may also be one server's share of one split at random over several (``share``): a
+  planner's GPU behind a balancer that sends each request to one of G GPUs at random.
 - **The batcher**: one FIFO queue; whenever a model instance is free and requests are queued,
   it decides (Triton's documented rule, https://docs.nvidia.com/deeplearning/triton-inference-server/
   user-guide/docs/batcher.html):
@@ -84,6 +86,11 @@ if TYPE_CHECKING:  # SimPy is imported where it runs: the predictor package impo
 MAX_RATE_QPS = 1e7
 #: More requests than this would take minutes and gigabytes; split the question instead.
 MAX_REQUESTS = 10_000_000
+#: The steadiest gamma process simulated: its gaps' shape is 1 / cv^2 (a cv near 0 overflowed it to
+#: infinity, and the gaps to a division by zero).
+MIN_CV = 0.01
+#: The most servers a process may be split over (``Arrivals.share``): as many GPUs as a plan may have.
+MAX_SHARE = 100_000
 
 ArrivalKind = Literal["poisson", "gamma", "trace"]
 #: A latency callable: batch size -> (median milliseconds, lognormal sigma).
@@ -126,6 +133,12 @@ class Arrivals:
 
     ``cv`` is the gamma gaps' coefficient of variation (standard deviation / mean; 1 is Poisson).
     ``times`` are a trace's arrival times in seconds, in order (ties are simultaneous arrivals).
+    ``share``: this server's share of the process split at random over ``share`` servers, each
+    request to one of them with probability 1 / share (``rate_qps`` is then the whole process's
+    rate, and this server sees ``rate_qps / share``). Thinning a renewal process at random keeps it
+    renewal, with each gap the sum of a geometric number of the process's gaps, so bursty traffic
+    split over many GPUs is simulated as each GPU sees it (cv^2 = 1 + (cv^2 - 1) / share), not as
+    bursty as the whole nor as calm as Poisson.
     """
 
     kind: ArrivalKind
@@ -133,12 +146,17 @@ class Arrivals:
     cv: float = 1.0
     times: tuple[float, ...] | None = None
     seed: int = 0
+    share: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in ("poisson", "gamma", "trace"):
             raise ValueError(f"kind: must be 'poisson', 'gamma' or 'trace', not {self.kind!r}")
         if not is_int(self.seed) or self.seed < 0:
             raise ValueError(f"seed: must be a non-negative integer, not {self.seed!r}")
+        if not is_int(self.share) or not 1 <= self.share <= MAX_SHARE:
+            raise ValueError(f"share: must be an integer in [1, {MAX_SHARE}], not {self.share!r}")
+        if self.kind == "trace" and self.share != 1:
+            raise ValueError("share: a trace is the arrivals one server saw; it is not split")
         if self.kind == "trace":
             self._check_trace()
             return
@@ -146,10 +164,11 @@ class Arrivals:
             raise ValueError("times: only a 'trace' takes arrival times")
         if self.rate_qps is None or not is_finite_number(self.rate_qps) or self.rate_qps <= 0:
             raise ValueError(f"rate_qps: must be a positive number of requests per second, not {self.rate_qps!r}")
-        if self.rate_qps > MAX_RATE_QPS:
-            raise ValueError(f"rate_qps: {self.rate_qps:g} is above {MAX_RATE_QPS:g} requests per second")
-        if not is_finite_number(self.cv) or not 0 < self.cv <= 100:
-            raise ValueError(f"cv: the coefficient of variation must be in (0, 100], not {self.cv!r}")
+        if self.rate_qps / self.share > MAX_RATE_QPS:  # (one server's: a fleet's whole load may be more)
+            raise ValueError(f"rate_qps: {self.rate_qps / self.share:g} a server is above {MAX_RATE_QPS:g} "
+                             "requests per second")
+        if not is_finite_number(self.cv) or not MIN_CV <= self.cv <= 100:
+            raise ValueError(f"cv: the coefficient of variation must be in [{MIN_CV:g}, 100], not {self.cv!r}")
 
     def _check_trace(self) -> None:
         if self.times is None or len(self.times) == 0:
@@ -163,6 +182,18 @@ class Arrivals:
             first = int(np.argmax(np.diff(times) < 0)) + 1
             raise ValueError(f"times: must not decrease (times[{first}] = {times[first]} < times[{first - 1}])")
         object.__setattr__(self, "times", tuple(float(t) for t in times))
+
+    @property
+    def own_rate_qps(self) -> float:
+        """The rate this server's arrivals come at: ``rate_qps`` over the ``share`` it is split into."""
+        assert self.rate_qps is not None
+        return self.rate_qps / self.share
+
+    @property
+    def own_cv(self) -> float:
+        """The coefficient of variation of this server's gaps: ``cv`` thinned by its ``share``
+        (``cv`` itself, to the bit, for a process not split)."""
+        return self.cv if self.share == 1 else math.sqrt(1 + (self.cv**2 - 1) / self.share)
 
     def generate(self, requests: int | None, duration_s: float | None, rng: np.random.Generator) -> np.ndarray:
         """Arrival times in seconds: the first ``requests`` arrivals, or every arrival before ``duration_s``."""
@@ -178,9 +209,9 @@ class Arrivals:
         assert duration_s is not None
         chunks: list[np.ndarray] = []
         start = 0.0
-        expected = self.rate_qps * duration_s
+        expected = self.own_rate_qps * duration_s
         while start < duration_s:  # a few chunks at most: each holds the expected count and some
-            times = start + np.cumsum(self._gaps(int(expected + 6 * math.sqrt(expected) * self.cv) + 16, rng))
+            times = start + np.cumsum(self._gaps(int(expected + 6 * math.sqrt(expected) * self.own_cv) + 16, rng))
             chunks.append(times)
             start = float(times[-1])
         times = np.concatenate(chunks)
@@ -188,11 +219,16 @@ class Arrivals:
 
     def _gaps(self, n: int, rng: np.random.Generator) -> np.ndarray:
         assert self.rate_qps is not None
-        mean = 1.0 / self.rate_qps
-        if self.kind == "poisson":
-            return rng.exponential(mean, n)
+        if self.kind == "poisson":  # thinned at random, Poisson stays Poisson at the share's rate
+            return rng.exponential(1.0 / self.own_rate_qps, n)
+        mean = 1.0 / self.rate_qps  # of the whole process's gaps
         shape = 1.0 / self.cv**2  # gamma: cv^2 = 1 / shape, mean = shape * scale
-        return rng.gamma(shape, mean / shape, n)
+        if self.share == 1:
+            return rng.gamma(shape, mean / shape, n)
+        # this server's gap spans N of the process's, N ~ Geometric(1 / share) (the requests up to
+        # and including the next one sent here); a sum of N gamma(shape, scale) is gamma(N shape, scale)
+        spans = rng.geometric(1.0 / self.share, n)
+        return rng.gamma(spans * shape, mean / shape)
 
 
 @dataclass(frozen=True)
@@ -504,8 +540,8 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
         if requests is None and duration_s is None:
             raise ValueError("requests: a Poisson or gamma process needs requests or duration_s")
         assert arrivals.rate_qps is not None
-        if duration_s is not None and arrivals.rate_qps * duration_s > MAX_REQUESTS:
-            raise ValueError(f"duration_s: {duration_s:g} s at {arrivals.rate_qps:g} qps is more than "
+        if duration_s is not None and arrivals.own_rate_qps * duration_s > MAX_REQUESTS:
+            raise ValueError(f"duration_s: {duration_s:g} s at {arrivals.own_rate_qps:g} qps is more than "
                              f"{MAX_REQUESTS} requests")
     if not is_finite_number(warmup_fraction) or not 0 <= warmup_fraction < 1:
         raise ValueError(f"warmup_fraction: must be in [0, 1), not {warmup_fraction!r}")

@@ -31,6 +31,7 @@ from predictor.importers.onnx_load import node_attributes
 from predictor.importers.onnx_ops import FAMILY_RULES, Hit, ModelRefused, softmax_rule
 from predictor.importers.onnx_patterns import FusedKernel, other, producer, scalar_operand
 from predictor.importers.onnx_tensors import GraphTensors
+from predictor.importers.onnx_wire import BOOL
 from predictor.importers.torch_fused import (
     attention_route,
     batch_first_slow_parts,
@@ -266,17 +267,32 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     embed = heads * params["head_dim"]
     part_fields: dict[str, dict[str, Any]] = {}
     view_calls, fast_path = 0, False
+    mask_views, mask_given = _mask_views(t, attention.mask)
+    indices |= set(mask_views)  # inside the call, whichever path runs it: no call of their own
+    scope = _scope(t.nodes[min(proj[0])].name)
+    in_layer = _projection_named(t, proj[0], "self_attn.in_proj_bias")
+    fills = None if attention.mask is None else _canonical_masks(t, mask_given, scope, in_layer)
+    # an nn.TransformerEncoderLayer's fast path takes a float mask; nn.MultiheadAttention's refuses one
+    float_mask = attention.mask is not None and fills is None and not in_layer
     if into is not None and back is not None:  # batch-first: the fast path, without the transposes
         indices |= {into, back}
         end = str(t.nodes[back].output[0])
-        if heads % 2:  # PyTorch's fast path refuses an odd head count: F.multi_head_attention_forward
+        if heads % 2 or float_mask:  # refused by the fast path: F.multi_head_attention_forward
             made = batch_first_slow_parts(tokens, embed, heads, attention.mask is not None,
                                           bool(params.get("causal", 0)))
             view_calls = 2  # MultiheadAttention.forward's batch_first transposes, which this path runs
         else:
             route = attention_route(params["head_dim"], False, attention.mask is not None, True)
-            made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False)
+            padding = "Expand" in {t.nodes[i].op_type for i in mask_views}  # expanded over the heads here
+            # the mask the call converts to boolean: a key padding mask as given, an attn_mask
+            # expanded over the batch and heads by merge_masks (torch_fused._mask_elements)
+            mask_elements = 0 if attention.mask is None else kv_tokens if padding else heads * tokens * kv_tokens
+            made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False, mask_elements)
             fast_path = True
+            if attention.mask is not None and not padding:
+                # merge_masks' view and expand of a 2-d attn_mask, its view of a 3-d one (a key
+                # padding mask it passes as it is)
+                view_calls = {2: 2, 3: 1}.get(len(t.shape(mask_given or "") or []), 0)
         parts = [(name, _as_hit(fields)) for name, fields in made]
         part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     else:  # sequence-first: F.multi_head_attention_forward, the only path PyTorch has for it
@@ -287,7 +303,68 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
         part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
                        views=view_calls, fast_path=fast_path, mask=attention.mask,
-                       mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders)
+                       mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders,
+                       mask_fills=fills or [])
+
+
+#: Ops ``F.multi_head_attention_forward`` reshapes a mask with before it adds it to the scores.
+_MASK_VIEWS = ("Unsqueeze", "Reshape", "Expand", "Squeeze", "Identity")
+
+
+def _mask_views(t: GraphTensors, mask: str | None) -> tuple[list[int], str | None]:
+    """The views ``F.multi_head_attention_forward`` puts a mask through inside the call (unsqueeze
+    of a 2-d mask; view, expand and reshape of a key padding mask), each read only by the next,
+    and the tensor they start from: the mask the module was given, or the float mask
+    ``F._canonical_mask`` made of a boolean one."""
+    taken: list[int] = []
+    cur = mask
+    while cur is not None and (i := producer(t, cur, _MASK_VIEWS)) is not None and len(taken) < 8:
+        taken.append(i)
+        cur = str(t.nodes[i].input[0])
+    return taken, cur
+
+
+def _scope(node_name: str) -> str:
+    """The module scope the TorchScript exporter names a node with ('/enc/layers.0/self_attn/'
+    of '/enc/layers.0/self_attn/MatMul'); '' for a name without one (the dynamo exporter's)."""
+    return node_name.rsplit("/", 1)[0] + "/" if node_name.startswith("/") else ""
+
+
+def _projection_named(t: GraphTensors, indices: list[int], suffix: str) -> bool:
+    """Whether the projection's nodes read a parameter whose name ends in ``suffix``."""
+    return any(str(x).endswith(suffix) for i in indices for x in t.nodes[i].input)
+
+
+def _canonical_masks(t: GraphTensors, source: str | None, scope: str, in_layer: bool) -> list[int] | None:
+    """The Where nodes ``F._canonical_mask`` made a boolean mask additive with, where every mask
+    the attention adds was given boolean; None where one was given as floats. The call runs
+    ``zeros_like(mask, dtype).masked_fill_(mask, -inf)``: two kernels, of which the export shows
+    the Where (on a boolean condition) and folds the zeros. PyTorch's fast path refuses a float
+    mask given to nn.MultiheadAttention ("floating-point masks are not supported for fast path")
+    and runs ``F.multi_head_attention_forward``. Two masks (an attn_mask and a key padding mask)
+    meet in an Add, each followed back on its own. A float mask a model builds from a boolean one
+    itself (``zeros(...).masked_fill(pad, -inf)``) exports alike: told apart by its node's scope,
+    which for ``F._canonical_mask`` is the attention module's own, or, inside a transformer layer
+    (``in_layer``), the layer's or its encoder's, which canonicalise the mask first (an export
+    whose names carry no scope is taken as canonical)."""
+    i = t.producer.get(source or "")
+    if i is None:
+        return None
+    n = t.nodes[i]
+    if n.op_type == "Add" and len(n.input) == 2:
+        found: list[int] = []
+        for x in n.input:
+            part = _canonical_masks(t, _mask_views(t, str(x))[1], scope, in_layer)
+            if part is None:
+                return None
+            found += part
+        return found
+    if n.op_type != "Where" or t.types.get(str(n.input[0])) != BOOL:
+        return None
+    where = _scope(n.name)
+    if scope and where != scope and not (in_layer and scope.startswith(where)):
+        return None
+    return [i]
 
 
 def _check_sequence_first_batch(t: GraphTensors, heads: int, embed: int, width: int) -> None:

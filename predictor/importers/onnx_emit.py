@@ -34,7 +34,7 @@ from predictor.importers.onnx_exporters import FOLDED_BN_ASSUMPTION, exporter, f
 from predictor.importers.onnx_layouts import VIEW_OPS, TensorLayouts
 from predictor.importers.onnx_load import STANDARD, node_attributes
 from predictor.importers.onnx_mask_pattern import pattern
-from predictor.importers.onnx_module_calls import HiddenCall, module_calls
+from predictor.importers.onnx_module_calls import HiddenCall, as_elements, module_calls
 from predictor.importers.onnx_ops import (
     FOLDED_OPS,
     classify_node,
@@ -69,6 +69,14 @@ MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v pro
        "F.multi_head_attention_forward, its batch_first transposes and the copies they force from batch 2 "
        "on. An export cannot show whether grad was on")
 
+#: the zeros a boolean attention mask is filled into (``F._canonical_mask``), which exports fold
+CANONICAL_MASK_FILL = HiddenCall("zeros_like", "activation", "relu", as_elements)
+SILU_CALLS = ("{count} x * Sigmoid(x) pair(s) are costed as one F.silu kernel each, as nn.SiLU exports; a "
+              "hand-written x * torch.sigmoid(x) exports the same and runs two kernels")
+MISH_CALLS = ("{count} x * Tanh(Softplus(x)) chain(s) are costed as one F.mish kernel each, as nn.Mish exports "
+              "before opset 18; a hand-written x * tanh(softplus(x)) exports the same and runs three kernels")
+LOG_SIGMOID_CALLS = ("{count} Log(Sigmoid(x)) pair(s) are costed as one F.logsigmoid kernel each, as "
+                     "nn.LogSigmoid exports; a hand-written log(sigmoid(x)) exports the same and runs two kernels")
 GQA_REPEATS = ("{count} repeat(s) of grouped keys or values (unsqueeze, expand, a reshape that copies) before an "
                "attention that takes no mask are left out: transformers' sdpa_attention_forward repeats them only "
                "when it passes a mask (or is traced, as for an export); without one, SDPA reads them as they are "
@@ -258,6 +266,9 @@ class Emitter:
         for found in (self.module_calls.after, self.encoder_layers.calls_after):
             for i, calls in found.items():
                 self.calls_after.setdefault(i, []).extend(calls)
+        # F._canonical_mask's zeros_like before the masked_fill_ each boolean mask's Where shows
+        for i in sorted({j for f in self.fused.values() for j in f.mask_fills}):
+            self.calls_after.setdefault(i, []).append((CANONICAL_MASK_FILL, str(t.nodes[i].output[0])))
         attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
         # what a fused call writes anew; nn.MultiheadAttention's slow path returns a view (batch_first:
         # its output transposed back), whose strides the export's own nodes give
@@ -298,7 +309,8 @@ class Emitter:
 
     def assumptions(self) -> list[str]:
         made = {"folded_bn": FOLDED_BN_ASSUMPTION, "skipped": MASK_SKIPPED, "causal": CAUSAL_MASK, "mha": MHA,
-                "unread": UNREAD_MASK, "gqa": GQA_REPEATS}
+                "unread": UNREAD_MASK, "gqa": GQA_REPEATS, "silu": SILU_CALLS, "mish": MISH_CALLS,
+                "log_sigmoid": LOG_SIGMOID_CALLS}
         said = [made[k].format(count=c, made_by=self.made_by) for k, c in self.notes.items() if k in made]
         found = (self.encoder_layers.assumption(), self.module_calls.assumption())
         return said + [sentence for sentence in found if sentence]
@@ -422,6 +434,8 @@ class Emitter:
         out: list[Node] = []
         if f.parts:
             self.notes["mha"] += 1
+        if f.note:
+            self.notes[f.note] += 1
         for suffix, hit in parts:
             family, variant, params = hit[0], hit[1], dict(hit[2])
             capture, layout = "", None

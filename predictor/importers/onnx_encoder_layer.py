@@ -1,9 +1,10 @@
 """``nn.TransformerEncoderLayer`` in an export, told by its parameters' names, costed as PyTorch
 runs it.
 
-In eval without grad, a batch-first ``nn.TransformerEncoderLayer`` with an even head count, no
-mask and a ReLU or GELU feed-forward runs as one call, ``torch._transformer_encoder_layer_fwd``:
-its first feed-forward GEMM applies the activation in cuBLASLt's epilogue, so no activation
+In eval without grad, a batch-first ``nn.TransformerEncoderLayer`` with an even head count and a
+ReLU or GELU feed-forward runs as one call, ``torch._transformer_encoder_layer_fwd``, given a mask
+or not, float or boolean (unlike ``nn.MultiheadAttention``'s, the layer's fast path does not ask a
+mask's dtype): its first feed-forward GEMM applies the activation in cuBLASLt's epilogue, so no activation
 kernel runs (the torch importer's ``torch_fused.encoder_layer_block``). Otherwise the layer runs
 its Python: ``self_attn``, ``dropout1``, the residual add, ``norm1``, ``linear1``, the activation,
 ``dropout``, ``linear2``, ``dropout2``: three dropout calls, no-ops in eval that still cost the
@@ -35,7 +36,7 @@ FAST_ACTIVATIONS = ("Relu", "Gelu")
 ENCODER_LAYERS = (
     "{fast} nn.TransformerEncoderLayer(s), told by their parameters' names (self_attn.in_proj_bias, "
     "linear1.bias, linear2.bias): costed as PyTorch runs them without grad, batch-first with an even head "
-    "count, ReLU or GELU and no mask as one fused call (torch._transformer_encoder_layer_fwd: the activation "
+    "count and ReLU or GELU as one fused call (torch._transformer_encoder_layer_fwd: the activation "
     "in the first feed-forward GEMM's epilogue, no kernel of its own); {python} other(s) as their Python "
     "runs, with the three dropout calls an export leaves out")
 
@@ -147,7 +148,7 @@ def find_encoder_layers(t: GraphTensors, fused: dict[int, FusedKernel]) -> Encod
         if layer is None:
             continue
         linear1, activation, linear2 = layer
-        if mha.fast_path and mha.mask is None and activation.op in FAST_ACTIVATIONS:
+        if mha.fast_path and activation.op in FAST_ACTIVATIONS:  # (a mask of either dtype too)
             _fuse_activation(t, fused, owner, linear1, activation)
             found.fast += 1
             continue

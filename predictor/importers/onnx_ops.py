@@ -236,10 +236,19 @@ def _global_avg(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) 
     return None if s is None else ("pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1))
 
 
+def _global_max(t: GraphTensors, n: Any, a: dict[str, Any], lay: TensorLayouts) -> Hit | None:
+    """A max over a square image's whole plane, as the torch importer maps ``adaptive_max_pool2d(x,
+    1)`` (the TorchScript exporter writes that call as a MaxPool of the plane's size)."""
+    s = _nchw(t, n)
+    if s is None or s[2] != s[3]:
+        return None
+    return "pool", "max", dict(c=s[1], h=s[2], w=s[3], kernel=s[2], stride=s[2])
+
+
 FAMILY_RULES: dict[str, Rule] = {
     "Conv": conv_rule, "MatMul": matmul_rule, "Attention": _attention, "Gemm": _gemm, "Softmax": softmax_rule,
     "LayerNormalization": _layer_norm, "BatchNormalization": _norm, "GroupNormalization": _norm,
-    "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg,
+    "MaxPool": _pool, "AveragePool": _pool, "GlobalAveragePool": _global_avg, "GlobalMaxPool": _global_max,
     **{op: _reduce for op in REDUCE_OPS}, "Gather": _gather, "Concat": _concat,
     "Add": _binary, "Mul": _binary, **{op: _activation for op in ACTIVATIONS},
 }
@@ -306,6 +315,14 @@ def layout_of(lay: TensorLayouts, hit: Hit | None, ins: list[str], outs: list[st
     return None
 
 
+def _same_integer_type(t: GraphTensors, n: Any) -> bool:
+    """A Cast of a boolean or integer tensor to its own type (the TorchScript exporter writes one
+    for ``masked_fill``'s mask). A float one to its own type is not taken so: a float32 export
+    writes a half-precision model's upcasts so (onnx_decoder), and those are kernels."""
+    to = node_attributes(n).get("to")
+    return to in INT_TYPES and t.types.get(str(n.input[0])) == to
+
+
 def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]:
     """How one unfused ONNX node is costed, as Node fields."""
     ins, outs = [x for x in n.input if x], [x for x in n.output if x]
@@ -322,6 +339,8 @@ def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]
     if standard and (n.op_type in VIEW_OPS or (n.op_type == "Gather" and n.input[1] in t.static
                                                and t.shape(n.input[1]) == [])):
         return {"kind": "free"}  # a view in PyTorch (select for a constant scalar Gather)
+    if standard and n.op_type == "Cast" and _same_integer_type(t, n):
+        return {"kind": "free"}  # .to() of the dtype a tensor has returns it: no kernel
     out = t.numel(outs[0]) if outs else None
     if standard and n.op_type in ELEMENTWISE_OPS and len(outs) == 1 and out is not None:
         same = sum(1 for x in ins if t.numel(x) == out)

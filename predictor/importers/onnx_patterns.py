@@ -3,13 +3,17 @@ kernel(s) that call runs.
 
 ``F.scaled_dot_product_attention`` (which exporters write out as q and k each scaled, MatMul,
 [mask], Softmax, MatMul) becomes one ``sdpa``, and ``nn.MultiheadAttention`` around it its three
-kernels (onnx_attention); ``F.gelu`` written with Erf or with Tanh one ``gelu``; ``F.silu`` written
-as ``x * Sigmoid(x)`` one ``silu``; ``F.layer_norm`` written out (ReduceMean, Sub, Pow,
-ReduceMean, Add, Sqrt, Div, [Mul, Add]) one ``layer_norm``; ``F.linear`` with a bias (MatMul by a
-2-d weight, Add of the bias) one ``linear``; and the Reshape -> InstanceNormalization -> Reshape
-of an exported GroupNorm one ``group_norm``; ``torch.roll``'s Slices and Concat per dim one roll
-(onnx_roll). Patterns that several PyTorch calls write (a
-hand-written attention, an RMSNorm) are left alone: PyTorch runs those as separate kernels too.
+kernels (onnx_attention); ``F.gelu`` written with Erf or with Tanh one ``gelu``; ``F.silu``
+written as ``x * Sigmoid(x)`` one ``silu``; ``F.logsigmoid`` written as ``Log(Sigmoid(x))`` and
+``F.mish`` as ``x * Tanh(Softplus(x))`` (opsets before 18) one activation each; ``F.layer_norm``
+written out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, [Mul, Add]) one ``layer_norm``;
+``F.linear`` with a bias (MatMul by a 2-d weight, Add of the bias) one ``linear``; and the
+Reshape -> InstanceNormalization -> Reshape of an exported GroupNorm one ``group_norm``;
+``torch.roll``'s Slices and Concat per dim one roll (onnx_roll). Patterns that several PyTorch
+calls write (a hand-written attention, an RMSNorm) are left alone: PyTorch runs those as
+separate kernels too. The activations are the exception: a hand-written ``x * torch.sigmoid(x)``
+exports exactly as ``nn.SiLU`` does (``x * tanh(softplus(x))`` as ``nn.Mish``, ``log(sigmoid(x))``
+as ``nn.LogSigmoid``), so the importer takes the one call and says so in the graph's assumptions.
 """
 
 from __future__ import annotations
@@ -54,6 +58,12 @@ class FusedKernel:
     #: a call that runs its kernel once per pass (torch.roll: one per rolled dim); the passes
     #: before the last are emitted as copies it launches, as the torch importer records them
     passes: int = 1
+    #: the assumption the match makes where a hand-written expression exports the same (a key of
+    #: onnx_emit's assumption sentences), or "" where none can
+    note: str = ""
+    #: nn.MultiheadAttention only: the Where nodes that made each boolean mask it was given
+    #: additive (``F._canonical_mask``), whose zeros_like no export shows
+    mask_fills: list[int] = field(default_factory=list)
 
 
 def other(node: Any, name: str) -> str | None:
@@ -173,6 +183,23 @@ def _find_tanh_gelu(t: GraphTensors, tanh: int) -> FusedKernel | None:
     return None
 
 
+def _find_sigmoid_pair(t: GraphTensors, sig: int) -> FusedKernel | None:
+    """x * Sigmoid(x) as one silu, or Log(Sigmoid(x)) as one ``F.logsigmoid``."""
+    return _find_silu(t, sig) or _find_log_sigmoid(t, sig)
+
+
+def _find_log_sigmoid(t: GraphTensors, sig: int) -> FusedKernel | None:
+    """Log(Sigmoid(x)): how the TorchScript exporter writes ``F.logsigmoid`` (nn.LogSigmoid), one
+    kernel in PyTorch, which the torch importer costs as an elementwise activation. (Written by
+    hand, ``torch.log(torch.sigmoid(x))`` is two, and loses precision: rarer, and said so.)"""
+    log = _consumer(t, t.nodes[sig].output[0], "Log")
+    out = None if log is None else t.shape(t.nodes[log].output[0])
+    if log is None or out is None:
+        return None
+    return FusedKernel([sig, log], "LogSigmoid", ("activation", "relu", dict(elements=t.per_sample(out))),
+                       output=t.nodes[log].output[0], note="log_sigmoid")
+
+
 def _find_silu(t: GraphTensors, sig: int) -> FusedKernel | None:
     """x * Sigmoid(x) as one silu."""
     x, s = t.nodes[sig].input[0], t.nodes[sig].output[0]
@@ -183,7 +210,25 @@ def _find_silu(t: GraphTensors, sig: int) -> FusedKernel | None:
     if out is None:
         return None
     return FusedKernel([sig, m], "Silu", ("activation", "silu", dict(elements=t.per_sample(out))),
-                       output=t.nodes[m].output[0])
+                       output=t.nodes[m].output[0], note="silu")
+
+
+def _find_mish(t: GraphTensors, softplus: int) -> FusedKernel | None:
+    """x * Tanh(Softplus(x)) as one mish: how the TorchScript exporter writes ``F.mish`` (and
+    ``nn.Mish``) before opset 18's Mish. PyTorch runs one kernel, which the torch importer costs
+    as an elementwise activation, as an opset-18 Mish node is."""
+    x, s = t.nodes[softplus].input[0], t.nodes[softplus].output[0]
+    tanh = _consumer(t, s, "Tanh")
+    if tanh is None:
+        return None
+    m = _consumer(t, t.nodes[tanh].output[0], "Mul")
+    if m is None or other(t.nodes[m], t.nodes[tanh].output[0]) != x:
+        return None
+    out = t.shape(t.nodes[m].output[0])
+    if out is None:
+        return None
+    return FusedKernel([softplus, tanh, m], "Mish", ("activation", "relu", dict(elements=t.per_sample(out))),
+                       output=t.nodes[m].output[0], note="mish")
 
 
 def _find_linear_bias(t: GraphTensors, mm: int) -> FusedKernel | None:
@@ -414,7 +459,8 @@ def _find_slicing(t: GraphTensors, first: int) -> FusedKernel | None:
 
 
 FUSIONS: dict[str, Callable[[GraphTensors, int], FusedKernel | None]] = {
-    "Erf": _find_gelu, "Tanh": _find_tanh_gelu, "Sigmoid": _find_silu, "Sqrt": _find_layer_norm,
+    "Erf": _find_gelu, "Tanh": _find_tanh_gelu, "Sigmoid": _find_sigmoid_pair, "Softplus": _find_mish,
+    "Sqrt": _find_layer_norm,
     "InstanceNormalization": _find_group_norm, "MatMul": _find_linear_bias, "Not": _find_unary_pair,
     "Reciprocal": _find_unary_pair, "Div": _find_unary_pair, "ScatterND": _find_write,
     "Split": _find_unbind, "Slice": _find_slicing, "Gather": _find_indexing,

@@ -187,6 +187,10 @@ def recognize(name: str, args: tuple, kwargs: dict, out: Any,
     if name == "adaptive_avg_pool2d" and x.dim() == 4 \
             and _same_both_ways(_arg(args, kwargs, 1, "output_size")) == 1:
         return "pool", "adaptive_avg", dict(c=s[1], h=s[2], w=s[3], kernel=1, stride=1)
+    if name == "adaptive_max_pool2d" and x.dim() == 4 and s[2] == s[3] \
+            and _same_both_ways(_arg(args, kwargs, 1, "output_size")) == 1:
+        # a max over the whole plane: the window the exporters write it as (onnx_ops._global_max)
+        return "pool", "max", dict(c=s[1], h=s[2], w=s[3], kernel=s[2], stride=s[2])
     if name == "embedding":
         w = _arg(args, kwargs, 1, "weight")
         return "embedding", "", dict(vocab=w.shape[0], c=w.shape[1], tokens=_per_sample(s, batch))
@@ -233,14 +237,53 @@ UNARY_ELEMENTWISE = {
     "neg", "__neg__", "exp", "log", "sqrt", "rsqrt", "pow", "__pow__", "abs", "sin", "cos", "erf",
     "reciprocal", "__truediv__", "__rtruediv__", "div", "__sub__", "__rsub__", "sub", "__mul__",
     "__rmul__", "mul", "__add__", "__radd__", "add", "float", "half", "bfloat16", "to", "type",
-    "masked_fill", "clone", "softplus", "leaky_relu", "elu", "mish", "relu6", "hardtanh",
-    "dropout", "where", "maximum", "minimum", "clamp_min", "__and__", "__or__", "eq", "ne", "lt",
-    "gt", "__lt__", "__gt__", "__eq__", "__ne__", "logical_not", "__invert__", "type_as",
-    "expand_as", "repeat", "tril", "triu", "copy_", "fill_", "zero_", "isinf", "isnan",
+    "masked_fill", "clone", "softplus", "leaky_relu", "elu", "mish", "relu6", "hardtanh", "prelu",
+    "selu", "celu", "log_sigmoid", "dropout", "where", "maximum", "minimum", "clamp_min",
+    "__and__", "__or__", "eq", "ne", "lt", "gt", "__lt__", "__gt__", "__eq__", "__ne__", "logical_not",
+    "__invert__", "type_as", "expand_as", "repeat", "tril", "triu", "copy_", "fill_", "zero_", "isinf", "isnan",
     "isfinite", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or",
     "bitwise_not", "floor", "ceil", "round", "sign", "min", "max", "full_like", "zeros_like",
     "ones_like",
 }
+
+
+#: In-place calls that change only what a tensor says of itself (its shape, strides or grad): no kernel.
+IN_PLACE_METADATA = {
+    "requires_grad_", "retain_grad", "detach_", "share_memory_", "squeeze_", "unsqueeze_", "t_",
+    "transpose_", "swapaxes_", "swapdims_", "as_strided_", "resize_", "resize_as_", "set_", "rename_",
+}
+#: In-place writes of a few elements at indices (a KV cache's ``index_copy_``, ``x[i] = v``'s
+#: ``index_put_``): left without a kernel of their own, as the ONNX importer leaves the ScatterND an
+#: export writes for them (onnx_ops.VIEW_OPS); costed over the whole destination they were a
+#: cache's size for a one-token write.
+IN_PLACE_INDEXED = {
+    "index_copy_", "index_put_", "index_add_", "index_fill_", "index_reduce_", "scatter_", "scatter_add_",
+    "scatter_reduce_", "masked_scatter_", "put_",
+}
+#: Python's in-place operators on tensors (``x /= 2``; ``x += y`` of two tensors is binary's add).
+IN_PLACE_OPERATORS = {
+    "__iadd__", "__imul__", "__isub__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__", "__ior__",
+    "__ixor__", "__ilshift__", "__irshift__",
+}
+#: Where functional activations without a family of their own take ``inplace`` positionally
+#: (``nn.LeakyReLU(inplace=True)`` calls ``F.leaky_relu(x, 0.01, True)``); those with a family
+#: (relu, silu, hardtanh, ...) are recognised before the question arises, and a dropout in eval
+#: returns its input whatever the flag.
+INPLACE_ARGUMENT = {"leaky_relu": 2, "elu": 2, "selu": 1, "celu": 2, "mish": 1, "rrelu": 4, "threshold": 3}
+
+
+def writes_in_place(name: str, args: tuple = (), kwargs: dict | None = None) -> bool:
+    """Whether a call writes its result into its first argument with a kernel of its own
+    (``masked_fill_``, ``copy_``, ``x /= 2``, ``F.leaky_relu(x, 0.1, inplace=True)``): its output
+    shares its input's storage, so the view rule would have taken it for a view and dropped its
+    kernel (``F._canonical_mask``'s ``masked_fill_``, run for every boolean attention mask, was)."""
+    if name in IN_PLACE_OPERATORS:
+        return True
+    if name in INPLACE_ARGUMENT:
+        at = INPLACE_ARGUMENT[name]
+        return (kwargs or {}).get("inplace") is True or (len(args) > at and args[at] is True)
+    return (name.endswith("_") and not name.startswith("_") and name not in IN_PLACE_METADATA
+            and name not in IN_PLACE_INDEXED)
 
 
 #: Calls that copy their inputs into a new tensor in one kernel: the cats the concat family does
@@ -578,14 +621,15 @@ def classify(name: str, args: tuple, kwargs: dict, out: Any, batch: int = 1) -> 
     ins = tensors_in(list(args) + list(kwargs.values()))
     if not outs:
         return {"kind": "free"}
+    in_place = writes_in_place(name, args, kwargs)  # its output is its input's, yet a kernel wrote it
     in_storages = {_storage(t) for t in ins if t.numel()}
-    if all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
+    if not in_place and all(t.numel() == 0 or _storage(t) in in_storages for t in outs):
         return {"kind": "free"}  # a view (or the input itself): no kernel runs
     out_elements = sum(t.numel() for t in outs)
-    if name in UNARY_ELEMENTWISE and len(outs) == 1:
+    if (name in UNARY_ELEMENTWISE or in_place) and len(outs) == 1:
         big_inputs = [t for t in ins if t.numel() == out_elements]
         layout = elementwise_layout(ins, outs[0])
-        if len(big_inputs) >= 2:
+        if len(big_inputs) >= 2 and name != "copy_":  # (a copy reads its source alone)
             return _transposed_add(big_inputs, outs[0], batch) or _elementwise("binary", "add", layout,
                                                                                 out_elements, batch)
         return _elementwise("activation", "relu", layout, out_elements, batch)

@@ -104,8 +104,12 @@ def _copy(elements: int) -> dict[str, Any]:
 
 
 def native_attention_parts(route: str, tokens: int, kv_tokens: int, embed: int, heads: int,
-                  need_weights: bool) -> list[Part]:
-    """The kernels of ``_native_multi_head_attention`` on ``route``, per sample, in launch order."""
+                           need_weights: bool, mask_elements: int = 0) -> list[Part]:
+    """The kernels of ``_native_multi_head_attention`` on ``route``, per sample, in launch order.
+    ``mask_elements``: the mask's elements per sample, as the call gets it (a key padding mask's
+    kv_tokens; an attention mask expanded over the heads, heads x tokens x kv_tokens), which the
+    unfused path copies to a boolean tensor for its masked softmax (seen on an H100 with PyTorch
+    2.11, ``benchmarks/launched_kernels.py``); 0 without a mask."""
     head_dim = embed // heads
     if route == "sdpa":
         return [
@@ -119,6 +123,7 @@ def native_attention_parts(route: str, tokens: int, kv_tokens: int, embed: int, 
         ("qkv_gemm", _kernel("linear", "nobias", tokens=tokens, k=embed, n=3 * embed)),
         ("qkv_bias_rescale", _kernel("activation", "relu", elements=3 * tokens * embed)),
         ("scores", _kernel("matmul", heads=heads, m=tokens, k=head_dim, n=kv_tokens)),
+        *([("mask_to_bool", _copy(mask_elements))] if mask_elements else []),
         # masked_softmax: _masked_softmax with a mask, a plain softmax without one
         ("softmax", _kernel("softmax", rows=heads * tokens, c=kv_tokens)),
         ("context", _kernel("matmul", heads=heads, m=tokens, k=kv_tokens, n=head_dim)),
@@ -243,9 +248,22 @@ def attention_block(name: str, args: tuple, kwargs: dict | None = None) -> list[
     query, key = args[0], args[1]
     embed, heads = int(args[3]), int(args[4])
     need_weights = bool(_arg(args, kwargs, 10, "need_weights", True))
-    route = attention_route(embed // heads, need_weights, _arg(args, kwargs, 9, "mask") is not None,
-                            query is key and key is args[2])
-    return native_attention_parts(route, int(query.shape[1]), int(key.shape[1]), embed, heads, need_weights)
+    mask = _arg(args, kwargs, 9, "mask")
+    route = attention_route(embed // heads, need_weights, mask is not None, query is key and key is args[2])
+    return native_attention_parts(route, int(query.shape[1]), int(key.shape[1]), embed, heads, need_weights,
+                                  _mask_elements(mask, int(query.shape[0])))
+
+
+def _mask_elements(mask: Any, batch: int) -> int:
+    """Elements per sample of the mask a fused call converts to boolean (0: none, or one boolean
+    already). ``merge_masks`` hands it over with the batch first: a key padding mask [batch,
+    kv_tokens], or an attention mask expanded to [batch, heads, tokens, kv_tokens], which the
+    conversion writes out in full."""
+    import torch
+
+    if mask is None or mask.dtype == torch.bool:
+        return 0
+    return max(1, mask.numel() // max(1, batch))
 
 
 def encoder_layer_block(name: str, args: tuple, kwargs: dict | None = None) -> list[Part] | None:
@@ -263,7 +281,7 @@ def encoder_layer_block(name: str, args: tuple, kwargs: dict | None = None) -> l
     tokens, embed, heads = int(src.shape[1]), int(args[1]), int(args[2])
     norm_first = bool(_arg(args, kwargs, 8, "norm_first"))
     hidden = int(_arg(args, kwargs, 14, "ffn_weight_1").shape[0])
-    masked = _arg(args, kwargs, 18, "mask") is not None
+    mask = _arg(args, kwargs, 18, "mask")
 
     def norm(which: int) -> Part:
         return f"norm{which}", _kernel("layer_norm", tokens=tokens, c=embed)
@@ -271,8 +289,8 @@ def encoder_layer_block(name: str, args: tuple, kwargs: dict | None = None) -> l
     def residual(which: int) -> Part:
         return f"residual{which}", _kernel("binary", "add", elements=tokens * embed)
 
-    route = attention_route(embed // heads, False, masked, True)
-    parts = native_attention_parts(route, tokens, tokens, embed, heads, False)
+    route = attention_route(embed // heads, False, mask is not None, True)
+    parts = native_attention_parts(route, tokens, tokens, embed, heads, False, _mask_elements(mask, int(src.shape[0])))
     attention = [(f"attn_{part}", fields) for part, fields in parts]
     ffn = [("ffn1", _kernel("linear", tokens=tokens, k=embed, n=hidden)),
            ("ffn2", _kernel("linear", tokens=tokens, k=hidden, n=embed))]

@@ -30,6 +30,12 @@ from predictor.importers.torch_fused import fused_block, measured_fast_paths
 def graph_from_module(model: Any, example: Any, name: str, source: str = "torch", batch_dim: int = 0) -> Graph:
     """Trace ``model(example)`` on its device (CPU is fine: only shapes matter) into a Graph.
 
+    ``example`` is what the forward takes: one tensor; a tuple of positional arguments (``(x,
+    mask)``); or a dict of keyword arguments (``{"input_ids": ids, "attention_mask": mask}``). The
+    batch is the first tensor argument's size along ``batch_dim`` (a tuple was once passed whole
+    as one argument and the batch taken as 1, so that every call's per-sample parameters held the
+    whole example's batch).
+
     ``batch_dim`` is the example's batch axis: 1 for a sequence-first model ([sequence, batch,
     embed], ``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s default), whose
     calls' parameters are per sample of that batch (taking axis 0 made every norm and linear's
@@ -67,9 +73,7 @@ def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int = 0)
     import torch
 
     nodes: list[Node] = []
-    if isinstance(example, torch.Tensor) and example.dim() and not -example.dim() <= batch_dim < example.dim():
-        raise ValueError(f"batch_dim {batch_dim} is not an axis of the example, of shape {list(example.shape)}")
-    batch = int(example.shape[batch_dim]) if isinstance(example, torch.Tensor) and example.dim() else 1
+    batch = example_batch(example, batch_dim)
 
     def on_call(op: str, args: tuple, kwargs: dict, out: Any) -> None:
         block = fused_block(op, args, kwargs)
@@ -101,5 +105,31 @@ def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int = 0)
     # Measurement runs under inference_mode with no recorder, so fused fast paths run there:
     # the trace lets them run too (predictor.importers.torch_fused).
     with torch.inference_mode(), measured_fast_paths(), traced_module_state(model), call_recorder(on_call):
-        model(example)
+        if isinstance(example, dict):
+            model(**example)
+        elif isinstance(example, tuple):
+            model(*example)
+        else:
+            model(example)
     return Graph(name=name, nodes=nodes, batch=int(batch), source=source)
+
+
+def example_batch(example: Any, batch_dim: int = 0) -> int:
+    """The batch an example holds: its first tensor argument's size along ``batch_dim`` (1 for
+    an example without tensors). Other arguments are not held to it: a mask may be [sequence,
+    sequence] (``nn.MultiheadAttention``'s ``attn_mask``) or broadcast from a batch of 1."""
+    import torch
+
+    if isinstance(example, dict):
+        named = list(example.items())
+    elif isinstance(example, tuple):
+        named = [(f"argument {i}", v) for i, v in enumerate(example)]
+    else:
+        named = [("the example", example)]
+    first = next(((k, v) for k, v in named if isinstance(v, torch.Tensor) and v.dim()), None)
+    if first is None:
+        return 1
+    name, tensor = first
+    if not -tensor.dim() <= batch_dim < tensor.dim():
+        raise ValueError(f"batch_dim {batch_dim} is not an axis of {name}, of shape {list(tensor.shape)}")
+    return int(tensor.shape[batch_dim])

@@ -72,7 +72,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-8"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-9"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -107,7 +107,10 @@ def capacity(query: CapacityQuery) -> Response:
     simulated p50/p99, throughput and utilisation and the `config.pbtxt` lines. An objective no
     plan meets is answered with `meets` false, the reason and the lowest p99 found on `max_gpus`
     GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
-    (Poisson arrivals, 20,000 requests a setting): see `latpred capacity --help`.
+    (20,000 requests a setting): see `latpred capacity --help`. Its arrivals are Poisson unless
+    `arrival_cv` (the coefficient of variation of the gaps between requests; default 1, Poisson; 2,
+    bursty) says otherwise: then each GPU sees its random share of a gamma process with that cv, and
+    each plan says which `arrival_cv` it was made for.
 
     `p99_low_ms` and `p99_high_ms` are the plan's p99 simulated again with every batch at the low
     and at the high end of its latency prediction's 90% interval: how far the p99 may move if the
@@ -127,7 +130,7 @@ def capacity(query: CapacityQuery) -> Response:
     instances_per_gpu, max_batch, max_queue_delay_us, p50_ms, p99_ms, throughput_qps, utilisation,
     meets, reason, triton_config (on one line, as protobuf text allows), model_version, host (an
     eager plan's host profile; empty for a CUDA graph), p99_low_ms, p99_high_ms, plan_for, scheduler,
-    serving_path (its name; empty without one), one row per combination, qps first;
+    serving_path (its name; empty without one), arrival_cv, one row per combination, qps first;
     `format=txt` one number per combination (`value`, default gpus; meets as 1 or 0) in that order.
     A request whose predictions are over the server's work budget (`LATPRED_MAX_WORK`), or whose
     plans together need more simulated requests than `LATPRED_MAX_SIMULATED`, is a 400 `work-budget`
@@ -160,8 +163,8 @@ def _capacity(query: CapacityQuery) -> Response:
     eager_host = base.host_key if mode == "eager" else None
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
-                               query.max_gpus, query.plan_for, query.scheduler, query.format, query.value,
-                               path.to_dict() if path is not None else None, base.predictor.bundle.version,
+                               query.max_gpus, query.plan_for, query.scheduler, query.arrival_cv, query.format,
+                               query.value, path.to_dict() if path is not None else None, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}",
                **serving_path_header(path)}
@@ -172,7 +175,7 @@ def _capacity(query: CapacityQuery) -> Response:
     latency, stalls = planned_service(predicted, path, query.plan_for)
     try:
         plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
-                          scheduler=query.scheduler, stalls=stalls)
+                          scheduler=query.scheduler, stalls=stalls, arrival_cv=query.arrival_cv)
     except GridOverBudget as exc:
         raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
                            max_simulated=exc.budget, simulated=exc.simulated) from None
@@ -209,8 +212,8 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, said: Prediction, pl
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
-        p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, p99_low_ms=result.p99_low_ms,
-        p99_high_ms=result.p99_high_ms,
+        p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, arrival_cv=result.arrival_cv,
+        p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,
         triton_config=triton_config(result), model_version=str(base.predictor.bundle.version), host=said.host,

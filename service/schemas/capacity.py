@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field
 
-from predictor.capacity.planner import MAX_GPUS
+from predictor.capacity.planner import MAX_ARRIVAL_CV, MAX_GPUS, MIN_ARRIVAL_CV
 from predictor.capacity.serving_path import stored_serving_paths
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, PlanFor, Scheduler
 from predictor.compose import MODES
@@ -49,7 +49,7 @@ TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
                "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for", "scheduler",
-               "serving_path")
+               "serving_path", "arrival_cv")  # new columns go last: sheets read them by position
 #: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)
 SERVING_PATHS: tuple[str, ...] = tuple(sorted(stored_serving_paths()))
 
@@ -137,6 +137,12 @@ class CapacityQuery(RequestModel):
                               "(triton: a batch sent after its queue delay waits, frozen, behind the running one), or "
                               "by Triton's documented rule (rule: a batch forms when the instance frees); they differ "
                               "only with a queue delay")
+    arrival_cv: float = Field(
+        1.0, ge=MIN_ARRIVAL_CV, le=MAX_ARRIVAL_CV, allow_inf_nan=False,
+        description="coefficient of variation of the gaps between requests (their standard deviation over their "
+                    "mean): 1 is Poisson, 2 bursty traffic; each GPU sees its random share of the load (gamma "
+                    f"gaps, calmer on each of many GPUs than on the whole); from {MIN_ARRIVAL_CV:g} to "
+                    f"{MAX_ARRIVAL_CV:g}")
     format: Literal["json", "csv", "txt"] = Field(
         "json", description="json: a list of plans; csv: a header and one row per combination; txt: one number "
                             "per combination (`value`), one per line in the csv's row order")
@@ -165,6 +171,8 @@ class CapacityPlan(ResponseModel):
     plan_for: PlanFor = Field(description=(
         "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
     scheduler: Scheduler = Field(description="how the simulated server formed batches: triton (its code) or rule")
+    arrival_cv: float = Field(description="the coefficient of variation of the gaps between requests the plan was "
+                                          "made for (1: Poisson)")
     p99_low_ms: float | None = Field(description=(
         "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
     p99_high_ms: float | None = Field(description=(

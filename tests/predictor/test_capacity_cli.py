@@ -99,3 +99,34 @@ def test_an_eager_plan_names_the_host_profile_it_was_predicted_for() -> None:
     assert f"host: {plan['host']}" in text
     code, out = run("resnet50", "--qps", "100", "--slo-p99-ms", "50", "--format", "json")
     assert json.loads(out)["host"] is None  # a CUDA graph's replay issues no call
+
+
+def test_bursty_arrivals_are_planned_said_and_never_look_easier() -> None:
+    """--arrival-cv 3 at resnet50's 2,000 qps and p99 5 ms takes 2 GPUs where Poisson takes 1: the
+    plan records it, says it in its text, and is the planner's own for that cv."""
+    code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5", "--format", "json")
+    assert code == 0, out
+    poisson = json.loads(out)
+    code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5", "--arrival-cv", "3", "--format", "json")
+    assert code == 0, out
+    bursty = json.loads(out)
+    assert (poisson["arrival_cv"], bursty["arrival_cv"]) == (1.0, 3.0) and poisson["meets"] and bursty["meets"]
+    assert bursty["gpus"] > poisson["gpus"] or (
+        bursty["gpus"] == poisson["gpus"] and bursty["p99_ms"] > poisson["p99_ms"])
+    from predictor.capacity.planner import plan
+
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    expected = plan(predicted_service_time(predictor, load_zoo_graph("resnet50"), "fp16", "cudagraph"), 2000, 5,
+                    arrival_cv=3)
+    assert (bursty["gpus"], bursty["max_batch"], bursty["p99_ms"]) == (expected.gpus, expected.max_batch,
+                                                                       expected.p99_ms)
+    code, text = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5", "--arrival-cv", "3")
+    assert code == 0 and "at 2000 qps with gaps between requests of cv 3 (1 is Poisson): meets" in text, text
+    code, text = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5")
+    assert code == 0 and "gaps between requests" not in text, text
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "11", "abc"])
+def test_a_bad_arrival_cv_names_its_option(value: str) -> None:
+    code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5", "--arrival-cv", value)
+    assert code == 2 and "--arrival-cv" in out, out

@@ -174,6 +174,13 @@ def test_under_json_the_plot_message_stays_off_stdout(tmp_path: Path) -> None:
     assert str(target) in err and target.read_bytes().startswith(PNG_MAGIC)
 
 
+def test_a_bursty_plans_curve_is_drawn_for_its_arrivals(tmp_path: Path) -> None:
+    target = tmp_path / "bursty.png"
+    code, out, _ = capacity("--arrival-cv", "3", "--plot", str(target))
+    assert code == 0, out
+    assert target.read_bytes().startswith(PNG_MAGIC) and "cv 3" in out and str(target) in out
+
+
 @pytest.mark.parametrize("name, message", [("missing/curve.png", "does not exist"),
                                            ("curve.jpg", "must end in .png"),
                                            (".", "is a directory")])

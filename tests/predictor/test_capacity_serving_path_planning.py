@@ -4,10 +4,8 @@ curve (``stalls=``), and ``latpred capacity --serving-path`` end to end on the s
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -16,31 +14,17 @@ from latpred import main
 from predictor.capacity.grid import plan_grid
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.load_curve import capacity_qps, load_curve
-from predictor.capacity.planner import Plan, plan
+from predictor.capacity.planner import plan
 from predictor.capacity.runs import Runs, Search
 from predictor.capacity.service_time import predicted_service_time
 from predictor.capacity.serving_path import stored_serving_path
 from predictor.capacity.simulator import BatchingConfig, LatencyModel
 from predictor.cli import load_predictor
 from predictor.zoo import load_zoo_graph
+from tests.predictor.planning_helpers import batch_friendly, quick, without_costs
 
 #: a host that stops for 5 or 15 ms about twice a second: what one measured H100 host did, milder
 PAUSES = HostStalls(2.0, (5.0, 15.0))
-
-
-def batch_friendly(batch: int) -> tuple[float, float]:
-    """2 ms plus 0.05 ms per sample (the planner tests' model)."""
-    return 2.0 + 0.05 * batch, 0.0
-
-
-def quick(qps: float, slo_ms: float, **options: Any) -> Plan:
-    """A small search: four batch limits, two delays, 5,000 requests a run."""
-    return plan(batch_friendly, qps, slo_ms, max_batch_choices=(1, 4, 16, 64), delay_us_choices=(0, 1000),
-                requests=5_000, **options)
-
-
-def without_costs(result: Plan) -> Plan:
-    return dataclasses.replace(result, simulated_requests=0)
 
 
 def test_a_host_that_pauses_gets_a_higher_p99_or_more_gpus_for_the_same_load() -> None:

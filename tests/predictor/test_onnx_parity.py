@@ -118,6 +118,24 @@ class PatchStreamBlock(nn.Module):
         return x + self.mix(self.norm(x).transpose(1, 2)).transpose(1, 2)
 
 
+class MishCNN(nn.Sequential):
+    """Convolutions with Mish, which opset 17 writes as x * Tanh(Softplus(x))."""
+
+    def __init__(self) -> None:
+        super().__init__(nn.Conv2d(3, 16, 3, 2, 1), nn.Mish(), nn.Conv2d(16, 16, 3, 1, 1), nn.Mish())
+
+
+class ActivationsCNN(nn.Sequential):
+    """Activations each importer once costed its own way (the torch trace as fallbacks, the export
+    as two kernels): PReLU, SELU, LogSigmoid (Log of Sigmoid in opset 17), and a global max pool
+    (adaptive_max_pool2d, a MaxPool of the whole plane in the export)."""
+
+    def __init__(self) -> None:
+        super().__init__(nn.Conv2d(3, 16, 3, 2, 1), nn.PReLU(), nn.Conv2d(16, 16, 3, 1, 1), nn.SELU(),
+                         nn.Conv2d(16, 16, 3, 1, 1), nn.LogSigmoid(), nn.AdaptiveMaxPool2d(1), nn.Flatten(),
+                         nn.Linear(16, 10))
+
+
 class TwoConvNeXtBlocks(nn.Sequential):
     def __init__(self) -> None:
         super().__init__(ConvNeXtBlock(), ConvNeXtBlock())
@@ -132,6 +150,8 @@ def encoder_stack(embed: int, heads: int) -> nn.Module:
 
 @pytest.mark.parametrize("name,build,shape", [
     ("cnn", SmallCNN, (2, 3, 64, 64)),
+    ("mish_cnn", MishCNN, (2, 3, 64, 64)),
+    ("activations_cnn", ActivationsCNN, (2, 3, 32, 32)),
     ("sdpa_block", lambda: TransformerBlock("sdpa"), (2, 16, 64)),
     ("mha_block", lambda: TransformerBlock("mha"), (2, 16, 64)),
     # an odd head count: PyTorch's fast path refuses it, F.multi_head_attention_forward runs
@@ -223,3 +243,57 @@ def test_a_sequence_first_export_without_a_named_batch_is_refused() -> None:
     data = torchscript_export(module, torch.randn(16, 2, 64))
     with pytest.raises(ValueError, match=r"sequence-first .* axis 0 was taken for its batch \(16\).*dynamic_axes"):
         graph_from_onnx(data, batch=2)
+
+
+class MaskedAttention(nn.Module):
+    """Batch-first nn.MultiheadAttention (an even head count), or an nn.TransformerEncoderLayer
+    around one, given one mask, then a linear layer."""
+
+    def __init__(self, layer: bool) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True) if layer else None
+        self.attention, self.fc = nn.MultiheadAttention(64, 4, batch_first=True), nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        padding = mask.shape[0] != mask.shape[1]
+        if self.layer is not None:
+            return self.fc(self.layer(x, **{"src_key_padding_mask" if padding else "src_mask": mask}))
+        keyword = "key_padding_mask" if padding else "attn_mask"
+        return self.fc(self.attention(x, x, x, need_weights=False, **{keyword: mask})[0])
+
+
+PADDING = torch.arange(12).expand(2, 12) >= 10
+MASKS = {"float_attn_mask": torch.triu(torch.full((12, 12), float("-inf")), 1),
+         "bool_attn_mask": torch.triu(torch.ones(12, 12, dtype=torch.bool), 1),
+         "bool_key_padding_mask": PADDING,
+         "float_key_padding_mask": torch.zeros(2, 12).masked_fill(PADDING, float("-inf"))}
+
+
+@pytest.mark.parametrize("layer", [False, True], ids=["attention", "encoder_layer"])
+@pytest.mark.parametrize("mask", list(MASKS))
+def test_attention_given_a_mask_predicts_like_its_torch_trace(predictor: Predictor, mask: str, layer: bool) -> None:
+    """nn.MultiheadAttention's fast path refuses a float mask (F.multi_head_attention_forward runs,
+    as for an odd head count) and takes a boolean one, which F._canonical_mask makes additive first
+    (zeros_like and masked_fill_: two kernels, of which the export shows a Where); an
+    nn.TransformerEncoderLayer's fast path takes either. The views the export puts a mask through
+    run inside the call. The example is given as the forward takes it, (x, mask)."""
+    import io
+    import warnings
+
+    torch.manual_seed(0)
+    module, x, given = MaskedAttention(layer).eval(), torch.randn(2, 12, 64), MASKS[mask]
+    padding = "key_padding" in mask
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (x, given), buf, dynamo=False, opset_version=17, input_names=["x", "mask"],
+                          dynamic_axes={"x": {0: "batch"}, **({"mask": {0: "batch"}} if padding else {})})
+    onnx_graph = graph_from_onnx(buf.getvalue(), name=mask, batch=1)
+    torch_graph = graph_from_module(module, (x[:1], given[:1] if padding else given), name=mask)
+    off = variants_off(predictor, onnx_graph, torch_graph)
+    assert not off, f"{mask}: ONNX / torch outside 3%: {off}"
+    ops = [n.op for n in torch_graph.nodes if n.kind == "kernel"]
+    fused = "_transformer_encoder_layer_fwd" if layer else "_native_multi_head_attention"
+    assert (fused in ops) == (layer or mask.startswith("bool"))
+    if mask.startswith("bool"):
+        assert ops[:2] == ["zeros_like", "masked_fill_"]

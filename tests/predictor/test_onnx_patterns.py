@@ -305,9 +305,35 @@ def test_gelu_tanh_is_one_gelu() -> None:
     assert kernels(graph) == [("activation", "gelu", dict(elements=64))]
 
 
-def test_silu_is_one_silu() -> None:
+def test_silu_is_one_silu_and_the_graph_says_it_took_the_call() -> None:
     graph = graph_from_onnx(export(nn.SiLU(), torch.randn(2, 3, 8)))
     assert [(n.op, n.family, n.variant) for n in graph.nodes] == [("Silu", "activation", "silu")]
+    assert any("1 x * Sigmoid(x) pair(s)" in a and "hand-written" in a for a in graph.meta["assumptions"])
+
+
+def test_mish_written_out_is_one_mish_and_the_graph_says_so() -> None:
+    """Opset 17 has no Mish: the TorchScript exporter writes nn.Mish as x * Tanh(Softplus(x)),
+    one kernel in PyTorch, which the torch importer costs as an elementwise activation."""
+    graph = graph_from_onnx(export(nn.Mish(), torch.randn(2, 3, 8)))
+    assert [(n.op, n.kind) for n in graph.nodes] == [("Mish", "kernel")]
+    assert kernels(graph) == [("activation", "relu", dict(elements=24))]
+    assert len(graph.nodes[0].merged) == 3
+    assert any("1 x * Tanh(Softplus(x)) chain(s)" in a for a in graph.meta["assumptions"])
+
+
+def test_log_of_sigmoid_is_one_log_sigmoid_and_the_graph_says_so() -> None:
+    graph = graph_from_onnx(export(nn.LogSigmoid(), torch.randn(2, 3, 8)))
+    assert [(n.op, n.family, n.variant) for n in graph.nodes] == [("LogSigmoid", "activation", "relu")]
+    assert any("1 Log(Sigmoid(x)) pair(s)" in a for a in graph.meta["assumptions"])
+
+
+def test_a_softplus_read_twice_is_not_a_mish() -> None:
+    """tanh(softplus(x)) * x whose softplus also feeds an output: three calls, as PyTorch runs them."""
+    nodes = [helper.make_node("Softplus", ["x"], ["sp"]), helper.make_node("Tanh", ["sp"], ["th"]),
+             helper.make_node("Mul", ["x", "th"], ["m"]), helper.make_node("Add", ["m", "sp"], ["out"])]
+    graph = graph_from_onnx(model(nodes, {"x": [2, 4, 16]}, "out", {}))
+    assert [n.op for n in graph.nodes if n.kind == "kernel"] == ["Softplus", "Tanh", "Mul", "Add"]
+    assert not any("Softplus" in a for a in graph.meta.get("assumptions", []))
 
 
 def test_linear_with_a_bias_is_one_linear_and_without_one_a_nobias_linear() -> None:

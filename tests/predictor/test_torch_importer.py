@@ -14,6 +14,7 @@ from predictor.graph import Graph
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
+F = torch.nn.functional
 
 from predictor.importers.torch_module import graph_from_module  # noqa: E402
 
@@ -98,6 +99,73 @@ def test_elementwise_calls_without_a_family_are_costed_as_proxies(graph: Graph) 
     assert (sin.family, sin.variant) == ("activation", "relu")
     assert sin.params == {"elements": TOKENS * EMBED}
     assert scale.op in ("mul", "__mul__") and scale.params == {"elements": TOKENS * EMBED}
+
+
+@pytest.mark.parametrize("activation", [nn.PReLU(), nn.SELU(), nn.CELU(), nn.Mish(), nn.LogSigmoid(),
+                                        nn.LeakyReLU(0.1, inplace=True), nn.ELU(inplace=True), nn.SELU(inplace=True),
+                                        nn.Mish(inplace=True)])
+def test_activations_without_a_variant_are_elementwise_kernels_not_fallbacks(activation: nn.Module) -> None:
+    """As the ONNX importer costs PRelu, Selu, Celu, Mish and LogSigmoid: an activation's kernel
+    over the output, not a fallback estimated from bytes; and one written in place is a kernel
+    too (its output is its input's storage, which the view rule took for a view)."""
+    graph = graph_from_module(activation.eval(), torch.randn(BATCH, 8, 4, 4), name="act")
+    assert [(n.kind, n.family, n.variant, n.params) for n in graph.nodes] == [
+        ("kernel", "activation", "relu", {"elements": 8 * 4 * 4})]
+
+
+class InPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("cache", torch.zeros(1, 4, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        y += 1
+        y /= 3
+        y.clamp_(0, 1)
+        y.masked_fill_(y > 0.5, 0.0)
+        y.unsqueeze_(0)
+        self.cache.index_copy_(1, torch.tensor([1]), y[:, :1, :])
+        return F.dropout(y, 0.1, training=False, inplace=True)
+
+
+def test_an_in_place_write_is_a_kernel_and_an_in_place_view_is_free() -> None:
+    """An in-place call's output is its input's storage, as a view's is; but a kernel wrote it
+    (a boolean attention mask's masked_fill_, ``y += 1``), where ``unsqueeze_`` only says so and a
+    dropout in eval does nothing. A write at indices (a KV cache's ``index_copy_``) stays without a
+    kernel, as the ONNX importer leaves the ScatterND an export makes of it."""
+    graph = graph_from_module(InPlace().eval(), torch.randn(BATCH, 8), name="in_place")
+    assert [(n.op, n.kind) for n in graph.nodes if n.op.endswith("_") and n.op[0] != "_" or n.op == "dropout"] == [
+        ("add_", "kernel"), ("div_", "kernel"), ("clamp_", "kernel"), ("masked_fill_", "kernel"),
+        ("unsqueeze_", "free"), ("index_copy_", "free"), ("dropout", "free")]
+    written = [n for n in graph.nodes if n.op in ("add_", "div_", "clamp_", "masked_fill_")]
+    assert all(n.params == {"elements": 8} for n in written)
+
+
+class TwoInputs(nn.Module):
+    """Tokens and an additive attention mask of [tokens, tokens], as nn.MultiheadAttention takes it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(EMBED, HEADS, batch_first=True)
+        self.fc = nn.Linear(EMBED, EMBED)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.attn(x, x, x, attn_mask=mask, need_weights=False)[0])
+
+
+def test_an_example_of_several_arguments_is_passed_as_the_forward_takes_them() -> None:
+    """A tuple is the positional arguments and a dict the keyword ones; the batch is the first
+    tensor's, not the mask's [tokens, tokens]."""
+    model, x, mask = TwoInputs().eval(), torch.randn(BATCH, TOKENS, EMBED), torch.zeros(TOKENS, TOKENS)
+    positional = graph_from_module(model, (x, mask), name="two")
+    keywords = graph_from_module(model, {"x": x, "mask": mask}, name="two")
+    assert positional.batch == keywords.batch == BATCH
+    assert [(n.family, n.params) for n in positional.nodes] == [(n.family, n.params) for n in keywords.nodes]
+    fc = [n for n in positional.nodes if n.family == "linear"][-1]
+    assert fc.params["tokens"] == TOKENS  # rows per sample: the batch was not taken as 1
+    with pytest.raises(ValueError, match="batch_dim 3 is not an axis of argument 0"):
+        graph_from_module(model, (x, mask), name="two", batch_dim=3)
 
 
 def test_importer_counts_do_not_depend_on_the_batch() -> None:

@@ -140,6 +140,11 @@ def test_an_eager_plan_names_its_host_and_a_stored_graph_is_planned_by_its_id(cl
     ("qps=100", 400, "slo_p99_ms"),
     ("qps=100&slo_p99_ms=10&max_gpus=0", 400, "max_gpus"),
     ("qps=100&slo_p99_ms=10&max_gpus=100001", 400, "max_gpus"),
+    ("qps=100&slo_p99_ms=10&arrival_cv=0", 400, "arrival_cv"),
+    ("qps=100&slo_p99_ms=10&arrival_cv=-1", 400, "arrival_cv"),
+    ("qps=100&slo_p99_ms=10&arrival_cv=abc", 400, "arrival_cv"),
+    ("qps=100&slo_p99_ms=10&arrival_cv=nan", 400, "arrival_cv"),
+    ("qps=100&slo_p99_ms=10&arrival_cv=11", 400, "arrival_cv"),
     ("qps=100&slo_p99_ms=10&precision=fp8", 400, "precision"),
     ("qps=100&slo_p99_ms=10&mode=jit", 400, "mode"),
     ("qps=100&slo_p99_ms=10&format=xml", 400, "format"),
@@ -218,3 +223,25 @@ def test_a_precision_the_device_lacks_is_refused_naming_precision(client: Any) -
                 "/v1/latency?model=resnet50&device=t4&precision=bf16"):
         body = assert_problem(client.get(url), 400, "precision")
         assert "no bf16 tensor cores" in body["detail"]
+
+
+def test_bursty_arrivals_are_planned_named_in_each_plan_and_cached_apart(client: Any, registry: Any) -> None:
+    """arrival_cv=3: the planner's own plan for that cv (2 GPUs where Poisson takes 1 at 2,000 qps and
+    p99 5 ms), each plan saying the cv it was made for, in the json and in the csv's last column (new
+    columns go last: sheets read them by position); 1 is the default and Poisson's plan."""
+    query = f"{URL}&qps=2000&slo_p99_ms=5"
+    poisson, one, bursty = client.get(query), client.get(query + "&arrival_cv=1"), client.get(query + "&arrival_cv=3")
+    assert poisson.status_code == one.status_code == bursty.status_code == 200
+    assert one.headers["ETag"] == poisson.headers["ETag"] != bursty.headers["ETag"]
+    (p,), (b,) = poisson.get_json(), bursty.get_json()
+    assert (p["arrival_cv"], b["arrival_cv"]) == (1.0, 3.0) and one.get_json() == poisson.get_json()
+    assert b["meets"] and (b["gpus"] > p["gpus"] or (b["gpus"] == p["gpus"] and b["p99_ms"] > p["p99_ms"]))
+    latency = predicted_service_time(registry.predictor(DEVICE), load_zoo_graph("resnet50"), "fp16", "cudagraph")
+    expected = plan(latency, 2000, 5, arrival_cv=3)
+    assert (b["gpus"], b["max_batch"], b["max_queue_delay_us"]) == (
+        expected.gpus, expected.max_batch, expected.max_queue_delay_us)
+    assert b["p99_ms"] == pytest.approx(expected.p99_ms, rel=1e-9)
+    assert CSV_COLUMNS[-1] == "arrival_cv" and CSV_COLUMNS[:-1][-3:] == ("plan_for", "scheduler", "serving_path")
+    header, row = csv.reader(io.StringIO(client.get(query + "&arrival_cv=3&format=csv").get_data(as_text=True)))
+    assert header == list(CSV_COLUMNS) and row[-1] == "3.0000"
+    assert rows_of(client.get(query + "&format=csv"))[0]["arrival_cv"] == "1.0000"

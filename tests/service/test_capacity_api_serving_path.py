@@ -56,7 +56,7 @@ def test_csv_names_the_path_in_its_column_and_txt_in_its_header(client: Any) -> 
         response = client.get(f"{query}{suffix}&format=csv")
         assert response.status_code == 200, response.get_data(as_text=True)[:500]
         rows = list(csv.DictReader(io.StringIO(response.get_data(as_text=True))))
-        assert list(rows[0]) == list(CSV_COLUMNS) and CSV_COLUMNS[-1] == "serving_path"
+        assert list(rows[0]) == list(CSV_COLUMNS) and CSV_COLUMNS[-2:] == ("serving_path", "arrival_cv")
         assert len(rows) == 4 and {r["serving_path"] for r in rows} == {name}
         txt = client.get(f"{query}{suffix}&format=txt")
         assert txt.status_code == 200 and txt.headers["Latpred-Serving-Path"] == (name or "none")

@@ -116,6 +116,17 @@ def test_validate_suite_cli_writes_tables_and_a_scatter_plot(tmp_path: Path) -> 
     assert (tmp_path / "zoo" / "by_importer_mode_precision_batch.csv").stat().st_size > 0
 
 
+def test_validate_finds_the_repository_datasets_from_any_directory(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The defaults of --dataset and --suites are the repository's, wherever the command runs
+    (they were relative to the working directory: run elsewhere, validate refused a missing folder)."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["validate", "--suite", "zoo", "--models", "resnet34", "--out", "out"])
+    assert result.exit_code == 0, result.output
+    assert "suite zoo: 1 model," in result.output
+    assert (tmp_path / "out" / "zoo" / "scatter.png").exists()
+
+
 def test_a_gpu_without_a_bundle_of_its_own_is_scored_by_the_bundle_that_serves_it(tmp_path: Path) -> None:
     """The H100's NAS runs through ``latpred validate --suite``: the transfer bundle, asked about
     the H100 (not about the device the bundle is named after), as the service and the CLI predict it."""
