@@ -269,6 +269,9 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     view_calls, fast_path = 0, False
     mask_views, mask_given = _mask_views(t, attention.mask)
     indices |= set(mask_views)  # inside the call, whichever path runs it: no call of their own
+    merge = _mask_merge(t, mask_given)  # an attn_mask and a key padding mask, added
+    if merge is not None:
+        indices |= set(merge[1])
     scope = _scope(t.nodes[min(proj[0])].name)
     in_layer = _projection_named(t, proj[0], "self_attn.in_proj_bias")
     fills = None if attention.mask is None else _canonical_masks(t, mask_given, scope, in_layer)
@@ -279,17 +282,22 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
         end = str(t.nodes[back].output[0])
         if heads % 2 or float_mask:  # refused by the fast path: F.multi_head_attention_forward
             made = batch_first_slow_parts(tokens, embed, heads, attention.mask is not None,
-                                          bool(params.get("causal", 0)))
+                                          bool(params.get("causal", 0)), merged=merge is not None)
             view_calls = 2  # MultiheadAttention.forward's batch_first transposes, which this path runs
+            if merge is not None:  # the call adds the masks itself
+                indices.add(merge[0])
         else:
             route = attention_route(params["head_dim"], False, attention.mask is not None, True)
-            padding = "Expand" in {t.nodes[i].op_type for i in mask_views}  # expanded over the heads here
+            # expanded over the heads here (a merge of two masks is the attn_mask's shape)
+            padding = merge is None and "Expand" in {t.nodes[i].op_type for i in mask_views}
             # the mask the call converts to boolean: a key padding mask as given, an attn_mask
             # expanded over the batch and heads by merge_masks (torch_fused._mask_elements)
             mask_elements = 0 if attention.mask is None else kv_tokens if padding else heads * tokens * kv_tokens
             made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False, mask_elements)
             fast_path = True
-            if attention.mask is not None and not padding:
+            if merge is not None:  # merge_masks' view and expand of each mask; its add is the export's
+                view_calls = 4
+            elif attention.mask is not None and not padding:
                 # merge_masks' view and expand of a 2-d attn_mask, its view of a 3-d one (a key
                 # padding mask it passes as it is)
                 view_calls = {2: 2, 3: 1}.get(len(t.shape(mask_given or "") or []), 0)
@@ -298,7 +306,9 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     else:  # sequence-first: F.multi_head_attention_forward, the only path PyTorch has for it
         _check_sequence_first_batch(t, heads, embed, proj[1][2]["n"] // 3)
         made = sequence_first_slow_parts(tokens, kv_tokens, embed, heads, attention.mask is not None,
-                                         bool(params.get("causal", 0)))
+                                         bool(params.get("causal", 0)), merged=merge is not None)
+        if merge is not None:
+            indices.add(merge[0])
         parts = [(name, _as_hit(fields)) for name, fields in made]
         part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
     return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
@@ -322,6 +332,15 @@ def _mask_views(t: GraphTensors, mask: str | None) -> tuple[list[int], str | Non
         taken.append(i)
         cur = str(t.nodes[i].input[0])
     return taken, cur
+
+
+def _mask_merge(t: GraphTensors, source: str | None) -> tuple[int, list[int]] | None:
+    """Where an attention was given an attn_mask and a key padding mask: the Add that
+    ``F.multi_head_attention_forward`` merges them with, and the views of each before it."""
+    i = t.producer.get(source or "")
+    if i is None or t.nodes[i].op_type != "Add" or len(t.nodes[i].input) != 2:
+        return None
+    return i, [j for x in t.nodes[i].input for j in _mask_views(t, str(x))[0]]
 
 
 def _scope(node_name: str) -> str:

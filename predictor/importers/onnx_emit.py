@@ -43,6 +43,7 @@ from predictor.importers.onnx_ops import (
     elementwise_fields,
     kernel_fields,
     layout_of,
+    same_integer_type,
     try_rule,
 )
 from predictor.importers.onnx_patterns import FusedKernel, detect_fused_kernels
@@ -198,7 +199,8 @@ def dropped_nodes(t: GraphTensors, fused: dict[int, FusedKernel]) -> set[int]:
             continue
         static = bool(outs) and all(o in t.static for o in outs)
         users = [u for o in outs for u in t.users(o)]
-        if n.op_type in FOLDED_OPS or (outs and all(t.is_host(o) for o in outs)) or _as_strided(t, n):
+        if n.op_type in FOLDED_OPS or (outs and all(t.is_host(o) for o in outs)) or _as_strided(t, n) \
+                or (n.op_type == "Cast" and same_integer_type(t, n)):
             drop.add(i)
         elif static and n.op_type in VIEW_OPS and n.input and (n.input[0] in stored or t.is_host(n.input[0])):
             drop.add(i)  # a view of a weight: PyTorch reads the parameter as it is
@@ -266,9 +268,12 @@ class Emitter:
         for found in (self.module_calls.after, self.encoder_layers.calls_after):
             for i, calls in found.items():
                 self.calls_after.setdefault(i, []).extend(calls)
-        # F._canonical_mask's zeros_like before the masked_fill_ each boolean mask's Where shows
+        # F._canonical_mask's zeros_like before the masked_fill_ each boolean mask's Where shows: the
+        # zeros folded away, or a ConstantOfShape whose shape the batch decides (costed as this call)
         for i in sorted({j for f in self.fused.values() for j in f.mask_fills}):
             self.calls_after.setdefault(i, []).append((CANONICAL_MASK_FILL, str(t.nodes[i].output[0])))
+            self.drop |= {j for x in t.nodes[i].input[1:] if (j := t.producer.get(x)) is not None
+                          and t.nodes[j].op_type == "ConstantOfShape" and t.users(x) == [i]}
         attention = {f.output for f in self.fused.values() if f.hit[0] == "sdpa" and not f.parts}
         # what a fused call writes anew; nn.MultiheadAttention's slow path returns a view (batch_first:
         # its output transposed back), whose strides the export's own nodes give

@@ -315,10 +315,12 @@ def layout_of(lay: TensorLayouts, hit: Hit | None, ins: list[str], outs: list[st
     return None
 
 
-def _same_integer_type(t: GraphTensors, n: Any) -> bool:
+def same_integer_type(t: GraphTensors, n: Any) -> bool:
     """A Cast of a boolean or integer tensor to its own type (the TorchScript exporter writes one
-    for ``masked_fill``'s mask). A float one to its own type is not taken so: a float32 export
-    writes a half-precision model's upcasts so (onnx_decoder), and those are kernels."""
+    for ``masked_fill``'s mask): no call in PyTorch, where ``.to()`` of a tensor's own dtype
+    returns it (onnx_emit drops it, as an Identity). A float one to its own type is not taken so:
+    a float32 export writes a half-precision model's upcasts so (onnx_decoder), and those are
+    kernels."""
     to = node_attributes(n).get("to")
     return to in INT_TYPES and t.types.get(str(n.input[0])) == to
 
@@ -339,8 +341,6 @@ def classify_node(t: GraphTensors, n: Any, lay: TensorLayouts) -> dict[str, Any]
     if standard and (n.op_type in VIEW_OPS or (n.op_type == "Gather" and n.input[1] in t.static
                                                and t.shape(n.input[1]) == [])):
         return {"kind": "free"}  # a view in PyTorch (select for a constant scalar Gather)
-    if standard and n.op_type == "Cast" and _same_integer_type(t, n):
-        return {"kind": "free"}  # .to() of the dtype a tensor has returns it: no kernel
     out = t.numel(outs[0]) if outs else None
     if standard and n.op_type in ELEMENTWISE_OPS and len(outs) == 1 and out is not None:
         same = sum(1 for x in ins if t.numel(x) == out)

@@ -139,22 +139,31 @@ def native_attention_parts(route: str, tokens: int, kv_tokens: int, embed: int, 
     return parts
 
 
-def batch_first_slow_parts(tokens: int, embed: int, heads: int, masked: bool, causal: bool) -> list[Part]:
+def _mask_merge(tokens: int, kv_tokens: int, heads: int) -> Part:
+    """``attn_mask + key_padding_mask`` inside ``F.multi_head_attention_forward``, over [batch *
+    heads, tokens, kv_tokens]."""
+    return "mask_merge", _kernel("binary", "add", "strided", elements=heads * tokens * kv_tokens)
+
+
+def batch_first_slow_parts(tokens: int, embed: int, heads: int, masked: bool, causal: bool,
+                           merged: bool = False) -> list[Part]:
     """The kernels ``_slow_parts`` records for a batch-first ``nn.MultiheadAttention`` with packed
-    projections and biases, asked for no weights (the path PyTorch takes for an odd head count):
-    for an importer that sees the module but not the call (ONNX). From batch 2 on the transposed
-    input is copied and the bias added on its own; attention's output is copied back."""
+    projections and biases, asked for no weights (the path PyTorch takes for an odd head count or
+    a float mask): for an importer that sees the module but not the call (ONNX). From batch 2 on
+    the transposed input is copied and the bias added on its own; attention's output is copied
+    back. ``merged``: given an attn_mask and a key padding mask, which the call adds."""
     return [("input_copy", from_batch(_copy(tokens * embed), 2)),
             ("qkv_gemm", _kernel("linear", "nobias", tokens=tokens, k=embed, n=3 * embed)),
             ("qkv_bias", from_batch(_kernel("binary", "add", "strided", elements=3 * tokens * embed), 2)),
             ("qkv_copy", _copy(3 * tokens * embed)),
+            *([_mask_merge(tokens, tokens, heads)] if merged else []),
             ("attention", _kernel_sdpa(tokens, tokens, embed, heads, "masked" if masked else "", int(causal))),
             ("output_copy", from_batch(_copy(tokens * embed), 2)),
             ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
 
 
 def sequence_first_slow_parts(tokens: int, kv_tokens: int, embed: int, heads: int, masked: bool,
-                              causal: bool) -> list[Part]:
+                              causal: bool, merged: bool = False) -> list[Part]:
     """The kernels ``_slow_parts`` records for a sequence-first ``nn.MultiheadAttention`` (its
     default) with packed projections and biases, asked for no weights: the only path PyTorch has
     for it (the fast path wants batch_first). For an importer that sees the module but not the call
@@ -163,6 +172,7 @@ def sequence_first_slow_parts(tokens: int, kv_tokens: int, embed: int, heads: in
     2 on, before the output projection."""
     return [("qkv", _kernel("linear", tokens=tokens, k=embed, n=3 * embed)),
             ("qkv_copy", _copy(3 * tokens * embed)),
+            *([_mask_merge(tokens, kv_tokens, heads)] if merged else []),
             ("attention", _kernel_sdpa(tokens, kv_tokens, embed, heads, "masked" if masked else "", int(causal))),
             ("output_copy", from_batch(_copy(tokens * embed), 2)),
             ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
@@ -186,8 +196,8 @@ def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
     in_bias = _arg(args, kwargs, 6, "in_proj_bias") is not None
     out_bias = _arg(args, kwargs, 12, "out_proj_bias") is not None
     need_weights = bool(_arg(args, kwargs, 15, "need_weights", True))
-    masked = (_arg(args, kwargs, 14, "key_padding_mask") is not None
-              or _arg(args, kwargs, 16, "attn_mask") is not None)
+    both = [_arg(args, kwargs, 14, "key_padding_mask"), _arg(args, kwargs, 16, "attn_mask")]
+    masked = any(m is not None for m in both)
     packed = (query is key and key is value and _arg(args, kwargs, 5, "in_proj_weight") is not None
               and not _arg(args, kwargs, 17, "use_separate_proj_weight", False))
     if not packed:
@@ -207,6 +217,8 @@ def _slow_parts(args: tuple, kwargs: dict) -> list[Part]:
         parts.append(("qkv_bias", from_batch(_kernel("binary", "add", "strided", elements=3 * tokens * embed),
                                               plan.bias_add)))
     parts.append(("qkv_copy", _copy(3 * tokens * embed)))
+    if all(m is not None for m in both):
+        parts.append(_mask_merge(tokens, kv_tokens, heads))
     head_dim = embed // heads
     if need_weights:
         parts += [("q_scale", _kernel("activation", "relu", elements=tokens * embed)),

@@ -35,6 +35,21 @@ def torchscript_export(module: Any, *example: Any, dynamic_batch: bool = False) 
     return buf.getvalue()
 
 
+def export_named(module: Any, example: tuple[Any, ...], names: list[str],
+                 dynamic_axes: dict[str, dict[int, str]]) -> bytes:
+    """ONNX bytes of ``module`` in eval from the TorchScript exporter, opset 17, its inputs named
+    ``names`` with the symbolic dims ``dynamic_axes`` gives (a mask shared by the batch keeps its
+    size: its axes are not named)."""
+    import torch
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), example, buf, dynamo=False, opset_version=17, input_names=names,
+                          dynamic_axes=dynamic_axes)
+    return buf.getvalue()
+
+
 def zoo_export(exporter: str, model: str) -> Graph:
     """The graph the ONNX importer makes of a zoo model's committed export, at batch 1 as the zoo's
     torch traces are."""

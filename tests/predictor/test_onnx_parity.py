@@ -25,7 +25,12 @@ from torch.nn import functional as F  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.importers.torch_module import graph_from_module  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
-from tests.predictor.parity_helpers import h200_predictor, torchscript_export, variants_off  # noqa: E402
+from tests.predictor.parity_helpers import (  # noqa: E402
+    export_named,
+    h200_predictor,
+    torchscript_export,
+    variants_off,
+)
 
 
 @pytest.fixture(scope="module")
@@ -202,15 +207,7 @@ class SequenceFirstAttention(nn.Module):
 
 def sequence_first_export(module: nn.Module, example: torch.Tensor) -> bytes:
     """TorchScript's export of a sequence-first module with both axes symbolic and the batch named."""
-    import io
-    import warnings
-
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), (example,), buf, dynamo=False, opset_version=17, input_names=["x"],
-                          dynamic_axes={"x": {0: "seq", 1: "batch"}})
-    return buf.getvalue()
+    return export_named(module, (example,), ["x"], {"x": {0: "seq", 1: "batch"}})
 
 
 @pytest.mark.parametrize("name,build", [
@@ -277,18 +274,12 @@ def test_attention_given_a_mask_predicts_like_its_torch_trace(predictor: Predict
     (zeros_like and masked_fill_: two kernels, of which the export shows a Where); an
     nn.TransformerEncoderLayer's fast path takes either. The views the export puts a mask through
     run inside the call. The example is given as the forward takes it, (x, mask)."""
-    import io
-    import warnings
-
     torch.manual_seed(0)
     module, x, given = MaskedAttention(layer).eval(), torch.randn(2, 12, 64), MASKS[mask]
     padding = "key_padding" in mask
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, (x, given), buf, dynamo=False, opset_version=17, input_names=["x", "mask"],
-                          dynamic_axes={"x": {0: "batch"}, **({"mask": {0: "batch"}} if padding else {})})
-    onnx_graph = graph_from_onnx(buf.getvalue(), name=mask, batch=1)
+    data = export_named(module, (x, given), ["x", "mask"],
+                        {"x": {0: "batch"}, **({"mask": {0: "batch"}} if padding else {})})
+    onnx_graph = graph_from_onnx(data, name=mask, batch=1)
     torch_graph = graph_from_module(module, (x[:1], given[:1] if padding else given), name=mask)
     off = variants_off(predictor, onnx_graph, torch_graph)
     assert not off, f"{mask}: ONNX / torch outside 3%: {off}"
@@ -297,3 +288,53 @@ def test_attention_given_a_mask_predicts_like_its_torch_trace(predictor: Predict
     assert (fused in ops) == (layer or mask.startswith("bool"))
     if mask.startswith("bool"):
         assert ops[:2] == ["zeros_like", "masked_fill_"]
+
+
+class TwoMasks(nn.Module):
+    """nn.MultiheadAttention given an attn_mask and a key padding mask: merged by merge_masks (fast
+    path, boolean masks) or by F.multi_head_attention_forward (float masks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention, self.fc = nn.MultiheadAttention(64, 4, batch_first=True), nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.attention(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False)[0])
+
+
+@pytest.mark.parametrize("dtype", ["bool", "float"])
+def test_attention_given_two_masks_predicts_like_its_torch_trace(predictor: Predictor, dtype: str) -> None:
+    torch.manual_seed(0)
+    module, x = TwoMasks().eval(), torch.randn(2, 12, 64)
+    mask, padding = MASKS[f"{dtype}_attn_mask"], MASKS[f"{dtype}_key_padding_mask"]
+    data = export_named(module, (x, mask, padding), ["x", "mask", "padding"],
+                        {"x": {0: "batch"}, "padding": {0: "batch"}})
+    onnx_graph = graph_from_onnx(data, name=dtype, batch=1)
+    torch_graph = graph_from_module(module, (x[:1], mask, padding[:1]), name=dtype)
+    off = variants_off(predictor, onnx_graph, torch_graph)
+    assert not off, f"{dtype} masks: ONNX / torch outside 3%: {off}"
+
+
+class SequenceFirstMasked(nn.Module):
+    """Sequence-first nn.MultiheadAttention ([tokens, batch, embed]) given a boolean key padding
+    mask ([batch, tokens]), whose zeros the export makes with a ConstantOfShape of the batch's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention, self.fc = nn.MultiheadAttention(64, 4), nn.Linear(64, 64)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.attention(x, x, x, key_padding_mask=padding, need_weights=False)[0])
+
+
+def test_a_sequence_first_attention_given_a_mask_predicts_like_its_torch_trace(predictor: Predictor) -> None:
+    torch.manual_seed(0)
+    module = SequenceFirstMasked().eval()
+    data = export_named(module, (torch.randn(12, 2, 64), PADDING), ["x", "padding"],
+                        {"x": {1: "batch"}, "padding": {0: "batch"}})
+    for batch in (1, 8):
+        onnx_graph = graph_from_onnx(data, name="masked", batch=batch)
+        padding = PADDING[:1].expand(batch, 12).contiguous()
+        torch_graph = graph_from_module(module, (torch.randn(12, batch, 64), padding), name="masked", batch_dim=1)
+        off = variants_off(predictor, onnx_graph, torch_graph)
+        assert not off, f"batch {batch}: ONNX / torch outside 3%: {off}"
