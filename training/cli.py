@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle, BundleError
-from training.datasets_dir import DATASETS_DIR
+from training.datasets_dir import H200_DATASET, SUITES_DIR
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,7 +62,7 @@ def commands() -> None:
 
 @commands.command()
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              default=DATASETS_DIR / "nvidia-h200", show_default=True)
+              default=H200_DATASET, show_default=True)
 @click.option("--bundles", type=click.Path(path_type=Path), default=DEFAULT_BUNDLE_DIR, show_default=True,
               help="where the bundle is exported (one folder per device)")
 @click.option("--store", type=click.Path(path_type=Path), default=Path("mlruns/latpred.db"), show_default=True,
@@ -73,7 +73,7 @@ def commands() -> None:
 @click.option("--no-track", is_flag=True, help="skip MLflow")
 @click.option("--force", is_flag=True, help="install the bundle even if it validates worse than the served one")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=DATASETS_DIR / "suites", show_default=True,
+              default=SUITES_DIR, show_default=True,
               help="the NAS suites (composition fits nas-train's runs, the interval calibrates on nas-dev's)")
 @click.option("--host-speed-exponent", type=click.FloatRange(min=0, max=2), default=0.0, show_default=True,
               help="a CPU: scale a forward's operator times by its host's speed against the host its rows were "
@@ -134,7 +134,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
 @commands.command()
 @click.option("--device", default="h200", show_default=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, file_okay=False),
-              default=DATASETS_DIR / "nvidia-h200", show_default=True)
+              default=H200_DATASET, show_default=True)
 @click.option("--bundle", type=click.Path(path_type=Path), default=None)
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=Path("runs/validate"),
               show_default=True)
@@ -144,7 +144,7 @@ def transfer(bundles: Path, out: Path, holdouts: tuple[str, ...]) -> None:
               help="score a suite through every importer (torch trace and each ONNX export): share within "
                    "+-10%, MAPE, Spearman and interval coverage per importer, mode, precision and batch")
 @click.option("--suites", "suites_dir", type=click.Path(path_type=Path, file_okay=False),
-              default=DATASETS_DIR / "suites", show_default=True, help="the suites' graphs and exports")
+              default=SUITES_DIR, show_default=True, help="the suites' graphs and exports")
 @click.option("--models", default="", help="comma-separated: score only these models of the suite")
 @click.option("--hosts", is_flag=True,
               help="score eager runs under every host condition measured (another machine, a contended core), "
@@ -262,11 +262,11 @@ def _echo_suite_report(report: SuiteReport, out: Path, heading: str, plot_title:
 def check(dataset: Path, bundle: Path | None, suites_dir: Path | None, models: str, out: Path) -> None:
     """Score latpred's predictions of whole-model runs measured on your machine (a device folder
     that 'latpred collect models' wrote), through every importer."""
-    from training.runs_check import CHECKOUT_SUITES_DIR, check_runs
+    from training.runs_check import check_runs
 
     _writable_folder(out)  # before the predictions, not after them
     with _reported():
-        result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir or CHECKOUT_SUITES_DIR,
+        result = check_runs(dataset, bundle=bundle, suites_dir=suites_dir or SUITES_DIR,
                             models=[m.strip() for m in models.split(",") if m.strip()] or None)
     device = result.device
     click.echo(f"{device.device_id} ({device.name}), predicted by bundle {result.bundle_dir.name} "

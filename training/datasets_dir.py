@@ -7,3 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 DATASETS_DIR = Path(__file__).resolve().parents[1] / "datasets"
+#: the H200's dataset, what training and validation read by default
+H200_DATASET = DATASETS_DIR / "nvidia-h200"
+#: the suites' graphs, exports and runs (zoo, nas-train, nas-dev, nas-test)
+SUITES_DIR = DATASETS_DIR / "suites"

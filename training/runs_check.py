@@ -38,9 +38,6 @@ from training.ops_check import has_ops, kernel_predictions, score_kernels
 from training.suite_validation import SuiteReport, predict_suite, score_suite
 from training.suites import DEFAULT_SUITES_DIR, Suite, load_runs_suite
 
-#: the suites folder of this checkout, wherever the command runs from
-CHECKOUT_SUITES_DIR = Path(__file__).resolve().parents[1] / DEFAULT_SUITES_DIR
-
 
 @dataclass(frozen=True)
 class RunsCheck:
@@ -173,7 +170,7 @@ def _other_cpu(device: DeviceSpec, dataset: Path) -> str | None:
 
 
 def check_runs(dataset: Path, bundle_root: Path = DEFAULT_BUNDLE_DIR, bundle: Path | None = None,
-               suites_dir: Path = CHECKOUT_SUITES_DIR, models: list[str] | None = None) -> RunsCheck:
+               suites_dir: Path = DEFAULT_SUITES_DIR, models: list[str] | None = None) -> RunsCheck:
     """Predict every whole-model run in ``dataset`` (a device folder ``latpred collect models``
     wrote) with the bundle that predicts its device (``bundle`` overrides), and score them."""
     dataset = Path(dataset)

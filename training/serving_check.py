@@ -52,7 +52,7 @@ from predictor.capacity.simulator import (
     p99_at_ends,
     simulate,
 )
-from training.datasets_dir import DATASETS_DIR
+from training.datasets_dir import H200_DATASET
 from training.instance_turnaround import back_to_back, turnaround_ms, with_turnaround
 from training.load_batches import load_batches
 
@@ -60,7 +60,7 @@ if TYPE_CHECKING:  # the bundle (and its boosters) load only where predicted ser
     from predictor.predict import Predictor
 
 #: the committed measurements
-SERVING_DIR = DATASETS_DIR / "nvidia-h200" / "serving"
+SERVING_DIR = H200_DATASET / "serving"
 #: the simulator's default warm-up share, which the collector's printout also skipped
 WARMUP_FRACTION = 0.1
 #: requests in a long simulated run: 12 to 74 times a measured load, so that the simulated p99 is

@@ -35,11 +35,11 @@ from predictor.model_run_schema import MODEL_RUNS_FOLDER, NAS_RUNS_FOLDER
 from predictor.predict import Predictor
 from training.composition import RunArrays, run_arrays
 from training.data import load_model_runs
-from training.datasets_dir import DATASETS_DIR
+from training.datasets_dir import SUITES_DIR
 from training.hosts import reference_profiles
 
 SUITES = ("zoo", "nas-dev", "nas-test")
-DEFAULT_SUITES_DIR = DATASETS_DIR / "suites"
+DEFAULT_SUITES_DIR = SUITES_DIR
 
 
 @dataclass

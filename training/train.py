@@ -22,7 +22,7 @@ from predictor.zoo import load_zoo_graph, zoo_names
 from training.bundle_export import export_bundle, in_memory_bundle
 from training.composition import CompositionFit, leave_one_model_out, run_arrays
 from training.data import OpData, dataset_fingerprint, dataset_hash, load_model_runs, load_ops
-from training.datasets_dir import DATASETS_DIR
+from training.datasets_dir import H200_DATASET
 from training.fit import FitResult, better, fit_target, refit_on_all_rows
 from training.hosts import bundle_hosts, operator_host, reference_profiles
 from training.metrics import ape, summarize_ape
@@ -39,7 +39,7 @@ CANDIDATES: dict[str, list[tuple[str, str]]] = {
 
 @dataclass
 class TrainSettings:
-    dataset: Path = DATASETS_DIR / "nvidia-h200"
+    dataset: Path = H200_DATASET
     bundle_root: Path = DEFAULT_BUNDLE_DIR
     store: Path = Path("mlruns/latpred.db")
     threads: int = 2

@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls, serving_share
-from predictor.capacity.planner import checked_arrival_cv
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_SHARE,
@@ -27,6 +26,7 @@ from predictor.capacity.simulator import (
     BatchingConfig,
     LatencyFn,
     LatencyModel,
+    checked_arrival_cv,
     checked_latency,
     is_finite_number,
     is_int,

@@ -77,15 +77,17 @@ from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, steady_as_none
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
+    MAX_ARRIVAL_CV,
     MAX_RATE_QPS,
     MAX_REQUESTS,
-    MIN_CV,
+    MIN_ARRIVAL_CV,
     SCHEDULERS,
     Engine,
     LatencyFn,
     LatencyModel,
     Scheduler,
     SimResult,
+    checked_arrival_cv,
     is_finite_number,
     is_int,
 )
@@ -111,11 +113,6 @@ DELAY_US_CHOICES = (0, 100, 500, 1000, 2000, 5000)
 #: Requests simulated per run, and the seed of their arrivals and service times.
 REQUESTS = 20_000
 SEED = 0
-#: The burstiest load a plan takes (``arrival_cv``): gaps whose standard deviation is ten times their
-#: mean already put most requests in a few bursts; beyond that the traffic wants a trace, not a number.
-MAX_ARRIVAL_CV = 10.0
-#: The steadiest: gaps within 1% of each other are a clock (the simulator's own floor).
-MIN_ARRIVAL_CV = MIN_CV
 
 
 @dataclass(frozen=True)
@@ -275,15 +272,6 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         reason = (f"no setting meets p99 <= {slo_p99_ms:g} ms at a load below {MAX_UTILISATION:g} of their capacity "
                   f"on up to max_gpus={max_gpus} GPUs; the lowest p99 there is {result.p99_ms:.4g} ms")
     return _plan(search, max_gpus, max_batch, delay, result, meets=False, reason=reason)
-
-
-def checked_arrival_cv(arrival_cv: float) -> float:
-    """``arrival_cv`` as a float, or ValueError naming it unless it is a number in [MIN_ARRIVAL_CV,
-    MAX_ARRIVAL_CV]."""
-    if not is_finite_number(arrival_cv) or not MIN_ARRIVAL_CV <= arrival_cv <= MAX_ARRIVAL_CV:
-        raise ValueError(f"arrival_cv: the coefficient of variation of the gaps between requests must be in "
-                         f"[{MIN_ARRIVAL_CV:g}, {MAX_ARRIVAL_CV:g}] (1 is Poisson, 2 bursty), not {arrival_cv!r}")
-    return float(arrival_cv)
 
 
 def _fewest_gpus(any_feasible: Callable[[int], bool], lower: int, max_gpus: int) -> int | None:

@@ -89,6 +89,11 @@ MAX_REQUESTS = 10_000_000
 #: The steadiest gamma process simulated: its gaps' shape is 1 / cv^2 (a cv near 0 overflowed it to
 #: infinity, and the gaps to a division by zero).
 MIN_CV = 0.01
+#: The burstiest load a plan takes (``arrival_cv``): gaps whose standard deviation is ten times their
+#: mean already put most requests in a few bursts; beyond that the traffic wants a trace, not a number.
+MAX_ARRIVAL_CV = 10.0
+#: The steadiest: gaps within 1% of each other are a clock (as ``MIN_CV``).
+MIN_ARRIVAL_CV = MIN_CV
 #: The most servers a process may be split over (``Arrivals.share``): as many GPUs as a plan may have.
 MAX_SHARE = 100_000
 
@@ -125,6 +130,15 @@ def checked_latency(latency: LatencyModel | LatencyFn, batch: int) -> tuple[floa
     if not is_finite_number(sigma) or not 0 <= sigma <= 5:
         raise ValueError(f"latency: sigma of batch {batch} must be in [0, 5], not {sigma!r}")
     return float(median), float(sigma)
+
+
+def checked_arrival_cv(arrival_cv: float) -> float:
+    """``arrival_cv`` as a float, or ValueError naming it unless it is a number in [MIN_ARRIVAL_CV,
+    MAX_ARRIVAL_CV]."""
+    if not is_finite_number(arrival_cv) or not MIN_ARRIVAL_CV <= arrival_cv <= MAX_ARRIVAL_CV:
+        raise ValueError(f"arrival_cv: the coefficient of variation of the gaps between requests must be in "
+                         f"[{MIN_ARRIVAL_CV:g}, {MAX_ARRIVAL_CV:g}] (1 is Poisson, 2 bursty), not {arrival_cv!r}")
+    return float(arrival_cv)
 
 
 @dataclass(frozen=True)
@@ -632,5 +646,6 @@ def _measure(arrival_s: np.ndarray, start_s: np.ndarray, finish_s: np.ndarray, b
     )
 
 
-__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "SimResult",
-                        "high_end_is_own_run", "p99_at_ends", "simulate", "simulate_bounded"]
+__all__: Sequence[str] = ["Arrivals", "BatchingConfig", "LatencyModel", "BoundedRun", "MAX_ARRIVAL_CV",
+                        "MIN_ARRIVAL_CV", "SimResult", "checked_arrival_cv", "high_end_is_own_run", "p99_at_ends",
+                        "simulate", "simulate_bounded"]

@@ -25,7 +25,8 @@ attention, the copy of its output back from batch 2 on, and the output projectio
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
 
 from predictor.importers.onnx_load import node_attributes
 from predictor.importers.onnx_ops import FAMILY_RULES, Hit, ModelRefused, softmax_rule
@@ -265,52 +266,46 @@ def find_packed_mha(t: GraphTensors, attention: FusedKernel, fused: dict[int, Fu
     params = attention.hit[2]
     heads, tokens, kv_tokens = params["heads"], params["seq_q"], params["seq_kv"]
     embed = heads * params["head_dim"]
-    part_fields: dict[str, dict[str, Any]] = {}
+    masked, causal = attention.mask is not None, bool(params.get("causal", 0))
     view_calls, fast_path = 0, False
     mask_views, mask_given = _mask_views(t, attention.mask)
     indices |= set(mask_views)  # inside the call, whichever path runs it: no call of their own
     merge = _mask_merge(t, mask_given)  # an attn_mask and a key padding mask, added
     if merge is not None:
-        indices |= set(merge[1])
-    scope = _scope(t.nodes[min(proj[0])].name)
-    in_layer = _projection_named(t, proj[0], "self_attn.in_proj_bias")
-    fills = None if attention.mask is None else _canonical_masks(t, mask_given, scope, in_layer)
+        indices |= set(merge.views)
+    in_layer = reads_in_proj_bias(t, proj[0])
+    fills = _canonical_masks(t, mask_given, _scope(t.nodes[min(proj[0])].name), in_layer) if masked else None
     # an nn.TransformerEncoderLayer's fast path takes a float mask; nn.MultiheadAttention's refuses one
-    float_mask = attention.mask is not None and fills is None and not in_layer
-    if into is not None and back is not None:  # batch-first: the fast path, without the transposes
+    float_mask = masked and fills is None and not in_layer
+    if into is None or back is None:  # sequence-first: F.multi_head_attention_forward, its only path
+        _check_sequence_first_batch(t, heads, embed, proj[1][2]["n"] // 3)
+        made = sequence_first_slow_parts(tokens, kv_tokens, embed, heads, masked, causal, merged=merge is not None)
+    else:  # batch-first: the fast path, without the transposes
         indices |= {into, back}
         end = str(t.nodes[back].output[0])
         if heads % 2 or float_mask:  # refused by the fast path: F.multi_head_attention_forward
-            made = batch_first_slow_parts(tokens, embed, heads, attention.mask is not None,
-                                          bool(params.get("causal", 0)), merged=merge is not None)
+            made = batch_first_slow_parts(tokens, embed, heads, masked, causal, merged=merge is not None)
             view_calls = 2  # MultiheadAttention.forward's batch_first transposes, which this path runs
-            if merge is not None:  # the call adds the masks itself
-                indices.add(merge[0])
         else:
-            route = attention_route(params["head_dim"], False, attention.mask is not None, True)
+            route = attention_route(params["head_dim"], False, masked, True)
             # expanded over the heads here (a merge of two masks is the attn_mask's shape)
             padding = merge is None and "Expand" in {t.nodes[i].op_type for i in mask_views}
             # the mask the call converts to boolean: a key padding mask as given, an attn_mask
             # expanded over the batch and heads by merge_masks (torch_fused._mask_elements)
-            mask_elements = 0 if attention.mask is None else kv_tokens if padding else heads * tokens * kv_tokens
+            mask_elements = 0 if not masked else kv_tokens if padding else heads * tokens * kv_tokens
             made = native_attention_parts(route, tokens, kv_tokens, embed, heads, False, mask_elements)
             fast_path = True
             if merge is not None:  # merge_masks' view and expand of each mask; its add is the export's
                 view_calls = 4
-            elif attention.mask is not None and not padding:
+            elif masked and not padding:
                 # merge_masks' view and expand of a 2-d attn_mask, its view of a 3-d one (a key
                 # padding mask it passes as it is)
                 view_calls = {2: 2, 3: 1}.get(len(t.shape(mask_given or "") or []), 0)
-        parts = [(name, _as_hit(fields)) for name, fields in made]
-        part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
-    else:  # sequence-first: F.multi_head_attention_forward, the only path PyTorch has for it
-        _check_sequence_first_batch(t, heads, embed, proj[1][2]["n"] // 3)
-        made = sequence_first_slow_parts(tokens, kv_tokens, embed, heads, attention.mask is not None,
-                                         bool(params.get("causal", 0)), merged=merge is not None)
-        if merge is not None:
-            indices.add(merge[0])
-        parts = [(name, _as_hit(fields)) for name, fields in made]
-        part_fields = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields} for name, fields in made}
+    if merge is not None and not fast_path:
+        indices.add(merge.add)  # the slow path adds the masks itself
+    parts = [(name, _as_hit(fields)) for name, fields in made]
+    part_fields: dict[str, dict[str, Any]] = {name: {k: fields[k] for k in ("layout", "min_batch") if k in fields}
+                                              for name, fields in made}
     return FusedKernel(sorted(indices), "MultiheadAttention", attention.hit, parts=parts, part_fields=part_fields,
                        views=view_calls, fast_path=fast_path, mask=attention.mask,
                        mask_bool=attention.mask_bool, output=end, mask_builders=attention.mask_builders,
@@ -334,13 +329,23 @@ def _mask_views(t: GraphTensors, mask: str | None) -> tuple[list[int], str | Non
     return taken, cur
 
 
-def _mask_merge(t: GraphTensors, source: str | None) -> tuple[int, list[int]] | None:
+class MaskMerge(NamedTuple):
+    """An attn_mask and a key padding mask added before the scores: the Add, the views of each
+    mask before it, and the tensor each mask starts from (``_mask_views``)."""
+
+    add: int
+    views: list[int]
+    sources: list[str | None]
+
+
+def _mask_merge(t: GraphTensors, source: str | None) -> MaskMerge | None:
     """Where an attention was given an attn_mask and a key padding mask: the Add that
-    ``F.multi_head_attention_forward`` merges them with, and the views of each before it."""
+    ``F.multi_head_attention_forward`` merges them with (None where it was given one mask)."""
     i = t.producer.get(source or "")
     if i is None or t.nodes[i].op_type != "Add" or len(t.nodes[i].input) != 2:
         return None
-    return i, [j for x in t.nodes[i].input for j in _mask_views(t, str(x))[0]]
+    walks = [_mask_views(t, str(x)) for x in t.nodes[i].input]
+    return MaskMerge(i, [j for views, _ in walks for j in views], [given for _, given in walks])
 
 
 def _scope(node_name: str) -> str:
@@ -349,9 +354,10 @@ def _scope(node_name: str) -> str:
     return node_name.rsplit("/", 1)[0] + "/" if node_name.startswith("/") else ""
 
 
-def _projection_named(t: GraphTensors, indices: list[int], suffix: str) -> bool:
-    """Whether the projection's nodes read a parameter whose name ends in ``suffix``."""
-    return any(str(x).endswith(suffix) for i in indices for x in t.nodes[i].input)
+def reads_in_proj_bias(t: GraphTensors, indices: Iterable[int]) -> bool:
+    """Whether the nodes read an ``nn.TransformerEncoderLayer``'s ``self_attn.in_proj_bias``: its
+    attention, told by its parameter's name (onnx_encoder_layer)."""
+    return any(str(x).endswith("self_attn.in_proj_bias") for i in indices for x in t.nodes[i].input)
 
 
 def _canonical_masks(t: GraphTensors, source: str | None, scope: str, in_layer: bool) -> list[int] | None:
@@ -366,18 +372,19 @@ def _canonical_masks(t: GraphTensors, source: str | None, scope: str, in_layer: 
     which for ``F._canonical_mask`` is the attention module's own, or, inside a transformer layer
     (``in_layer``), the layer's or its encoder's, which canonicalise the mask first (an export
     whose names carry no scope is taken as canonical)."""
-    i = t.producer.get(source or "")
-    if i is None:
-        return None
-    n = t.nodes[i]
-    if n.op_type == "Add" and len(n.input) == 2:
+    merge = _mask_merge(t, source)
+    if merge is not None:
         found: list[int] = []
-        for x in n.input:
-            part = _canonical_masks(t, _mask_views(t, str(x))[1], scope, in_layer)
+        for given in merge.sources:
+            part = _canonical_masks(t, given, scope, in_layer)
             if part is None:
                 return None
             found += part
         return found
+    i = t.producer.get(source or "")
+    if i is None:
+        return None
+    n = t.nodes[i]
     if n.op_type != "Where" or t.types.get(str(n.input[0])) != BOOL:
         return None
     where = _scope(n.name)

@@ -65,10 +65,10 @@ UNREAD_MASK = ("{count} attention call(s) take a mask built from a stored tensor
                "PyTorch passes; were it causal (is_causal=True, as transformers' decoders run it) or one that "
                "masks nothing, they would cost less")
 MHA = ("{count} attention block(s) are nn.MultiheadAttention (a packed q/k/v projection): costed as PyTorch "
-       "runs it without grad: with an even head count its fused fast path (_native_multi_head_attention: "
-       "projection, attention, output projection, no batch_first transposes); with an odd one "
-       "F.multi_head_attention_forward, its batch_first transposes and the copies they force from batch 2 "
-       "on. An export cannot show whether grad was on")
+       "runs it without grad: batch-first with an even head count and no float mask, its fused fast path "
+       "(_native_multi_head_attention: projection, attention, output projection, no batch_first transposes); "
+       "otherwise F.multi_head_attention_forward, with its copies (batch-first: its transposes and the copies "
+       "they force from batch 2 on). An export cannot show whether grad was on")
 
 #: the zeros a boolean attention mask is filled into (``F._canonical_mask``), which exports fold
 CANONICAL_MASK_FILL = HiddenCall("zeros_like", "activation", "relu", as_elements)

@@ -4,8 +4,8 @@ runs it.
 In eval without grad, a batch-first ``nn.TransformerEncoderLayer`` with an even head count and a
 ReLU or GELU feed-forward runs as one call, ``torch._transformer_encoder_layer_fwd``, given a mask
 or not, float or boolean (unlike ``nn.MultiheadAttention``'s, the layer's fast path does not ask a
-mask's dtype): its first feed-forward GEMM applies the activation in cuBLASLt's epilogue, so no activation
-kernel runs (the torch importer's ``torch_fused.encoder_layer_block``). Otherwise the layer runs
+mask's dtype): its first feed-forward GEMM applies the activation in cuBLASLt's epilogue, so no
+activation kernel runs (the torch importer's ``torch_fused.encoder_layer_block``). Otherwise the layer runs
 its Python: ``self_attn``, ``dropout1``, the residual add, ``norm1``, ``linear1``, the activation,
 ``dropout``, ``linear2``, ``dropout2``: three dropout calls, no-ops in eval that still cost the
 host a call each (the torch trace records them), which an export leaves out.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from predictor.importers.onnx_attention import reads_in_proj_bias
 from predictor.importers.onnx_load import STANDARD, node_attributes
 from predictor.importers.onnx_module_calls import HiddenCall
 from predictor.importers.onnx_ops import FAMILY_RULES, Hit, try_rule
@@ -110,14 +111,10 @@ def _only_reader(t: GraphTensors, owner: Owners, name: str) -> _Call | None:
     return calls[0] if len(calls) == 1 and -1 not in t.users(name) else None
 
 
-def _projection_bias_named(t: GraphTensors, mha: FusedKernel) -> bool:
-    return any(x.endswith("self_attn.in_proj_bias") for i in mha.indices for x in t.nodes[i].input)
-
-
 def _layer(t: GraphTensors, owner: Owners, mha: FusedKernel) -> tuple[_Call, _Call, _Call] | None:
     """The layer's linear1, activation and linear2 after its attention ``mha``, or None where the
     export does not show an nn.TransformerEncoderLayer there."""
-    if not _projection_bias_named(t, mha):
+    if not reads_in_proj_bias(t, mha.indices):
         return None
     add = _only_reader(t, owner, mha.output)
     if add is None or add.op != "Add":

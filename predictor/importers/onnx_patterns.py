@@ -2,14 +2,14 @@
 kernel(s) that call runs.
 
 ``F.scaled_dot_product_attention`` (which exporters write out as q and k each scaled, MatMul,
-[mask], Softmax, MatMul) becomes one ``sdpa``, and ``nn.MultiheadAttention`` around it its three
-kernels (onnx_attention); ``F.gelu`` written with Erf or with Tanh one ``gelu``; ``F.silu``
-written as ``x * Sigmoid(x)`` one ``silu``; ``F.logsigmoid`` written as ``Log(Sigmoid(x))`` and
-``F.mish`` as ``x * Tanh(Softplus(x))`` (opsets before 18) one activation each; ``F.layer_norm``
-written out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, [Mul, Add]) one ``layer_norm``;
-``F.linear`` with a bias (MatMul by a 2-d weight, Add of the bias) one ``linear``; and the
-Reshape -> InstanceNormalization -> Reshape of an exported GroupNorm one ``group_norm``;
-``torch.roll``'s Slices and Concat per dim one roll (onnx_roll). Patterns that several PyTorch
+[mask], Softmax, MatMul) becomes one ``sdpa``, and ``nn.MultiheadAttention`` around it the
+kernels of the path PyTorch takes for it (onnx_attention); ``F.gelu`` written with Erf or with
+Tanh one ``gelu``; ``F.silu`` written as ``x * Sigmoid(x)`` one ``silu``; ``F.logsigmoid``
+written as ``Log(Sigmoid(x))`` and ``F.mish`` as ``x * Tanh(Softplus(x))`` (opsets before 18) one
+activation each; ``F.layer_norm`` written out (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div,
+[Mul, Add]) one ``layer_norm``; ``F.linear`` with a bias (MatMul by a 2-d weight, Add of the bias)
+one ``linear``; and the Reshape -> InstanceNormalization -> Reshape of an exported GroupNorm one
+``group_norm``; ``torch.roll``'s Slices and Concat per dim one roll (onnx_roll). Patterns that several PyTorch
 calls write (a hand-written attention, an RMSNorm) are left alone: PyTorch runs those as
 separate kernels too. The activations are the exception: a hand-written ``x * torch.sigmoid(x)``
 exports exactly as ``nn.SiLU`` does (``x * tanh(softplus(x))`` as ``nn.Mish``, ``log(sigmoid(x))``

@@ -44,8 +44,8 @@ def _external(t: GraphTensors, node: Any) -> str | None:
     return None
 
 
-def check_known_shapes(t: GraphTensors, names: list[str], cls: type[ValueError] = ValueError) -> None:
-    """Raise ``cls`` naming the first node that computes on a tensor of unknown shape because of
+def check_known_shapes(t: GraphTensors, names: list[str]) -> None:
+    """Raise a ValueError naming the first node that computes on a tensor of unknown shape because of
     external data or a custom operator, and the node where the shapes stopped being known (shape
     arithmetic and constants are folded, and never costed: they are skipped)."""
     for i, n in enumerate(t.nodes):
@@ -57,7 +57,7 @@ def check_known_shapes(t: GraphTensors, names: list[str], cls: type[ValueError] 
         where = f"node {names[i]!r} ({n.op_type}) reads {unknown!r}, whose shape is unknown"
         origin = _origin(t, unknown)
         if origin is None:
-            raise cls(f"{where}: it is a graph input without a shape; give the input its dims in the export")
+            raise ValueError(f"{where}: it is a graph input without a shape; give the input its dims in the export")
         o = t.nodes[origin]
         external = _external(t, o)
         if external is not None:
@@ -68,5 +68,5 @@ def check_known_shapes(t: GraphTensors, names: list[str], cls: type[ValueError] 
                      "outputs shapes in the model's value_info, or export without the custom operator")
         else:  # a size the data decides (NonZero, Unique, a runtime TopK): costed as fallbacks, as before
             continue
-        raise cls(f"{where}: the shapes stop being known at node {names[origin]!r} ({o.op_type}) ({cause}). Every "
-                  "node from there on would be costed with no size, so the graph is refused")
+        raise ValueError(f"{where}: the shapes stop being known at node {names[origin]!r} ({o.op_type}) ({cause}). "
+                         "Every node from there on would be costed with no size, so the graph is refused")

@@ -249,7 +249,7 @@ UNARY_ELEMENTWISE = {
 
 #: In-place calls that change only what a tensor says of itself (its shape, strides or grad): no kernel.
 IN_PLACE_METADATA = {
-    "requires_grad_", "retain_grad", "detach_", "share_memory_", "squeeze_", "unsqueeze_", "t_",
+    "requires_grad_", "detach_", "share_memory_", "squeeze_", "unsqueeze_", "t_",
     "transpose_", "swapaxes_", "swapdims_", "as_strided_", "resize_", "resize_as_", "set_", "rename_",
 }
 #: In-place writes of a few elements at indices (a KV cache's ``index_copy_``, ``x[i] = v``'s
@@ -272,7 +272,7 @@ IN_PLACE_OPERATORS = {
 INPLACE_ARGUMENT = {"leaky_relu": 2, "elu": 2, "selu": 1, "celu": 2, "mish": 1, "rrelu": 4, "threshold": 3}
 
 
-def writes_in_place(name: str, args: tuple = (), kwargs: dict | None = None) -> bool:
+def writes_in_place(name: str, args: tuple, kwargs: dict) -> bool:
     """Whether a call writes its result into its first argument with a kernel of its own
     (``masked_fill_``, ``copy_``, ``x /= 2``, ``F.leaky_relu(x, 0.1, inplace=True)``): its output
     shares its input's storage, so the view rule would have taken it for a view and dropped its
@@ -281,7 +281,7 @@ def writes_in_place(name: str, args: tuple = (), kwargs: dict | None = None) -> 
         return True
     if name in INPLACE_ARGUMENT:
         at = INPLACE_ARGUMENT[name]
-        return (kwargs or {}).get("inplace") is True or (len(args) > at and args[at] is True)
+        return kwargs.get("inplace") is True or (len(args) > at and args[at] is True)
     return (name.endswith("_") and not name.startswith("_") and name not in IN_PLACE_METADATA
             and name not in IN_PLACE_INDEXED)
 

@@ -151,15 +151,12 @@ def batch_first_slow_parts(tokens: int, embed: int, heads: int, masked: bool, ca
     projections and biases, asked for no weights (the path PyTorch takes for an odd head count or
     a float mask): for an importer that sees the module but not the call (ONNX). From batch 2 on
     the transposed input is copied and the bias added on its own; attention's output is copied
-    back. ``merged``: given an attn_mask and a key padding mask, which the call adds."""
+    back. ``merged``: given an attn_mask and a key padding mask, which the call adds. After the
+    projection, the sequence-first parts."""
     return [("input_copy", from_batch(_copy(tokens * embed), 2)),
             ("qkv_gemm", _kernel("linear", "nobias", tokens=tokens, k=embed, n=3 * embed)),
             ("qkv_bias", from_batch(_kernel("binary", "add", "strided", elements=3 * tokens * embed), 2)),
-            ("qkv_copy", _copy(3 * tokens * embed)),
-            *([_mask_merge(tokens, tokens, heads)] if merged else []),
-            ("attention", _kernel_sdpa(tokens, tokens, embed, heads, "masked" if masked else "", int(causal))),
-            ("output_copy", from_batch(_copy(tokens * embed), 2)),
-            ("out_proj", _kernel("linear", tokens=tokens, k=embed, n=embed))]
+            *sequence_first_slow_parts(tokens, tokens, embed, heads, masked, causal, merged)[1:]]
 
 
 def sequence_first_slow_parts(tokens: int, kv_tokens: int, embed: int, heads: int, masked: bool,

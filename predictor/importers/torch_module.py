@@ -68,7 +68,7 @@ def _with_capture_variants(graph: Graph, captured: Graph) -> Graph:
     return replace(graph, nodes=nodes)
 
 
-def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int = 0) -> Graph:
+def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int) -> Graph:
     """One forward, recorded call by call."""
     import torch
 
@@ -104,14 +104,18 @@ def _trace(model: Any, example: Any, name: str, source: str, batch_dim: int = 0)
 
     # Measurement runs under inference_mode with no recorder, so fused fast paths run there:
     # the trace lets them run too (predictor.importers.torch_fused).
+    args, kwargs = forward_arguments(example)
     with torch.inference_mode(), measured_fast_paths(), traced_module_state(model), call_recorder(on_call):
-        if isinstance(example, dict):
-            model(**example)
-        elif isinstance(example, tuple):
-            model(*example)
-        else:
-            model(example)
+        model(*args, **kwargs)
     return Graph(name=name, nodes=nodes, batch=int(batch), source=source)
+
+
+def forward_arguments(example: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The positional and keyword arguments of the forward an example stands for: a dict is the
+    keyword arguments, a tuple the positional ones, anything else the one argument."""
+    if isinstance(example, dict):
+        return (), example
+    return (example if isinstance(example, tuple) else (example,)), {}
 
 
 def example_batch(example: Any, batch_dim: int = 0) -> int:
@@ -120,12 +124,9 @@ def example_batch(example: Any, batch_dim: int = 0) -> int:
     sequence] (``nn.MultiheadAttention``'s ``attn_mask``) or broadcast from a batch of 1."""
     import torch
 
-    if isinstance(example, dict):
-        named = list(example.items())
-    elif isinstance(example, tuple):
-        named = [(f"argument {i}", v) for i, v in enumerate(example)]
-    else:
-        named = [("the example", example)]
+    args, kwargs = forward_arguments(example)
+    named = list(kwargs.items()) if kwargs else [
+        (f"argument {i}" if isinstance(example, tuple) else "the example", v) for i, v in enumerate(args)]
     first = next(((k, v) for k, v in named if isinstance(v, torch.Tensor) and v.dim()), None)
     if first is None:
         return 1

@@ -34,6 +34,7 @@ from predictor.importers.onnx_dims import MAX_ELEMENTS, DimsError, parse_dims  #
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
 from predictor.importers.onnx_load import load_model  # noqa: E402
 from predictor.predict import Predictor  # noqa: E402
+from tests.predictor.parity_helpers import export_named  # noqa: E402
 
 ZOO = Path(__file__).resolve().parents[2] / "datasets" / "suites" / "zoo" / "onnx"
 
@@ -241,15 +242,11 @@ def test_a_multihead_attention_exported_with_a_fixed_key_length_is_refused_at_an
     torch = pytest.importorskip("torch")
     layer = torch.nn.TransformerEncoderLayer(64, 4, 128, batch_first=True)
     encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(encoder, (torch.randn(2, 32, 64),), buf, dynamo=False, opset_version=17, input_names=["x"],
-                          dynamic_axes={"x": {0: "batch", 1: "seq"}})
-    assert [n.params["seq_kv"] for n in graph_from_onnx(buf.getvalue(), batch=1, dims={"seq": 32}).nodes
+    data = export_named(encoder, (torch.randn(2, 32, 64),), ["x"], {"x": {0: "batch", 1: "seq"}})
+    assert [n.params["seq_kv"] for n in graph_from_onnx(data, batch=1, dims={"seq": 32}).nodes
             if n.family == "sdpa"] == [32]
     with pytest.raises(DimsError, match="Reshape.*export fixed a size"):
-        graph_from_onnx(buf.getvalue(), batch=1, dims={"seq": 256})
+        graph_from_onnx(data, batch=1, dims={"seq": 256})
 
 
 def test_shapes_that_stop_at_external_data_are_refused_naming_where() -> None:

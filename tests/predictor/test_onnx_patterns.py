@@ -4,9 +4,7 @@ exporter (``dynamo=False``), or written with ``onnx.helper`` the way the dynamo 
 
 from __future__ import annotations
 
-import io
 import math
-import warnings
 from typing import Any
 
 import numpy as np
@@ -20,7 +18,7 @@ from torch.nn import functional as F  # noqa: E402
 
 from predictor.graph import Graph  # noqa: E402
 from predictor.importers.onnx_graph import graph_from_onnx  # noqa: E402
-from tests.predictor.parity_helpers import torchscript_export  # noqa: E402
+from tests.predictor.parity_helpers import export_named, torchscript_export  # noqa: E402
 
 
 def export(module: nn.Module, *example: Any) -> bytes:
@@ -408,12 +406,7 @@ def test_scaled_dot_product_attention_is_one_sdpa(mask: str, causal: bool, varia
 def seq_dynamic_export(module: nn.Module, seq: int, width: int) -> bytes:
     """TorchScript's export of ``module`` at sequence ``seq``, with the batch and sequence dims
     symbolic (``batch``, ``seq``), as a user exports a model to predict it at other lengths."""
-    buf = io.BytesIO()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), (torch.randn(1, seq, width),), buf, dynamo=False, opset_version=17,
-                          input_names=["x"], dynamic_axes={"x": {0: "batch", 1: "seq"}})
-    return buf.getvalue()
+    return export_named(module, (torch.randn(1, seq, width),), ["x"], {"x": {0: "batch", 1: "seq"}})
 
 
 @pytest.mark.parametrize("exported,predicted", [(320, None), (16, 512)])
