@@ -30,6 +30,7 @@ from predictor.variant import MAX_BATCH
 
 if TYPE_CHECKING:  # imported where used: the capacity modules load only for 'latpred capacity'
     from predictor.capacity.host_stalls import HostStalls
+    from predictor.capacity.load_trace import LoadTrace
     from predictor.capacity.planner import Plan
     from predictor.capacity.serving_path import ServingPath
     from predictor.capacity.simulator import LatencyFn, PlanFor, Scheduler
@@ -138,7 +139,9 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 
 @commands.command()
 @click.argument("path")
-@click.option("--qps", type=float, required=True, help="the load to serve, requests per second (one sample each)")
+@click.option("--qps", type=float, default=None,
+              help="the load to serve, requests per second (one sample each); with --arrival-trace, the rate its "
+                   "recorded shape is replayed at (default: its own)")
 @click.option("--slo-p99-ms", type=float, required=True, help="the p99 latency objective, ms (queueing included)")
 @click.option("--device", default="h200", show_default=True, help="device id or part of its name")
 @click.option("--precision", type=click.Choice(list(PRECISIONS)), default="fp16", show_default=True)
@@ -169,15 +172,20 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--arrival-cv", type=float, default=1.0, show_default=True, metavar="FLOAT",
               help="coefficient of variation of the gaps between requests: 1 = Poisson, 2 = bursty (each GPU "
                    "sees its random share of the load); from 0.01 to 10")
-def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: str, mode: str, max_gpus: int,
-             sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None, host_spec: str | None,
-             plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None,
-             arrival_cv: float) -> None:
+@click.option("--arrival-trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="a recorded load to replay instead of generated arrivals: one arrival time in "
+                                   "seconds per line, or a CSV with an 'arrival_s' column (at least 100); its shape "
+                                   "is kept and its rate set by --qps, each GPU seeing its random share of it")
+def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, precision: str, mode: str,
+             max_gpus: int, sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None,
+             host_spec: str | None, plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None,
+             arrival_cv: float, trace_path: Path | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
     simulated (predictor.capacity: one model instance per GPU, the load split evenly at random, its
-    arrivals Poisson unless --arrival-cv says how bursty they are) over
+    arrivals Poisson unless --arrival-cv says how bursty they are, or --arrival-trace replays a
+    recorded load, its whole share on each GPU) over
     maximum batches 1-128 and queue delays 0-5,000 us, and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
     answered, with the nearest plan and why it falls short. The plan's p99 comes with its range at
@@ -198,6 +206,12 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
         checked_arrival_cv(arrival_cv)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--arrival-cv") from None
+    trace = load_arrival_trace(trace_path, arrival_cv)
+    if qps is None:
+        if trace is None:
+            raise click.BadParameter("give the load to serve in requests per second (or --arrival-trace, whose "
+                                     "own rate is then used)", param_hint="--qps")
+        qps = trace.rate_qps
     if plot_path is not None:  # before the planning: a bad path or a missing extra costs no wait
         check_plot_path(plot_path)
     path_added = load_serving_path(serving_path_spec)  # before the predictions: a bad one costs no wait
@@ -213,7 +227,7 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
                                       path_added, plan_for)
     try:
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls,
-                      arrival_cv=arrival_cv)
+                      arrival_cv=arrival_cv, arrival_trace=trace)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
@@ -235,12 +249,28 @@ def capacity(path: str, qps: float, slo_p99_ms: float, device: str, precision: s
             click.echo(f"  warning: {warning}")
         echo_serving_path(path_added)
     if plot_path is not None:
-        write_load_curve(plot_path, service, result, stalls, curve_title(
+        write_load_curve(plot_path, service, result, stalls, trace, curve_title(
             graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us,
             slow_end=plan_for == "slow_end"))
         # to stderr under --format json: stdout stays one JSON object
         click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
                    f"on one GPU written to {plot_path}", err=fmt == "json")
+
+
+def load_arrival_trace(path: Path | None, arrival_cv: float) -> LoadTrace | None:
+    """The ``--arrival-trace`` asked for, None without one, or a click error naming the option: the
+    file and line that cannot be read, or a trace given with an --arrival-cv of its own."""
+    if path is None:
+        return None
+    if arrival_cv != 1:
+        raise click.BadParameter("give --arrival-cv or --arrival-trace, not both (a trace has its own gaps)",
+                                 param_hint="--arrival-trace")
+    from predictor.capacity.load_trace import read_load_trace
+
+    try:
+        return read_load_trace(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--arrival-trace") from None
 
 
 def load_serving_path(spec: str | None) -> ServingPath | None:
@@ -283,8 +313,9 @@ def echo_plan(result: Plan, config: str, model: str, device_name: str, precision
     qps, slo_p99_ms = result.qps, result.slo_p99_ms
     verdict = "meets the objective" if result.meets else f"does NOT meet the objective: {result.reason}"
     planned = " planned for the slow end of the latency prediction's interval," if plan_for == "slow_end" else ""
-    arrivals = (f" with gaps between requests of cv {result.arrival_cv:g} (1 is Poisson)"
-                if result.arrival_cv != 1 else "")
+    arrivals = (f" replaying {result.arrival_trace}" if result.arrival_trace is not None else
+                f" with gaps between requests of cv {result.arrival_cv:g} (1 is Poisson)" if result.arrival_cv != 1
+                else "")
     click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps{arrivals}:{planned} "
                f"{verdict}")
     click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us; per GPU "
@@ -316,9 +347,10 @@ def check_plot_path(path: Path) -> None:
         raise click.ClickException(f"--plot: {exc}") from None
 
 
-def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None, title: str) -> None:
+def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None,
+                     trace: LoadTrace | None, title: str) -> None:
     """The load curve of the plan's setting on one GPU (one instance, the plan's arrivals: Poisson, or
-    one GPU's share of its bursty load), from 5% to 98% of what it can serve and through the plan's
+    one GPU's share of its bursty load or of its ``trace``), from 5% to 98% of what it can serve and through the plan's
     per-GPU load, drawn to ``path``. The planner's request count and seed, and the plan's latency
     model, host pauses and drift (``stalls``) and arrivals, make the point at the planned load the
     plan's own simulation."""
@@ -330,7 +362,8 @@ def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostS
                             scheduler=result.scheduler)
     capacity = capacity_qps(service, config, stalls)
     points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]), stalls=stalls,
-                        arrival_cv=result.arrival_cv, gpus=result.gpus)
+                        arrival_cv=1.0 if trace is not None else result.arrival_cv, gpus=result.gpus,
+                        arrival_trace=trace)
     try:
         render_load_curves(path, {"": points}, title=title, slo_p99_ms=result.slo_p99_ms,
                            planned_qps=result.per_gpu_qps, capacity_qps=capacity,

@@ -9,8 +9,9 @@ simulating millions of requests. With the planner's request count and seed (``DE
 ``DEFAULT_SEED``) the point at a plan's per-GPU load is the plan's own simulation, so the curve
 passes through the numbers the plan printed. A plan made for a host that pauses or drifts
 (``plan(stalls=)``) passes through its curve when the curve is given the same ``stalls``; one made
-for bursty arrivals (``plan(arrival_cv=)``), when it is given the same ``arrival_cv`` and the plan's
-``gpus`` (each GPU's arrivals are its share of the whole load: ``simulator.Arrivals.share``).
+for bursty arrivals (``plan(arrival_cv=)``) or a recorded trace (``plan(arrival_trace=)``), when it
+is given the same ``arrival_cv`` or ``arrival_trace`` and the plan's ``gpus`` (each GPU's arrivals
+are its share of the whole load: :mod:`predictor.capacity.gpu_arrivals`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from predictor.capacity.gpu_arrivals import gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
+from predictor.capacity.load_trace import LoadTrace
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_SHARE,
-    Arrivals,
     BatchingConfig,
     LatencyFn,
     LatencyModel,
@@ -111,8 +113,8 @@ def _checked_qps(qps: float, name: str) -> float:
 
 def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_values: Sequence[float], *,
                requests: int = DEFAULT_REQUESTS, seed: int = DEFAULT_SEED,
-               warmup_fraction: float = 0.1, stalls: HostStalls | None = None, arrival_cv: float = 1.0,
-               gpus: int = 1) -> list[LoadPoint]:
+               stalls: HostStalls | None = None, arrival_cv: float = 1.0, gpus: int = 1,
+               arrival_trace: LoadTrace | None = None) -> list[LoadPoint]:
     """Simulate ``config`` at each offered load in ``qps_values`` (``requests`` each, the same
     ``seed`` at every load: see the module docstring) and return one point per load,
     in the order given. ``latency`` is asked once per batch size for the whole curve. A predicted
@@ -123,7 +125,9 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     coefficient of variation of the gaps between the whole load's requests, 1 (Poisson arrivals at
     each load) unless given; ``gpus``: how many GPUs that load is split over at random, each point
     being one GPU's share at its load (a bursty load's gaps are calmer on each of many GPUs; a
-    Poisson load's are Poisson on any number), as the planner simulates them."""
+    Poisson load's are Poisson on any number), as the planner simulates them. ``arrival_trace``: a
+    recorded load instead, at each point scaled to that load per GPU (its whole share replayed, at
+    least ``requests`` requests: a plan's run). The first tenth of each run warms the server up."""
     arrival_cv = checked_arrival_cv(arrival_cv)
     if not is_int(gpus) or not 1 <= gpus <= MAX_SHARE:
         raise ValueError(f"gpus: must be an integer in [1, {MAX_SHARE}], not {gpus!r}")
@@ -138,11 +142,10 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
                      if isinstance(latency, LatencyModel) and latency.interval_ms is not None else 0.0)
     points = []
     for qps in values:
-        arrivals = (Arrivals("poisson", rate_qps=qps, seed=seed) if arrival_cv == 1 else
-                    Arrivals("gamma", rate_qps=qps * gpus, cv=arrival_cv, share=gpus, seed=seed))
-        result = simulate(arrivals, config, service, requests=requests, warmup_fraction=warmup_fraction,
+        gpu = gpu_arrivals(qps * gpus, gpus, seed, requests, arrival_cv, arrival_trace)
+        result = simulate(gpu.arrivals, config, service, requests=gpu.requests, warmup_fraction=gpu.warmup_fraction,
                           stalls=stalls)
-        ends = p99_at_ends(arrivals, config, latency, requests=requests, warmup_fraction=warmup_fraction,
+        ends = p99_at_ends(gpu.arrivals, config, latency, requests=gpu.requests, warmup_fraction=gpu.warmup_fraction,
                            own_run=result, stalls=stalls) if qps < slow_capacity else None
         low, high = ends or (None, None)
         points.append(LoadPoint(qps=qps, p50_ms=result.p50_ms, p99_ms=result.p99_ms,

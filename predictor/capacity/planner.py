@@ -14,7 +14,9 @@ The model of the fleet, and its simplifications:
   Poisson, and each GPU then sees a Poisson process at ``qps / G``; otherwise the load is a gamma
   renewal process (above 1 bursty, below 1 steadier than Poisson), and each GPU sees exactly its
   random share of it (``Arrivals.share``: gaps of cv^2 = 1 + (arrival_cv^2 - 1) / G, between the
-  whole load's and Poisson's, so a bursty load spread over many GPUs looks calmer to each). A real
+  whole load's and Poisson's, so a bursty load spread over many GPUs looks calmer to each). Or the
+  load is a recorded trace (``arrival_trace``, :mod:`predictor.capacity.load_trace`): its shape
+  replayed at ``qps``, each GPU seeing its random share of it, the whole of it. A real
   balancer (round robin, least-loaded) gives each GPU steadier arrivals than a random one, so the
   predicted p99 is, if anything, pessimistic; a skewed balancer, and bursts that are not a renewal
   process (a load that rises for minutes, gaps that depend on each other), are not modelled.
@@ -74,6 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.load_trace import LoadTrace
 from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, steady_as_none
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
@@ -154,8 +157,12 @@ class Plan:
     #: how the simulation batched (``BatchingConfig.scheduler``): ``triton``, as Triton's code does
     scheduler: Scheduler = DEFAULT_SCHEDULER
     #: the coefficient of variation of the gaps between the whole load's requests the plan was made
-    #: for: 1, Poisson; above 1, bursty (each GPU seeing its random share: see the module docstring)
+    #: for: 1, Poisson; above 1, bursty (each GPU seeing its random share: see the module docstring);
+    #: for a trace, its own gaps' (``arrival_trace``)
     arrival_cv: float = 1.0
+    #: the recorded load the plan replayed at ``qps`` (``LoadTrace.describe``: its name, size, span, own rate
+    #: and gaps' cv), or None for generated arrivals
+    arrival_trace: str | None = None
 
 
 def _choices(name: str, values: Sequence[int], low: int, high: int) -> tuple[int, ...]:
@@ -175,7 +182,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
          exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
          scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
-         arrival_cv: float = 1.0) -> Plan:
+         arrival_cv: float = 1.0, arrival_trace: LoadTrace | None = None) -> Plan:
     """The fewest GPUs (one instance each, the load split evenly at random) and the dynamic-batching
     settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
@@ -196,6 +203,9 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``HostStalls``: one that does neither, as before).
     ``arrival_cv`` is the coefficient of variation of the gaps between the load's requests: 1,
     Poisson (as before it was asked); 2, bursty traffic, which needs more headroom for the same p99.
+    ``arrival_trace``: a recorded load instead (``load_trace.LoadTrace``), its times scaled so that its
+    mean rate is ``qps`` (``arrival_trace.rate_qps``: as recorded); each run then replays its GPU's whole
+    share of it, at least ``requests`` requests, which a long trace makes costlier than a generated run.
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -222,12 +232,17 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"stalls: must be a HostStalls or None, not {type(stalls).__name__}")
     stalls = steady_as_none(stalls)
     arrival_cv = checked_arrival_cv(arrival_cv)
+    if arrival_trace is not None:
+        if not isinstance(arrival_trace, LoadTrace):
+            raise ValueError(f"arrival_trace: must be a LoadTrace or None, not {type(arrival_trace).__name__}")
+        if arrival_cv != 1:
+            raise ValueError("arrival_cv: give arrival_cv or arrival_trace, not both (a trace has its own gaps)")
     if runs is None:
-        runs = Runs(latency, requests, seed, engine, scheduler, stalls, arrival_cv)
-    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls, runs.arrival_cv) != \
-            (latency, requests, seed, engine, scheduler, stalls, arrival_cv):
+        runs = Runs(latency, requests, seed, engine, scheduler, stalls, arrival_cv, arrival_trace)
+    elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls, runs.arrival_cv,
+          runs.trace) != (latency, requests, seed, engine, scheduler, stalls, arrival_cv, arrival_trace):
         raise ValueError("runs: were made for another latency model, request count, seed, engine, scheduler, "
-                         "host pauses and drift (stalls) or arrival_cv")
+                         "host pauses and drift (stalls), arrival_cv or arrival_trace")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
     # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.
@@ -324,6 +339,7 @@ def _stopped_at_budget(search: Search, max_gpus: int, candidates: Sequence[Setti
 def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
           meets: bool, reason: str, budget_spent: bool = False) -> Plan:
     low, high = search.p99_range(max_batch, delay_us, gpus, result) or (None, None)
+    trace = search.runs.trace
     return Plan(
         gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(),
         qps=search.qps, slo_p99_ms=search.slo_ms, per_gpu_qps=search.qps / gpus,
@@ -331,7 +347,8 @@ def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimR
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
         candidates_evaluated=search.evaluated, simulated_requests=search.simulated, meets=meets,
         reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high, scheduler=search.runs.scheduler,
-        arrival_cv=search.runs.arrival_cv)
+        arrival_cv=search.runs.arrival_cv if trace is None else round(trace.gap_cv, 4),
+        arrival_trace=None if trace is None else trace.describe())
 
 
 def triton_config(plan: Plan) -> str:

@@ -15,9 +15,9 @@ cell simulated. A :class:`Search` is one plan's view of them: the requests it si
 
 The host's pauses and drift (``stalls``, :mod:`predictor.capacity.host_stalls`) are part of what the
 runs simulate, as the latency model is: every run of one :class:`Runs` replays the same processes,
-so a run kept for one plan answers another only when both plan for the same host. So is the
-arrivals' burstiness (``arrival_cv``): each GPU's arrivals are Poisson at qps / G for 1, else its
-share of a gamma process with that coefficient of variation (``simulator.Arrivals.share``).
+so a run kept for one plan answers another only when both plan for the same host. So are the
+arrivals (``arrival_cv``, or a recorded ``trace``): each GPU's are made by
+``gpu_arrivals.gpu_arrivals``, the same for every plan of one :class:`Runs`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from predictor.capacity.gpu_arrivals import GpuArrivals, gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
+from predictor.capacity.load_trace import LoadTrace
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
-    Arrivals,
     BatchingConfig,
     Engine,
     LatencyFn,
@@ -62,11 +63,13 @@ class Runs:
     GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
     The latency model is asked once per batch size. ``stalls``: the serving host's pauses and drift,
     which every run (its p99 range's too) replays; None, a steady host. ``arrival_cv``: the
-    coefficient of variation of the gaps between the whole load's requests (1, Poisson)."""
+    coefficient of variation of the gaps between the whole load's requests (1, Poisson); ``trace``, a
+    recorded load replayed instead (``load_trace``: its shape, at each plan's qps), each run then
+    simulating its GPU's whole share of it, at least ``requests`` of them."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
                  scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
-                 arrival_cv: float = 1.0) -> None:
+                 arrival_cv: float = 1.0, trace: LoadTrace | None = None) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler
@@ -75,6 +78,10 @@ class Runs:
         self.stalls = steady_as_none(stalls)
         #: how bursty the whole load is (``Search.arrivals``; ``plan`` checks it)
         self.arrival_cv = arrival_cv
+        #: a recorded load, replayed at each plan's qps instead of generated arrivals (None: generated)
+        self.trace = trace
+        #: each (qps, GPUs)'s arrivals: a trace's share is made once, whatever the settings asked about
+        self.arrivals: dict[tuple[float, int], GpuArrivals] = {}
         self.medians: dict[int, tuple[float, float]] = {}
         self.results: dict[tuple[float, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int], float] = {}
@@ -129,16 +136,16 @@ class Search:
         if self.budget is not None and self.simulated >= self.budget:
             raise OutOfBudget
 
-    def arrivals(self, gpus: int) -> Arrivals:
-        """One GPU's arrivals when the load is split at random over ``gpus``: Poisson at qps / G for an
-        ``arrival_cv`` of 1 (thinned Poisson is Poisson; the plans made before ``arrival_cv`` was
-        asked, to the bit), else that GPU's share of the gamma process (``Arrivals.share``)."""
-        runs = self.runs
-        if runs.arrival_cv == 1:
-            return Arrivals("poisson", rate_qps=self.qps / gpus, seed=runs.seed)
-        return Arrivals("gamma", rate_qps=self.qps, cv=runs.arrival_cv, share=gpus, seed=runs.seed)
+    def arrivals(self, gpus: int) -> GpuArrivals:
+        """One GPU's arrivals when the load is split at random over ``gpus`` (``gpu_arrivals``: Poisson
+        at qps / G for an ``arrival_cv`` of 1, the plans made before ``arrival_cv`` was asked to the
+        bit; that GPU's share of the gamma process, or of the trace), made once per (qps, GPUs)."""
+        runs, key = self.runs, (self.qps, gpus)
+        if key not in runs.arrivals:
+            runs.arrivals[key] = gpu_arrivals(self.qps, gpus, runs.seed, runs.requests, runs.arrival_cv, runs.trace)
+        return runs.arrivals[key]
 
-    def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[Arrivals, BatchingConfig]:
+    def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[GpuArrivals, BatchingConfig]:
         return (self.arrivals(gpus),
                 BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us, scheduler=self.runs.scheduler))
 
@@ -149,9 +156,10 @@ class Search:
         if key not in self.runs.results:
             self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
-            self.runs.results[key] = simulate(arrivals, config, self.cached_latency, requests=self.runs.requests,
+            self.runs.results[key] = simulate(arrivals.arrivals, config, self.cached_latency,
+                                              requests=arrivals.requests, warmup_fraction=arrivals.warmup_fraction,
                                               engine=self.runs.engine, stalls=self.runs.stalls)
-            self._charge(self.runs.requests)
+            self._charge(arrivals.count)
         return self.runs.results[key]
 
     def p99_range(self, max_batch: int, delay_us: int, gpus: int,
@@ -165,12 +173,13 @@ class Search:
         if key not in self.runs.ranges:
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
             latency = self.runs.latency
-            ends = p99_at_ends(arrivals, config, latency, requests=self.runs.requests, engine=self.runs.engine,
+            ends = p99_at_ends(arrivals.arrivals, config, latency, requests=arrivals.requests,
+                               warmup_fraction=arrivals.warmup_fraction, engine=self.runs.engine,
                                own_run=own_run, stalls=self.runs.stalls)
             if ends is None:
                 return None
             self.runs.ranges[key] = ends
-            self._charge((1 if high_end_is_own_run(latency, own_run) else 2) * self.runs.requests)
+            self._charge((1 if high_end_is_own_run(latency, own_run) else 2) * arrivals.count)
         return self.runs.ranges[key]
 
     def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:
@@ -186,8 +195,9 @@ class Search:
                 return self.simulate(max_batch, delay_us, gpus)
             self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
-            run = simulate_bounded(arrivals, config, self.cached_latency, requests=runs.requests,
-                                   p99_bound_ms=bound_ms, engine=runs.engine, stalls=runs.stalls)
+            run = simulate_bounded(arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
+                                   p99_bound_ms=bound_ms, warmup_fraction=arrivals.warmup_fraction,
+                                   engine=runs.engine, stalls=runs.stalls)
             self._charge(run.simulated)
             if run.result is None:
                 runs.above[key] = max(bound_ms, runs.above.get(key, -math.inf))

@@ -521,7 +521,7 @@ class BoundedRun:
 
 
 def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
-                     requests: int, p99_bound_ms: float, warmup_fraction: float = 0.1,
+                     requests: int | None, p99_bound_ms: float, warmup_fraction: float = 0.1,
                      engine: Engine = "auto", stalls: HostStalls | None = None) -> BoundedRun:
     """``simulate(...)``, given up once the run shows its p99 above ``p99_bound_ms``.
 
@@ -586,7 +586,7 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
             config.max_batch, config.preferred_batch_sizes, config.max_queue_delay_us * 1e-6):
         served = serve_like_triton(arrival_s, config.max_batch, config.preferred_batch_sizes,
                                    config.max_queue_delay_us * 1e-6, config.instances, service_s, give_up)
-    elif engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes and arrivals.kind != "trace":
+    elif engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes:
         served = serve(arrival_s, config.max_batch, config.max_queue_delay_us * 1e-6, service_s, give_up)
     if served is not None:
         if not served.complete:

@@ -6,9 +6,11 @@ request on events that, with one instance, follow from each other in a fixed ord
 frees, the batcher waits for the queue to fill or the oldest request's delay to run out, a batch
 goes. This module walks that order directly (a few us per *batch*), so that a plan fits in a REST
 request. It is the same rule, not a second model of the server: ``simulate`` picks it only where
-the two agree (one instance, no preferred sizes, generated arrivals; a trace's simultaneous
-finishes and arrivals are ordered by SimPy's event queue, which this loop does not reproduce),
-and ``tests/predictor/test_capacity_single_instance.py`` holds them to the same numbers.
+the two agree (one instance, no preferred sizes), and ``tests/predictor/test_capacity_single_instance.py``
+holds them to the same numbers, for generated arrivals and for a log's trace whose requests arrive
+many at once. (It was kept from traces until 2026-12-07, in case SimPy's event queue ordered a
+finish and an arrival at the very same instant otherwise; the committed servers' loads replayed as
+traces, ``benchmarks/simulator_vs_server.py``, came out the same to the last digit either way.)
 
 For one instance and no preferred sizes, Triton's rule (see the simulator's docstring) reads:
 when the instance is free at ``t`` and the oldest queued request arrived at ``a``, the batch goes

@@ -1,10 +1,13 @@
-"""``GET /v1/capacity``: how many GPUs, and which Triton batching settings, serve a load at a p99 objective.
+"""``GET|POST /v1/capacity``: how many GPUs, and which Triton batching settings, serve a load at a p99 objective.
 
 ``latpred capacity`` for spreadsheets, in a URL: a sheet lists loads and objectives and gets the GPU
 count, the ``max_batch_size`` and queue delay, the simulated p50/p99 and the ``config.pbtxt`` block
 for each combination. The model's latency at every batch size the planner weighs (1 to 128) is
 predicted here as ``/v1/latency`` predicts it (and cached with its predictions); queueing is
 simulated by ``predictor.capacity`` (``grid.plan_grid``). No plan is computed in this module.
+``POST /v1/capacity`` asks the same in a JSON body, which can carry what a URL cannot: a recorded
+load's arrival times (``arrival_times``, replayed by ``predictor.capacity.load_trace``) and a graph as
+JSON IR.
 
 ``serving_path`` puts a shipped serving path around the predictions (``ServingPath.around``, as
 ``latpred capacity --serving-path`` does) and gives the plans its host's pauses and drift; it names a
@@ -28,6 +31,7 @@ from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.capacity.grid import GridOverBudget, plan_grid
+from predictor.capacity.load_trace import LoadTrace, trace_from_times
 from predictor.capacity.planner import (
     DEFAULT_BUDGET,
     DELAY_US_CHOICES,
@@ -39,7 +43,7 @@ from predictor.capacity.planner import (
 )
 from predictor.capacity.service_time import run_spread
 from predictor.capacity.serving_path import ServingPath, planned_service
-from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor
+from predictor.capacity.simulator import MAX_RATE_QPS, LatencyModel, PlanFor, Scheduler
 from predictor.graph import Graph
 from predictor.prediction import Prediction
 from predictor.spreadsheet_cells import SpreadsheetWriter, fixed, safe_cell
@@ -48,10 +52,11 @@ from service import predictions, work_budget
 from service.etags import etag_of, matches
 from service.graph_store import ID_PATTERN
 from service.host_header import HOST_HEADER, HOST_HEADER_DOC, host_header
-from service.openapi import budgeted, documents, problems
+from service.openapi import budgeted, documents, problems, request_bodies
 from service.predictions import ResolvedVariant
 from service.problems import ProblemError
 from service.query_values import as_bad_request, numbers, variant_field
+from service.request_body import json_body
 from service.schemas.capacity import (
     CSV_COLUMNS,
     MAX_COMBINATIONS,
@@ -63,6 +68,7 @@ from service.schemas.capacity import (
     CapacityPlan,
     CapacityQuery,
 )
+from service.schemas.capacity_request import CapacityRequest
 from service.serving_paths import SERVING_PATH_HEADER, named_serving_path, serving_path_header
 from service.state import ServiceState, state
 
@@ -171,21 +177,90 @@ def _capacity(query: CapacityQuery) -> Response:
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    predicted, said = _latency(st, graph, base)
-    latency, stalls = planned_service(predicted, path, query.plan_for)
-    try:
-        plans = plan_grid(latency, loads, objectives, max_gpus=query.max_gpus, budget=st.config.max_simulated,
-                          scheduler=query.scheduler, stalls=stalls, arrival_cv=query.arrival_cv)
-    except GridOverBudget as exc:
-        raise ProblemError(400, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
-                           max_simulated=exc.budget, simulated=exc.simulated) from None
-    rows = [_row(p, graph, base, said, query.plan_for, path) for p in plans]
+    rows, said = _plan_rows(st, graph, base, path, loads, objectives, query.max_gpus, query.plan_for,
+                            query.scheduler, query.arrival_cv, None, status=400)
     response = _render(rows, query.format, query.value)
     response.headers.update({**headers, **host_header([said.host])})
     return response
 
 
-def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> tuple[LatencyModel, Prediction]:
+@api.post("/capacity", responses={200: OK_RESPONSE, **problems(400, 404, 413, 415, 422, 503)})
+@request_bodies(json=CapacityRequest)
+@budgeted(422)
+def capacity_post() -> Response:
+    """Capacity plan in a JSON body: GET /v1/capacity's plans, and the one way to replay a recorded load.
+
+    The body takes the GET's parameters as JSON values (`qps` and `slo_p99_ms` a number or a list
+    of up to 16, their combinations up to 64), the graph as `POST /v1/select` does (exactly one of
+    `graph`, JSON IR; `model`, a zoo name; `graph_id`, a stored graph), and `arrival_times`: a
+    recorded load, its requests' arrival times in seconds (100 to 1,000,000; any origin, any
+    order). A trace is replayed instead of generated arrivals: its shape kept, its times scaled so
+    that its mean rate is each `qps` (default: the trace's own rate), each GPU seeing its random
+    share of it (one request in G), the whole share replayed end to end at least 20,000 requests'
+    worth, its end warming the simulated server up; each plan names it (`arrival_trace`: its size,
+    span, rate and the gaps' coefficient of variation, which `arrival_cv` then holds). A long trace
+    costs as many simulated requests per setting tried as a GPU's share of it holds, against
+    `LATPRED_MAX_SIMULATED` (a 422 `work-budget` problem past it: plan it with `latpred capacity
+    --arrival-trace`, or send a shorter window). The answer is the GET's JSON: a list of plans.
+    """
+    st = state()
+    body = json_body(CapacityRequest)
+    path = named_serving_path(body.serving_path)  # before the graph: a bad name costs no resolving
+    trace = _trace(body.arrival_times, body.arrival_cv)
+    loads = body.qps if body.qps is not None else [trace.rate_qps] if trace is not None else None
+    if loads is None:
+        raise ProblemError(422, "give the load to serve in requests per second (or arrival_times, whose own rate "
+                                "is then used)", field="qps", kind="missing-load")
+    objectives = body.slo_p99_ms
+    if len(loads) * len(objectives) > MAX_COMBINATIONS:
+        raise ProblemError(422, f"{len(loads)} qps x {len(objectives)} slo_p99_ms values make "
+                                f"{len(loads) * len(objectives)} combinations; at most {MAX_COMBINATIONS} a request",
+                           field="qps" if len(loads) >= len(objectives) else "slo_p99_ms",
+                           kind="too-many-combinations")
+    graph = st.resolver.resolve(body)
+    device = predictions.resolve_device_id(st.registry, body.device)
+    refusal = device.planning_refusal()
+    if refusal is not None:
+        raise ProblemError(422, refusal, field="device", kind="not-planned")
+    base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=body.precision,
+                                                            mode=body.mode), host=body.host, store=st.host_store)
+    rows, said = _plan_rows(st, graph, base, path, loads, objectives, body.max_gpus, body.plan_for, body.scheduler,
+                            body.arrival_cv, trace, status=422)
+    response = jsonify(rows)
+    response.headers.update({**serving_path_header(path), **host_header([said.host])})
+    return response
+
+
+def _trace(times: list[float] | None, arrival_cv: float) -> LoadTrace | None:
+    """The request's recorded load, or a 422 naming ``arrival_times`` (or ``arrival_cv``, given beside it)."""
+    if times is None:
+        return None
+    if arrival_cv != 1:
+        raise ProblemError(422, "give arrival_cv or arrival_times, not both (a trace has its own gaps)",
+                           field="arrival_cv", kind="conflicting-arrivals")
+    try:
+        return trace_from_times(times)
+    except ValueError as exc:
+        raise ProblemError(422, str(exc), field="arrival_times", kind="invalid-trace") from None
+
+
+def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: ServingPath | None, loads: list[float],
+               objectives: list[float], max_gpus: int, plan_for: PlanFor, scheduler: Scheduler, arrival_cv: float,
+               trace: LoadTrace | None, *, status: int) -> tuple[list[dict[str, Any]], Prediction]:
+    """Each (load, objective)'s plan as a response row, and batch 1's prediction (what the plans say of
+    their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
+    predicted, said = _latency(st, graph, base, status)
+    latency, stalls = planned_service(predicted, path, plan_for)
+    try:
+        plans = plan_grid(latency, loads, objectives, max_gpus=max_gpus, budget=st.config.max_simulated,
+                          scheduler=scheduler, stalls=stalls, arrival_cv=arrival_cv, arrival_trace=trace)
+    except GridOverBudget as exc:
+        raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
+                           max_simulated=exc.budget, simulated=exc.simulated) from None
+    return [_row(p, graph, base, said, plan_for, path) for p in plans], said
+
+
+def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant, status: int) -> tuple[LatencyModel, Prediction]:
     """The predicted median of every batch size a plan weighs, with its interval (from the
     prediction cache where it can be), and the spread of the measured runs on this kind of device
     in this mode (``service_time.run_spread``, as ``latpred capacity``); the predictions' work is
@@ -193,7 +268,7 @@ def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant) -> tuple[Lat
     host (the profile used, which may stand in for the one asked) and warnings."""
     variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
     work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
-                      status=400)
+                      status=status)
     try:
         out = {v.batch: predictions.predict(graph, v, "model", cache=st.predictions, layers=False) for v in variants}
     except ProblemError as exc:  # a batch the graph cannot take is the model's problem: no batch was asked for
@@ -213,6 +288,7 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, said: Prediction, pl
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
         p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, arrival_cv=result.arrival_cv,
+        arrival_trace=result.arrival_trace,
         p99_low_ms=result.p99_low_ms, p99_high_ms=result.p99_high_ms,
         throughput_qps=result.throughput_qps, utilisation=result.utilisation,
         mean_batch_size=result.mean_batch_size, meets=result.meets, reason=result.reason,

@@ -52,6 +52,8 @@ CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpu
                "serving_path", "arrival_cv")  # new columns go last: sheets read them by position
 #: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)
 SERVING_PATHS: tuple[str, ...] = tuple(sorted(stored_serving_paths()))
+#: one of them, as a pattern (only '.' needs escaping in them: names are letters, digits, '-', '_' and '.')
+SERVING_PATH_ITEM = f"({'|'.join(name.replace('.', chr(92) + '.') for name in SERVING_PATHS)})"
 
 
 def one_of(item: str) -> str:
@@ -95,11 +97,9 @@ def host_text() -> Any:
 
 
 def serving_path_text(description: str | None = None) -> Any:
-    """One shipped serving path's name: the pattern is the names themselves (only '.' needs escaping
-    in them: names are letters, digits, '-', '_' and '.'); ``description``, what the endpoint does
-    with it (default: capacity planning's)."""
-    names = "|".join(name.replace(".", r"\.") for name in SERVING_PATHS)
-    return Text(one_of(f"({names})"), 100, example=SERVING_PATHS[0] if SERVING_PATHS else None,
+    """One shipped serving path's name: the pattern is the names themselves (``SERVING_PATH_ITEM``);
+    ``description``, what the endpoint does with it (default: capacity planning's)."""
+    return Text(one_of(SERVING_PATH_ITEM), 100, example=SERVING_PATHS[0] if SERVING_PATHS else None,
                 description=description or (
                     "a server's own time per batch to add to the GPU's, and its host's pauses and drift: one of the "
                     f"shipped serving paths ({', '.join(SERVING_PATHS)}; default: none, the GPU's time alone, which "
@@ -172,7 +172,10 @@ class CapacityPlan(ResponseModel):
         "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
     scheduler: Scheduler = Field(description="how the simulated server formed batches: triton (its code) or rule")
     arrival_cv: float = Field(description="the coefficient of variation of the gaps between requests the plan was "
-                                          "made for (1: Poisson)")
+                                          "made for (1: Poisson; a trace's own, measured)")
+    arrival_trace: str | None = Field(default=None, description=(
+        "the recorded load the plan replayed (POST /v1/capacity's arrival_times: its size, span, own rate and gaps' "
+        "coefficient of variation); null for generated arrivals"))
     p99_low_ms: float | None = Field(description=(
         "the plan's p99 with every batch at the low end of its latency prediction's 90% interval, ms"))
     p99_high_ms: float | None = Field(description=(

@@ -4,12 +4,15 @@ on the shipped H200 bundle (no mock: the planner simulates what the predictor pr
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from latpred import main
 from predictor.bundle import DEFAULT_BUNDLE_DIR, Bundle
+from predictor.capacity.load_trace import read_load_trace
 from predictor.capacity.service_time import CPU_EAGER_SIGMA, DEFAULT_SIGMA, predicted_service_time
 from predictor.devices import resolve_device
 from predictor.predict import Predictor
@@ -130,3 +133,53 @@ def test_bursty_arrivals_are_planned_said_and_never_look_easier() -> None:
 def test_a_bad_arrival_cv_names_its_option(value: str) -> None:
     code, out = run("resnet50", "--qps", "2000", "--slo-p99-ms", "5", "--arrival-cv", value)
     assert code == 2 and "--arrival-cv" in out, out
+
+
+def write_spiky_trace(path: Path) -> None:
+    """20 s of a log (epoch seconds to the millisecond, a CSV): 1,500 qps and one second at 6,000."""
+    rng = np.random.default_rng(4)
+    base = np.cumsum(rng.exponential(1 / 1_500, 40_000))
+    spike = 12 + np.cumsum(rng.exponential(1 / 4_500, 6_000))
+    times = np.sort(np.concatenate([base[base < 20], spike[spike < 13]]))
+    path.write_text("request,arrival_s\n" + "".join(f"r{i},{1.7e9 + t:.3f}\n" for i, t in enumerate(times)))
+
+
+def test_a_recorded_load_is_replayed_at_its_own_rate_or_the_qps_asked(tmp_path: Path) -> None:
+    """--arrival-trace: the plan replays the log's shape (its own rate without --qps), names it, and is
+    the planner's own plan for that trace; a spike the mean rate hides costs a GPU more, or queues."""
+    log = tmp_path / "prod.csv"
+    write_spiky_trace(log)
+    code, out = run("resnet50", "--slo-p99-ms", "5", "--arrival-trace", str(log), "--format", "json")
+    assert code == 0, out
+    replayed = json.loads(out)
+    trace = read_load_trace(log)
+    assert replayed["qps"] == pytest.approx(trace.rate_qps) and replayed["arrival_trace"] == trace.describe()
+    assert replayed["arrival_cv"] == pytest.approx(trace.gap_cv, abs=1e-4) and replayed["meets"]
+    from predictor.capacity.planner import plan
+
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    service = predicted_service_time(predictor, load_zoo_graph("resnet50"), "fp16", "cudagraph")
+    expected = plan(service, trace.rate_qps, 5, arrival_trace=trace)
+    assert (replayed["gpus"], replayed["max_batch"], replayed["p99_ms"]) == (
+        expected.gpus, expected.max_batch, expected.p99_ms)
+    poisson = plan(service, trace.rate_qps, 5)
+    assert replayed["gpus"] > poisson.gpus or (replayed["gpus"] == poisson.gpus
+                                               and replayed["p99_ms"] > 1.3 * poisson.p99_ms), (replayed, poisson)
+    code, text = run("resnet50", "--qps", "6000", "--slo-p99-ms", "5", "--arrival-trace", str(log))
+    assert code == 0 and f"at 6000 qps replaying prod.csv: {trace.requests:,} requests over 20 s" in text, text
+
+
+@pytest.mark.parametrize("args, option, words", [
+    ([], "--qps", "give the load to serve"),
+    (["--arrival-trace", "{missing}"], "--arrival-trace", "No such file"),
+    (["--arrival-trace", "{bad}"], "--arrival-trace", "line 3: 'soon' is not an arrival time"),
+    (["--arrival-trace", "{log}", "--arrival-cv", "2"], "--arrival-trace", "not both"),
+])
+def test_a_trace_that_cannot_be_planned_names_its_option(tmp_path: Path, args: list[str], option: str,
+                                                          words: str) -> None:
+    log, bad = tmp_path / "prod.csv", tmp_path / "bad.txt"
+    write_spiky_trace(log)
+    bad.write_text("0.1\n0.2\nsoon\n")
+    paths = {"missing": tmp_path / "none.csv", "bad": bad, "log": log}
+    code, out = run("resnet50", "--slo-p99-ms", "5", *[a.format(**paths) for a in args])
+    assert code == 2 and option in out and words in " ".join(out.split()), out

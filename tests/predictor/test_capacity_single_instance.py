@@ -55,6 +55,18 @@ def test_the_loop_makes_the_event_loops_run_to_the_bit(kind: ArrivalKind, qps: f
     assert events.requests == 3_600
 
 
+@pytest.mark.parametrize(("max_batch", "delay_us", "sigma"), [(1, 0, 0.0), (8, 0, 0.2), (16, 500, 0.1)])
+def test_the_loop_replays_a_logged_trace_as_the_event_loop_does(max_batch: int, delay_us: int, sigma: float) -> None:
+    # a log's times to the millisecond: many requests arrive at once (a planned trace's share is such a trace)
+    times = np.floor(np.cumsum(np.random.default_rng(3).exponential(1 / 2500, 4_000)) * 1e3) / 1e3
+    trace = Arrivals("trace", times=tuple(times.tolist()))
+    config = BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us)
+    events = simulate(trace, config, batch_friendly(sigma), engine="events")
+    loop = simulate(trace, config, batch_friendly(sigma))
+    assert_same_run(loop, events)
+    assert len(np.unique(times)) < len(times) * 0.5
+
+
 @pytest.mark.parametrize("factor", [0.3, 0.9, 0.999, 1.0, 1.001, 2.0])
 @pytest.mark.parametrize(("qps", "delay_us"), [(3000, 0), (3000, 1000), (8000, 0)])
 def test_a_bounded_run_is_given_up_only_above_its_bound_and_otherwise_is_the_whole_run(

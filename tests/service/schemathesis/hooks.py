@@ -11,7 +11,9 @@ that take a graph, and only when the problem names one of those rules: a refusal
 kind: its ``qps`` and ``slo_p99_ms`` lists may hold 16 values each but make at most 64 combinations
 together (JSON Schema bounds each list, not their product), and a grid's plans may together need
 more simulated requests than one request may make (``work-budget``, which no schema could predict);
-a 400 naming either is allowed there. ``GET /v1/select`` ranks a stored graph too, whose content
+a 400 naming either is allowed there; ``POST /v1/capacity`` adds a recorded load's rules and
+which of a load, a trace and a cv may go together, a 422 naming one of them (or the grid's) is
+allowed there, as a graph's content is. ``GET /v1/select`` ranks a stored graph too, whose content
 may be one of those rules' (a graph that runs nothing, or is past the work budget): a 400 naming a
 rule of a graph's content is allowed there. Every other operation keeps the stock check.
 """
@@ -24,9 +26,14 @@ from typing import Any
 import schemathesis
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-GRAPH_OPERATIONS = {"POST /v1/predict", "POST /v1/predict/batch", "POST /v1/graphs", "POST /v1/select"}
+GRAPH_OPERATIONS = {"POST /v1/predict", "POST /v1/predict/batch", "POST /v1/graphs", "POST /v1/select",
+                    "POST /v1/capacity"}
 #: problem types GET /v1/capacity may refuse a schema-valid query with (see the module's docstring)
 CAPACITY_GRID_KINDS = {"too-many-combinations", "work-budget"}
+#: and POST /v1/capacity a body: besides the grid's, a recorded load's rules (at least some span of
+#: time, a rate in seconds' range), a load given neither as qps nor as a trace, a trace given a cv
+#: too, and a device capacity planning does not plan (a CPU)
+CAPACITY_BODY_KINDS = CAPACITY_GRID_KINDS | {"invalid-trace", "missing-load", "conflicting-arrivals", "not-planned"}
 #: problem types that are about a graph's or ONNX file's content
 CONTENT_KINDS = {"invalid-onnx", "invalid-dims", "cannot-predict", "graph-too-large", "work-budget", "import-budget"}
 
@@ -62,6 +69,9 @@ def graph_content_refusals(ctx: Any, response: Any, case: Any) -> bool | None:
     about the size of a capacity grid, and a 400 about a stored graph's content when it is ranked."""
     if case.operation.label in GRAPH_OPERATIONS and response.status_code == 422:
         if _about_content(_problem(response)):
+            return None
+    if case.operation.label == "POST /v1/capacity" and response.status_code == 422:
+        if str(_problem(response).get("type", "")).rsplit(":", 1)[-1] in CAPACITY_BODY_KINDS:
             return None
     if case.operation.label == "GET /v1/capacity" and response.status_code == 400:
         if str(_problem(response).get("type", "")).rsplit(":", 1)[-1] in CAPACITY_GRID_KINDS:
