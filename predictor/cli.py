@@ -230,8 +230,8 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
                       arrival_cv=arrival_cv, arrival_trace=trace)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
-        raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms"}.get(
-            field, field)) from None
+        raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms",
+                                                       "arrival_trace": "--arrival-trace"}.get(field, field)) from None
     config = triton_config(result)
     # what the latencies were predicted for, as 'latpred predict' says it: the host profile an eager
     # forward used (another may stand in for the one asked, with a warning) and the warnings
@@ -249,9 +249,11 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
             click.echo(f"  warning: {warning}")
         echo_serving_path(path_added)
     if plot_path is not None:
+        arrivals = (f"{trace.name} replayed, scaled to each load" if trace is not None else
+                    f"gaps' cv {arrival_cv:g}" if arrival_cv != 1 else None)
         write_load_curve(plot_path, service, result, stalls, trace, curve_title(
             graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us,
-            slow_end=plan_for == "slow_end"))
+            slow_end=plan_for == "slow_end", arrivals=arrivals))
         # to stderr under --format json: stdout stays one JSON object
         click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
                    f"on one GPU written to {plot_path}", err=fmt == "json")

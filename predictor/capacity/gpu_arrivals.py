@@ -19,10 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.load_trace import LoadTrace
-from predictor.capacity.simulator import Arrivals
-
-#: What a run over generated arrivals leaves out of its statistics (``simulate``'s default).
-WARMUP_FRACTION = 0.1
+from predictor.capacity.simulator import WARMUP_FRACTION, Arrivals
 
 
 @dataclass(frozen=True)

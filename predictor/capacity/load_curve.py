@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from predictor.capacity.gpu_arrivals import gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
-from predictor.capacity.load_trace import LoadTrace
+from predictor.capacity.load_trace import LoadTrace, checked_trace
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_SHARE,
@@ -129,6 +129,7 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
     recorded load instead, at each point scaled to that load per GPU (its whole share replayed, at
     least ``requests`` requests: a plan's run). The first tenth of each run warms the server up."""
     arrival_cv = checked_arrival_cv(arrival_cv)
+    arrival_trace = checked_trace(arrival_trace, arrival_cv)
     if not is_int(gpus) or not 1 <= gpus <= MAX_SHARE:
         raise ValueError(f"gpus: must be an integer in [1, {MAX_SHARE}], not {gpus!r}")
     values = [_checked_qps(q, "qps_values") for q in qps_values]

@@ -76,7 +76,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls
-from predictor.capacity.load_trace import LoadTrace
+from predictor.capacity.load_trace import LoadTrace, checked_trace
 from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, steady_as_none
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
@@ -232,11 +232,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"stalls: must be a HostStalls or None, not {type(stalls).__name__}")
     stalls = steady_as_none(stalls)
     arrival_cv = checked_arrival_cv(arrival_cv)
-    if arrival_trace is not None:
-        if not isinstance(arrival_trace, LoadTrace):
-            raise ValueError(f"arrival_trace: must be a LoadTrace or None, not {type(arrival_trace).__name__}")
-        if arrival_cv != 1:
-            raise ValueError("arrival_cv: give arrival_cv or arrival_trace, not both (a trace has its own gaps)")
+    arrival_trace = checked_trace(arrival_trace, arrival_cv)
     if runs is None:
         runs = Runs(latency, requests, seed, engine, scheduler, stalls, arrival_cv, arrival_trace)
     elif (runs.latency, runs.requests, runs.seed, runs.engine, runs.scheduler, runs.stalls, runs.arrival_cv,

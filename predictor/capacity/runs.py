@@ -22,8 +22,11 @@ arrivals (``arrival_cv``, or a recorded ``trace``): each GPU's are made by
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from predictor.capacity.gpu_arrivals import GpuArrivals, gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
@@ -52,6 +55,17 @@ def steady_as_none(stalls: HostStalls | None) -> HostStalls | None:
     simulate alike, and as one value they share runs (a serving path without either plans as no
     path's)."""
     return stalls if stalls is not None and not stalls.steady else None
+
+
+#: what a kept run holds of its per-request times: nothing (``statistics_only``)
+_NO_TIMES = np.empty(0)
+_NO_TIMES.setflags(write=False)
+
+
+def statistics_only(result: SimResult) -> SimResult:
+    """``result`` without its per-request times: a plan reads a run's statistics only, and a grid keeps
+    hundreds of runs (24 bytes a request each: a quarter of a gigabyte for a long trace's runs)."""
+    return dataclasses.replace(result, arrival_s=_NO_TIMES, start_s=_NO_TIMES, finish_s=_NO_TIMES)
 
 
 class OutOfBudget(Exception):
@@ -97,8 +111,10 @@ class Runs:
 class Search:
     """One plan's questions about the settings at ``qps``: answered from ``runs`` where they can be,
     else by simulating, which counts against ``budget`` (None: no cap). The budget is checked
-    before each run, so a plan simulates at most one run's requests past it, and the runs of its
-    p99 range (``p99_range``: two, one for a slow-end model)."""
+    before each run, so a plan simulates at most one run's requests past it (a recorded load's run,
+    as long as a GPU's share of its trace, is not started past it), and the runs of its p99 range
+    (``p99_range``: two, one for a slow-end model); a plan stopped at its budget makes one more run,
+    of the setting it answers (``planner._stopped_at_budget``)."""
 
     def __init__(self, runs: Runs, qps: float, slo_ms: float, budget: int | None) -> None:
         self.runs, self.qps, self.slo_ms, self.budget = runs, qps, slo_ms, budget
@@ -132,8 +148,14 @@ class Search:
     def _charge(self, simulated: int) -> None:
         self.simulated += simulated
 
-    def _check_budget(self) -> None:
-        if self.budget is not None and self.simulated >= self.budget:
+    def _check_budget(self, arrivals: GpuArrivals) -> None:
+        """Before a run: out of budget once it is spent; for a recorded load, whose runs are as long as
+        a GPU's share of the trace (a million requests, where a generated run has 20,000), also when
+        the run would end past it."""
+        if self.budget is None:
+            return
+        if self.simulated >= self.budget or (self.runs.trace is not None
+                                             and self.simulated + arrivals.count > self.budget):
             raise OutOfBudget
 
     def arrivals(self, gpus: int) -> GpuArrivals:
@@ -154,11 +176,11 @@ class Search:
         key = (self.qps, max_batch, delay_us, gpus)
         self.asked.add(key[1:])
         if key not in self.runs.results:
-            self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
-            self.runs.results[key] = simulate(arrivals.arrivals, config, self.cached_latency,
-                                              requests=arrivals.requests, warmup_fraction=arrivals.warmup_fraction,
-                                              engine=self.runs.engine, stalls=self.runs.stalls)
+            self._check_budget(arrivals)
+            self.runs.results[key] = statistics_only(simulate(
+                arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
+                warmup_fraction=arrivals.warmup_fraction, engine=self.runs.engine, stalls=self.runs.stalls))
             self._charge(arrivals.count)
         return self.runs.results[key]
 
@@ -193,8 +215,8 @@ class Search:
                 return None
             if math.isinf(bound_ms):
                 return self.simulate(max_batch, delay_us, gpus)
-            self._check_budget()
             arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            self._check_budget(arrivals)
             run = simulate_bounded(arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
                                    p99_bound_ms=bound_ms, warmup_fraction=arrivals.warmup_fraction,
                                    engine=runs.engine, stalls=runs.stalls)
@@ -202,7 +224,7 @@ class Search:
             if run.result is None:
                 runs.above[key] = max(bound_ms, runs.above.get(key, -math.inf))
                 return None
-            runs.results[key] = run.result
+            runs.results[key] = statistics_only(run.result)
         result = runs.results[key]
         return result if result.p99_ms <= bound_ms else None
 

@@ -94,6 +94,8 @@ MIN_CV = 0.01
 MAX_ARRIVAL_CV = 10.0
 #: The steadiest: gaps within 1% of each other are a clock (as ``MIN_CV``).
 MIN_ARRIVAL_CV = MIN_CV
+#: What a run leaves out of its statistics by default: its first tenth, which starts from an empty server.
+WARMUP_FRACTION = 0.1
 #: The most servers a process may be split over (``Arrivals.share``): as many GPUs as a plan may have.
 MAX_SHARE = 100_000
 
@@ -461,7 +463,8 @@ Engine = Literal["auto", "events"]
 
 def simulate(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
              requests: int | None = None, duration_s: float | None = None,
-             warmup_fraction: float = 0.1, engine: Engine = "auto", stalls: HostStalls | None = None) -> SimResult:
+             warmup_fraction: float = WARMUP_FRACTION, engine: Engine = "auto",
+             stalls: HostStalls | None = None) -> SimResult:
     """Serve ``arrivals`` with ``config``'s batcher and instances, each batch taking ``latency(batch)``,
     and measure latency percentiles, queue wait, throughput, utilisation and batch sizes.
 
@@ -488,7 +491,7 @@ def high_end_is_own_run(latency: LatencyModel | LatencyFn, own_run: SimResult | 
 
 
 def p99_at_ends(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
-                requests: int | None = None, warmup_fraction: float = 0.1, engine: Engine = "auto",
+                requests: int | None = None, warmup_fraction: float = WARMUP_FRACTION, engine: Engine = "auto",
                 own_run: SimResult | None = None, stalls: HostStalls | None = None) -> tuple[float, float] | None:
     """The p99 of ``arrivals`` served with every batch at the low, then at the high end of
     ``latency``'s interval (``LatencyModel.at_bound``), on the same arrivals and draws as
@@ -521,7 +524,7 @@ class BoundedRun:
 
 
 def simulate_bounded(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | LatencyFn, *,
-                     requests: int | None, p99_bound_ms: float, warmup_fraction: float = 0.1,
+                     requests: int | None, p99_bound_ms: float, warmup_fraction: float = WARMUP_FRACTION,
                      engine: Engine = "auto", stalls: HostStalls | None = None) -> BoundedRun:
     """``simulate(...)``, given up once the run shows its p99 above ``p99_bound_ms``.
 

@@ -10,7 +10,9 @@ the two agree (one instance, no preferred sizes), and ``tests/predictor/test_cap
 holds them to the same numbers, for generated arrivals and for a log's trace whose requests arrive
 many at once. (It was kept from traces until 2026-12-07, in case SimPy's event queue ordered a
 finish and an arrival at the very same instant otherwise; the committed servers' loads replayed as
-traces, ``benchmarks/simulator_vs_server.py``, came out the same to the last digit either way.)
+traces, ``benchmarks/simulator_vs_server.py``, came out the same to the last digit either way. On
+arrivals contrived to fall on batches' finishing instants, with a queue delay, a batch's start can
+differ by a unit in the last place, 1e-16 s; its batches and p99 do not.)
 
 For one instance and no preferred sizes, Triton's rule (see the simulator's docstring) reads:
 when the instance is free at ``t`` and the oldest queued request arrived at ``a``, the batch goes

@@ -78,7 +78,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-9"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-10"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -193,15 +193,17 @@ def capacity_post() -> Response:
     The body takes the GET's parameters as JSON values (`qps` and `slo_p99_ms` a number or a list
     of up to 16, their combinations up to 64), the graph as `POST /v1/select` does (exactly one of
     `graph`, JSON IR; `model`, a zoo name; `graph_id`, a stored graph), and `arrival_times`: a
-    recorded load, its requests' arrival times in seconds (100 to 1,000,000; any origin, any
+    recorded load, its requests' arrival times in seconds (100 to 200,000; any origin, any
     order). A trace is replayed instead of generated arrivals: its shape kept, its times scaled so
     that its mean rate is each `qps` (default: the trace's own rate), each GPU seeing its random
-    share of it (one request in G), the whole share replayed end to end at least 20,000 requests'
-    worth, its end warming the simulated server up; each plan names it (`arrival_trace`: its size,
-    span, rate and the gaps' coefficient of variation, which `arrival_cv` then holds). A long trace
-    costs as many simulated requests per setting tried as a GPU's share of it holds, against
-    `LATPRED_MAX_SIMULATED` (a 422 `work-budget` problem past it: plan it with `latpred capacity
-    --arrival-trace`, or send a shorter window). The answer is the GET's JSON: a list of plans.
+    share of it (one request in G), pass after pass until at least 20,000 requests and whole
+    passes, its end warming the simulated server up; each plan names it (`arrival_trace`: its size,
+    span, rate and the gaps' coefficient of variation, which `arrival_cv` then holds, as measured:
+    a log to the second or millisecond can show one outside what a request may give). A long trace
+    costs as many simulated requests per setting tried as a GPU's share of it holds: a plan starts
+    no run past its budget and answers what it found with `reason` saying so, and a grid past
+    `LATPRED_MAX_SIMULATED` is a 422 `work-budget` problem naming `arrival_times` (plan a longer
+    trace with `latpred capacity --arrival-trace`). The answer is the GET's JSON: a list of plans.
     """
     st = state()
     body = json_body(CapacityRequest)
@@ -254,9 +256,9 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
     try:
         plans = plan_grid(latency, loads, objectives, max_gpus=max_gpus, budget=st.config.max_simulated,
                           scheduler=scheduler, stalls=stalls, arrival_cv=arrival_cv, arrival_trace=trace)
-    except GridOverBudget as exc:
-        raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps", kind="work-budget",
-                           max_simulated=exc.budget, simulated=exc.simulated) from None
+    except GridOverBudget as exc:  # a trace's length sets its runs' cost: it is what to shorten
+        raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps" if trace is None else "arrival_times",
+                           kind="work-budget", max_simulated=exc.budget, simulated=exc.simulated) from None
     return [_row(p, graph, base, said, plan_for, path) for p in plans], said
 
 

@@ -172,7 +172,9 @@ class CapacityPlan(ResponseModel):
         "what the plan was made for: the predicted latencies, or the slow end of their intervals"))
     scheduler: Scheduler = Field(description="how the simulated server formed batches: triton (its code) or rule")
     arrival_cv: float = Field(description="the coefficient of variation of the gaps between requests the plan was "
-                                          "made for (1: Poisson; a trace's own, measured)")
+                                          "made for (1: Poisson); for a trace, its own as measured, which a log "
+                                          "rounded to the second or millisecond can put outside what a request "
+                                          "may give")
     arrival_trace: str | None = Field(default=None, description=(
         "the recorded load the plan replayed (POST /v1/capacity's arrival_times: its size, span, own rate and gaps' "
         "coefficient of variation); null for generated arrivals"))

@@ -23,15 +23,18 @@ from service.schemas.capacity import (
     MAX_SLO_MS,
     MAX_VALUES,
     MIN_QPS,
+    MIN_SLO_MS,
     SERVING_PATH_ITEM,
     SERVING_PATHS,
 )
 from service.schemas.predict import GraphSource
 from service.schemas.select import DEVICE_ITEM, JsonNumber
 
-#: the most arrival times one request may carry: a day at 11 qps, an hour at 270 qps (about 15 MB of
-#: JSON, within LATPRED_MAX_BODY_BYTES); a longer trace is planned with ``latpred capacity``
-MAX_TRACE_TIMES = 1_000_000
+#: the most arrival times one request may carry: an hour at 55 qps, ten minutes at 330 (about 3 MB of
+#: JSON). A plan replays its GPU's whole share in every run, so a worker's memory and time grow with the
+#: trace: a million times took 8.7 s and 440 MB more (2026-12-07, this workplace's EPYC), 100,000 2.3 s.
+#: A longer trace is planned with ``latpred capacity --arrival-trace``, in the user's own process.
+MAX_TRACE_TIMES = 200_000
 
 
 
@@ -55,7 +58,7 @@ def numbers_or_list(low: float, high: float, exclusive_low: bool) -> Any:
 
 
 Loads = numbers_or_list(MIN_QPS, MAX_RATE_QPS, exclusive_low=False)
-Objectives = numbers_or_list(0, MAX_SLO_MS, exclusive_low=True)
+Objectives = numbers_or_list(MIN_SLO_MS, MAX_SLO_MS, exclusive_low=False)
 
 
 class CapacityRequest(GraphSource):

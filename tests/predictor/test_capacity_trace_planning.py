@@ -104,10 +104,49 @@ def test_the_load_curve_of_a_trace_plan_passes_through_it() -> None:
 
 def test_runs_are_shared_only_between_plans_of_the_same_trace() -> None:
     trace = spiky(5.0, seconds=10.0)
-    with pytest.raises(ValueError, match="^runs: .*arrival_trace"):
-        plan(batch_friendly, 2_000, 5.0, runs=Runs(batch_friendly, 20_000, 0), arrival_trace=trace)
-    with pytest.raises(ValueError, match="^arrival_cv: give arrival_cv or arrival_trace, not both"):
-        plan(batch_friendly, 2_000, 5.0, arrival_cv=2.0, arrival_trace=trace)
+    copy = LoadTrace(trace.times_s.copy(), trace.name)  # equal times, another trace: its own runs
+    for runs in (Runs(batch_friendly, 20_000, 0), Runs(batch_friendly, 20_000, 0, trace=copy)):
+        with pytest.raises(ValueError, match="^runs: .*arrival_trace"):
+            plan(batch_friendly, 2_000, 5.0, runs=runs, arrival_trace=trace)
+    for call in (lambda: plan(batch_friendly, 2_000, 5.0, arrival_cv=2.0, arrival_trace=trace),
+                 lambda: load_curve(batch_friendly, BatchingConfig(), [500], arrival_cv=2.0, arrival_trace=trace)):
+        with pytest.raises(ValueError, match="^arrival_cv: give arrival_cv or arrival_trace, not both"):
+            call()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_share_is_at_least_the_requests_asked_in_whole_passes(seed: int) -> None:
+    trace = LoadTrace(poisson_times(4_000, 10, seed), "log")  # about 40,000 requests
+    times, warm = trace.gpu_share(trace.rate_qps, 2, seed, 20_000)
+    measured = times[warm:] - times[warm]
+    assert len(measured) >= 20_000
+    period = trace.span_s + trace.mean_gap_s
+    last_pass = int(measured[-1] // period)
+    # whole passes: the last request sent here falls in the last pass's final stretch, not its middle
+    assert measured[-1] - last_pass * period > 0.9 * trace.span_s
+    assert len(measured) == pytest.approx((last_pass + 1) * trace.requests / 2, rel=0.05)
+
+
+@pytest.mark.timeout(120)
+def test_a_short_trace_over_many_gpus_costs_its_share_not_the_fleet() -> None:
+    """A 100-request trace split over 100,000 GPUs: one GPU's share is drawn as the gaps between its
+    own requests' indices (20,000 of them), not as two billion coin flips; the plan is answered."""
+    trace = LoadTrace(poisson_times(1_000, 0.2, 1)[:100], "short")
+    times, warm = trace.gpu_share(2_000, 100_000, 0, 20_000)
+    assert 20_000 <= len(times) - warm < 21_000 and np.all(np.diff(times) >= 0)
+    answered = plan(batch_friendly, 2_000, 1.0, max_gpus=100_000, arrival_trace=trace)
+    assert not answered.meets and "fastest batch" in answered.reason
+
+
+def test_a_trace_run_is_not_started_past_the_budget() -> None:
+    """Each run replays a GPU's whole share (here about 55,600 requests with its warm-up): a plan whose
+    budget two of them would pass stops before the second, answers with what it found and says so,
+    having simulated at most the stopped plan's one more run and its range beyond the one it made."""
+    trace = LoadTrace(poisson_times(5_000, 10, 2), "long")
+    run = len(trace.gpu_share(trace.rate_qps, 1, 0, 20_000)[0])
+    stopped = plan(batch_friendly, trace.rate_qps, 5.0, budget=int(1.5 * run), arrival_trace=trace)
+    assert stopped.budget_spent and "stopped at its budget" in stopped.reason
+    assert stopped.simulated_requests <= 4 * run
 
 
 def test_a_file_is_read_as_logs_are_written(tmp_path: Path) -> None:
@@ -120,6 +159,15 @@ def test_a_file_is_read_as_logs_are_written(tmp_path: Path) -> None:
         trace = read_load_trace(path)
         assert trace.name == path.name and trace.requests == len(times)
         np.testing.assert_allclose(trace.times_s, times - times[0], rtol=0, atol=1e-5)
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
+    times = poisson_times(500, 1, 4)
+    for text in ("\ufeffarrival_s\n" + "".join(f"{t}\n" for t in times), "\ufeff" + "".join(f"{t}\n" for t in times)):
+        assert parse_load_trace(text, "excel.csv").requests == len(times)
+    excel = tmp_path / "excel.csv"
+    excel.write_bytes(("arrival_s\n" + "".join(f"{t}\n" for t in times)).encode("utf-8-sig"))
+    assert read_load_trace(excel).requests == len(times)
 
 
 @pytest.mark.parametrize("text, message", [

@@ -69,6 +69,7 @@ def test_a_graph_as_json_ir_is_planned_from_the_body_as_its_zoo_name_is(client: 
     ({"qps": "100"}, 422, "qps[0]", None),
     ({"qps": [100] * 17}, 422, "qps", None),
     ({"slo_p99_ms": 0}, 422, "slo_p99_ms[0]", None),
+    ({"slo_p99_ms": 0.0005}, 422, "slo_p99_ms[0]", None),  # below the GET's 0.001, as the GET refuses it
     ({"qps": [1, 2, 3, 4, 5, 6, 7, 8, 9], "slo_p99_ms": [1, 2, 3, 4, 5, 6, 7, 8]}, 422, "qps", "too-many-combinations"),
     ({"arrival_times": [0.1] * MIN_TRACE_REQUESTS}, 422, "arrival_times", "invalid-trace"),
     ({"arrival_times": [0.1, 0.2]}, 422, "arrival_times", None),
@@ -96,5 +97,5 @@ def test_a_long_trace_is_held_to_the_simulation_budget(registry: Any, tmp_path: 
     small = create_app(ServiceConfig(data_dir=tmp_path, max_simulated=200_000), registry=registry).test_client()
     times = spiky_times(seconds=60.0)  # about 95,000 requests: two runs of one GPU's share are past the budget
     problem = assert_problem(small.post(URL, json={"model": "resnet50", "arrival_times": times, "slo_p99_ms": 5}),
-                             422, "qps")
+                             422, "arrival_times")
     assert problem["type"].endswith(":work-budget") and "LATPRED_MAX_SIMULATED" in problem["detail"]
