@@ -172,6 +172,12 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 @click.option("--arrival-cv", type=float, default=1.0, show_default=True, metavar="FLOAT",
               help="coefficient of variation of the gaps between requests: 1 = Poisson, 2 = bursty (each GPU "
                    "sees its random share of the load); from 0.01 to 10")
+@click.option("--batch-limit", type=click.IntRange(min=1, max=128), default=None, metavar="N",
+              help="the largest max batch the deployment allows (a model exported for batches up to N): the plan "
+                   "weighs 1, 2, 4, ... up to N, and N (default: up to 128)")
+@click.option("--delay-limit-us", type=click.IntRange(min=0, max=5000), default=None, metavar="US",
+              help="the longest queue delay the service allows, microseconds: the plan weighs the delays up to it, "
+                   "and it (0: no delay; default: up to 5000)")
 @click.option("--arrival-trace", "trace_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE", help="a recorded load to replay instead of generated arrivals: one arrival time in "
                                    "seconds per line, or a CSV with an 'arrival_s' column (at least 100); its shape "
@@ -179,14 +185,15 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, precision: str, mode: str,
              max_gpus: int, sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None,
              host_spec: str | None, plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None,
-             arrival_cv: float, trace_path: Path | None) -> None:
+             arrival_cv: float, batch_limit: int | None, delay_limit_us: int | None, trace_path: Path | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
     simulated (predictor.capacity: one model instance per GPU, the load split evenly at random, its
     arrivals Poisson unless --arrival-cv says how bursty they are, or --arrival-trace replays a
     recorded load, its whole share on each GPU) over
-    maximum batches 1-128 and queue delays 0-5,000 us, and the fewest GPUs that meet the objective
+    maximum batches 1-128 and queue delays 0-5,000 us (up to --batch-limit and --delay-limit-us where the
+    deployment allows less), and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
     answered, with the nearest plan and why it falls short. The plan's p99 comes with its range at
     either end of the latency prediction's 90% interval; --plan-for slow_end plans for the slow end
@@ -197,7 +204,7 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
     plus 0.15-0.32 ms a request more on ten H100 hosts) takes longer, so a plan on the GPU's time
     alone can promise a p99 the server will not keep. --serving-path adds a server's own time to
     every batch, with its range, and replays its host's pauses and drift."""
-    from predictor.capacity.planner import checked_arrival_cv, plan, triton_config
+    from predictor.capacity.planner import checked_arrival_cv, limited_choices, plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
     from predictor.capacity.serving_path import planned_service
@@ -226,8 +233,9 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
     service, stalls = planned_service(predicted_service_time(predictor, graph, precision, mode, host, sigma),
                                       path_added, plan_for)
     try:
+        batches, delays = limited_choices(batch_limit, delay_limit_us)
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls,
-                      arrival_cv=arrival_cv, arrival_trace=trace)
+                      arrival_cv=arrival_cv, arrival_trace=trace, max_batch_choices=batches, delay_us_choices=delays)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from flask import Response, jsonify, request
@@ -39,6 +39,7 @@ from predictor.capacity.planner import (
     REQUESTS,
     SEED,
     Plan,
+    limited_choices,
     triton_config,
 )
 from predictor.capacity.service_time import run_spread
@@ -109,7 +110,9 @@ def capacity(query: CapacityQuery) -> Response:
     of the comma-separated `qps` (requests per second, one sample each) and `slo_p99_ms` values
     (up to 16 each, 64 combinations) gets the fewest GPUs up to `max_gpus` (one model instance each,
     the load split evenly) and the `max_batch_size` and `max_queue_delay_microseconds` whose
-    simulated p99 meets the objective at a load below 95% of each GPU's capacity, with the
+    simulated p99 meets the objective at a load below 95% of each GPU's capacity (among max batches
+    1-128 and queue delays 0-5,000 us, up to `batch_limit` and `delay_limit_us` where the deployment
+    allows less: a model exported for batches up to 24 is planned at 24 too), with the
     simulated p50/p99, throughput and utilisation and the `config.pbtxt` lines. An objective no
     plan meets is answered with `meets` false, the reason and the lowest p99 found on `max_gpus`
     GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
@@ -159,26 +162,23 @@ def _capacity(query: CapacityQuery) -> Response:
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=precision, mode=mode),
                                        host=query.host.strip(" ") if query.host else None, store=st.host_store)
     path = named_serving_path(query.serving_path)
-    loads = numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS)
-    objectives = numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS)
-    if len(loads) * len(objectives) > MAX_COMBINATIONS:
-        raise ProblemError(400, f"{len(loads)} qps x {len(objectives)} slo_p99_ms values make "
-                                f"{len(loads) * len(objectives)} combinations; at most {MAX_COMBINATIONS} a request",
-                           field="qps" if len(loads) >= len(objectives) else "slo_p99_ms",
-                           kind="too-many-combinations")
+    asked = GridAsked(numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS),
+                      numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS), query.max_gpus,
+                      query.plan_for, query.scheduler, query.arrival_cv, None, query.batch_limit, query.delay_limit_us)
+    asked.check_combinations(400)
     eager_host = base.host_key if mode == "eager" else None
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
-    etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, loads, objectives,
-                               query.max_gpus, query.plan_for, query.scheduler, query.arrival_cv, query.format,
-                               query.value, path.to_dict() if path is not None else None, base.predictor.bundle.version,
+    etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, asked.loads, asked.objectives,
+                               query.max_gpus, query.plan_for, query.scheduler, query.arrival_cv, query.batch_limit,
+                               query.delay_limit_us, query.format, query.value,
+                               path.to_dict() if path is not None else None, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}",
                **serving_path_header(path)}
     if matches(request.headers.get("If-None-Match"), etag):
         return Response(status=304, headers=headers)
 
-    rows, said = _plan_rows(st, graph, base, path, loads, objectives, query.max_gpus, query.plan_for,
-                            query.scheduler, query.arrival_cv, None, status=400)
+    rows, said = _plan_rows(st, graph, base, path, asked, status=400)
     response = _render(rows, query.format, query.value)
     response.headers.update({**headers, **host_header([said.host])})
     return response
@@ -213,12 +213,9 @@ def capacity_post() -> Response:
     if loads is None:
         raise ProblemError(422, "give the load to serve in requests per second (or arrival_times, whose own rate "
                                 "is then used)", field="qps", kind="missing-load")
-    objectives = body.slo_p99_ms
-    if len(loads) * len(objectives) > MAX_COMBINATIONS:
-        raise ProblemError(422, f"{len(loads)} qps x {len(objectives)} slo_p99_ms values make "
-                                f"{len(loads) * len(objectives)} combinations; at most {MAX_COMBINATIONS} a request",
-                           field="qps" if len(loads) >= len(objectives) else "slo_p99_ms",
-                           kind="too-many-combinations")
+    asked = GridAsked(loads, body.slo_p99_ms, body.max_gpus, body.plan_for, body.scheduler, body.arrival_cv, trace,
+                      body.batch_limit, body.delay_limit_us)
+    asked.check_combinations(422)
     graph = st.resolver.resolve(body)
     device = predictions.resolve_device_id(st.registry, body.device)
     refusal = device.planning_refusal()
@@ -226,8 +223,7 @@ def capacity_post() -> Response:
         raise ProblemError(422, refusal, field="device", kind="not-planned")
     base = predictions.resolve_variant(st.registry, Variant(device=device.device_id, precision=body.precision,
                                                             mode=body.mode), host=body.host, store=st.host_store)
-    rows, said = _plan_rows(st, graph, base, path, loads, objectives, body.max_gpus, body.plan_for, body.scheduler,
-                            body.arrival_cv, trace, status=422)
+    rows, said = _plan_rows(st, graph, base, path, asked, status=422)
     response = jsonify(rows)
     response.headers.update({**serving_path_header(path), **host_header([said.host])})
     return response
@@ -246,20 +242,48 @@ def _trace(times: list[float] | None, arrival_cv: float) -> LoadTrace | None:
         raise ProblemError(422, str(exc), field="arrival_times", kind="invalid-trace") from None
 
 
-def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: ServingPath | None, loads: list[float],
-               objectives: list[float], max_gpus: int, plan_for: PlanFor, scheduler: Scheduler, arrival_cv: float,
-               trace: LoadTrace | None, *, status: int) -> tuple[list[dict[str, Any]], Prediction]:
+@dataclass(frozen=True)
+class GridAsked:
+    """What a request asks the planner besides its graph, variant and serving path (the GET's query
+    and the POST's body alike): loads by objectives, and how to plan them."""
+
+    loads: list[float]
+    objectives: list[float]
+    max_gpus: int
+    plan_for: PlanFor
+    scheduler: Scheduler
+    arrival_cv: float
+    trace: LoadTrace | None
+    batch_limit: int | None
+    delay_limit_us: int | None
+
+    def check_combinations(self, status: int) -> None:
+        """A ``status`` problem naming the longer list when the grid has more than MAX_COMBINATIONS cells."""
+        cells = len(self.loads) * len(self.objectives)
+        if cells > MAX_COMBINATIONS:
+            raise ProblemError(status, f"{len(self.loads)} qps x {len(self.objectives)} slo_p99_ms values make "
+                                       f"{cells} combinations; at most {MAX_COMBINATIONS} a request",
+                               field="qps" if len(self.loads) >= len(self.objectives) else "slo_p99_ms",
+                               kind="too-many-combinations")
+
+
+def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: ServingPath | None, asked: GridAsked, *,
+               status: int) -> tuple[list[dict[str, Any]], Prediction]:
     """Each (load, objective)'s plan as a response row, and batch 1's prediction (what the plans say of
     their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
     predicted, said = _latency(st, graph, base, status)
-    latency, stalls = planned_service(predicted, path, plan_for)
+    latency, stalls = planned_service(predicted, path, asked.plan_for)
+    batches, delays = limited_choices(asked.batch_limit, asked.delay_limit_us)
     try:
-        plans = plan_grid(latency, loads, objectives, max_gpus=max_gpus, budget=st.config.max_simulated,
-                          scheduler=scheduler, stalls=stalls, arrival_cv=arrival_cv, arrival_trace=trace)
+        plans = plan_grid(latency, asked.loads, asked.objectives, max_gpus=asked.max_gpus,
+                          budget=st.config.max_simulated, scheduler=asked.scheduler, stalls=stalls,
+                          arrival_cv=asked.arrival_cv, arrival_trace=asked.trace, max_batch_choices=batches,
+                          delay_us_choices=delays)
     except GridOverBudget as exc:  # a trace's length sets its runs' cost: it is what to shorten
-        raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)", field="qps" if trace is None else "arrival_times",
-                           kind="work-budget", max_simulated=exc.budget, simulated=exc.simulated) from None
-    return [_row(p, graph, base, said, plan_for, path) for p in plans], said
+        raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)",
+                           field="qps" if asked.trace is None else "arrival_times", kind="work-budget",
+                           max_simulated=exc.budget, simulated=exc.simulated) from None
+    return [_row(p, graph, base, said, asked.plan_for, path) for p in plans], said
 
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant, status: int) -> tuple[LatencyModel, Prediction]:

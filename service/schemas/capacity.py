@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field
 
-from predictor.capacity.planner import MAX_ARRIVAL_CV, MAX_GPUS, MIN_ARRIVAL_CV
+from predictor.capacity.planner import DELAY_US_CHOICES, MAX_ARRIVAL_CV, MAX_BATCH_CHOICES, MAX_GPUS, MIN_ARRIVAL_CV
 from predictor.capacity.serving_path import stored_serving_paths
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, PlanFor, Scheduler
 from predictor.compose import MODES
@@ -50,6 +50,11 @@ CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpu
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
                "triton_config", "model_version", "host", "p99_low_ms", "p99_high_ms", "plan_for", "scheduler",
                "serving_path", "arrival_cv")  # new columns go last: sheets read them by position
+#: what the limits on the planner's choices mean (``planner.limited_choices``), in the GET and the POST alike
+BATCH_LIMIT_DESCRIPTION = ("the largest max_batch_size the deployment allows (a model exported for batches up to it): "
+                           f"plans weigh {', '.join(map(str, MAX_BATCH_CHOICES))} up to it, and it; default: all")
+DELAY_LIMIT_DESCRIPTION = ("the longest max_queue_delay_microseconds the service allows: plans weigh "
+                           f"{', '.join(map(str, DELAY_US_CHOICES))} us up to it, and it (0: no delay); default: all")
 #: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)
 SERVING_PATHS: tuple[str, ...] = tuple(sorted(stored_serving_paths()))
 #: one of them, as a pattern (only '.' needs escaping in them: names are letters, digits, '-', '_' and '.')
@@ -128,6 +133,8 @@ class CapacityQuery(RequestModel):
     max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
                           description="the most GPUs a plan may use (one model instance each)")
     serving_path: str | None = serving_path_text()
+    batch_limit: int | None = Field(None, ge=1, le=max(MAX_BATCH_CHOICES), description=BATCH_LIMIT_DESCRIPTION)
+    delay_limit_us: int | None = Field(None, ge=0, le=max(DELAY_US_CHOICES), description=DELAY_LIMIT_DESCRIPTION)
     plan_for: PlanFor = Field(
         "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
                               "intervals (slow_end: a plan that holds if the model runs as slowly as its prediction "

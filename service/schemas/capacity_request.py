@@ -13,13 +13,15 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field, Strict, WithJsonSchema
 
 from predictor.capacity.load_trace import MIN_TRACE_REQUESTS
-from predictor.capacity.planner import MAX_ARRIVAL_CV, MAX_GPUS, MIN_ARRIVAL_CV
+from predictor.capacity.planner import DELAY_US_CHOICES, MAX_ARRIVAL_CV, MAX_BATCH_CHOICES, MAX_GPUS, MIN_ARRIVAL_CV
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, MAX_RATE_QPS, PlanFor, Scheduler
 from predictor.host_profile import ID_PATTERN as HOST_ID_PATTERN
 from predictor.validation import INTEGRAL_FLOAT
 from predictor.variant import DEFAULT_MODE, DEFAULT_PRECISION, Mode, Precision
 from service.schemas.capacity import (
+    BATCH_LIMIT_DESCRIPTION,
     DEFAULT_MAX_GPUS,
+    DELAY_LIMIT_DESCRIPTION,
     MAX_SLO_MS,
     MAX_VALUES,
     MIN_QPS,
@@ -83,6 +85,10 @@ class CapacityRequest(GraphSource):
         default=None, description=f"a shipped serving path's name ({', '.join(SERVING_PATHS)}): a server's own time "
                                   "per batch added to the GPU's, and its host's pauses and drift; default: none",
         json_schema_extra={"examples": list(SERVING_PATHS)})
+    batch_limit: Annotated[int, Strict(), Field(ge=1, le=max(MAX_BATCH_CHOICES)), INTEGRAL_FLOAT] | None = Field(
+        default=None, description=BATCH_LIMIT_DESCRIPTION)
+    delay_limit_us: Annotated[int, Strict(), Field(ge=0, le=max(DELAY_US_CHOICES)), INTEGRAL_FLOAT] | None = Field(
+        default=None, description=DELAY_LIMIT_DESCRIPTION)
     plan_for: PlanFor = Field("median", description="plan for the predicted latencies (median) or for the slow "
                                                     "end of their 90% intervals (slow_end)")
     scheduler: Scheduler = Field(DEFAULT_SCHEDULER, description="how each GPU's server forms batches: as Triton's "

@@ -183,3 +183,21 @@ def test_a_trace_that_cannot_be_planned_names_its_option(tmp_path: Path, args: l
     paths = {"missing": tmp_path / "none.csv", "bad": bad, "log": log}
     code, out = run("resnet50", "--slo-p99-ms", "5", *[a.format(**paths) for a in args])
     assert code == 2 and option in out and words in " ".join(out.split()), out
+
+
+def test_limits_on_max_batch_and_queue_delay_are_the_planners_choices_up_to_them() -> None:
+    code, out = run("resnet50", "--qps", "5000", "--slo-p99-ms", "10", "--batch-limit", "12", "--delay-limit-us", "0",
+                    "--format", "json")
+    assert code == 0, out
+    limited = json.loads(out)
+    assert limited["max_batch"] <= 12 and limited["max_queue_delay_us"] == 0 and limited["meets"]
+    from predictor.capacity.planner import plan
+
+    predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
+    expected = plan(predicted_service_time(predictor, load_zoo_graph("resnet50"), "fp16", "cudagraph"), 5000, 10,
+                    max_batch_choices=(1, 2, 4, 8, 12), delay_us_choices=(0,))
+    assert (limited["gpus"], limited["max_batch"], limited["p99_ms"]) == (expected.gpus, expected.max_batch,
+                                                                          expected.p99_ms)
+    for option, value in (("--batch-limit", "0"), ("--batch-limit", "256"), ("--delay-limit-us", "-5")):
+        code, out = run("resnet50", "--qps", "100", "--slo-p99-ms", "10", option, value)
+        assert code == 2 and option in out, out

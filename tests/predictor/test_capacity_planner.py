@@ -250,3 +250,16 @@ def test_a_plan_for_the_slow_end_plans_on_the_high_ends_and_keeps_the_interval()
         LatencyModel(lambda b: 1.0).for_plan("slow_end")
     with pytest.raises(ValueError, match="plan_for"):
         latency.for_plan("fast_end")  # type: ignore[arg-type]
+
+
+def test_limits_on_the_choices_keep_the_defaults_below_them_and_add_themselves() -> None:
+    """A model exported for batches up to 24 is planned at 24 too; a service that allows no queue delay, at 0."""
+    from predictor.capacity.planner import DELAY_US_CHOICES, MAX_BATCH_CHOICES, limited_choices
+
+    assert limited_choices() == (MAX_BATCH_CHOICES, DELAY_US_CHOICES)
+    assert limited_choices(24, 0) == ((1, 2, 4, 8, 16, 24), (0,))
+    assert limited_choices(16, 750) == ((1, 2, 4, 8, 16), (0, 100, 500, 750))
+    for args, field in (((0, None), "batch_limit"), ((129, None), "batch_limit"), ((True, None), "batch_limit"),
+                        ((None, -1), "delay_limit_us"), ((None, 5001), "delay_limit_us")):
+        with pytest.raises(ValueError, match=f"^{field}: must be an integer"):
+            limited_choices(*args)

@@ -99,3 +99,18 @@ def test_a_long_trace_is_held_to_the_simulation_budget(registry: Any, tmp_path: 
     problem = assert_problem(small.post(URL, json={"model": "resnet50", "arrival_times": times, "slo_p99_ms": 5}),
                              422, "arrival_times")
     assert problem["type"].endswith(":work-budget") and "LATPRED_MAX_SIMULATED" in problem["detail"]
+
+
+def test_limits_on_the_choices_reach_the_plans_from_the_query_and_the_body(client: Any) -> None:
+    query = "/v1/capacity?model=resnet50&qps=5000&slo_p99_ms=10"
+    free, limited = client.get(query), client.get(query + "&batch_limit=12&delay_limit_us=0")
+    assert free.status_code == limited.status_code == 200 and free.headers["ETag"] != limited.headers["ETag"]
+    (plan_,) = limited.get_json()
+    assert plan_["max_batch"] <= 12 and plan_["max_queue_delay_us"] == 0
+    posted = client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": 12,
+                                    "delay_limit_us": 0})
+    assert posted.get_json() == limited.get_json()
+    assert_problem(client.get(query + "&batch_limit=0"), 400, "batch_limit")
+    assert_problem(client.get(query + "&delay_limit_us=9000"), 400, "delay_limit_us")
+    assert_problem(client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": "12"}),
+                   422, "batch_limit")

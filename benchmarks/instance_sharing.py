@@ -1,0 +1,89 @@
+"""What k model instances sharing a GPU amount to, from ``instance_concurrency.py``'s measurements.
+
+The capacity planner gives each GPU one model instance and lets the dynamic batcher grow its batches
+(``predictor/capacity/planner.py``). Triton can run k instances on a GPU instead (``instance_group
+{ count: k }``), each issuing its own batches. This reads the committed H100 measurements
+(``results/instance_concurrency_h100.jsonl``: six zoo models as fp16 CUDA graphs, batches 1-32, k = 1-4
+instances replaying at once, two interleaved rounds) and asks how k instances at batch b compare with
+one instance at batch k x b, the batch a single instance's batcher would form from the same requests:
+
+- phi_k = (median latency of a batch of b while k instances run) / (latency of one batch of k x b
+  alone), for every (model, b) whose k x b was measured (k = 2: b = 4, 8, 16; k = 4: b = 1, 4, 8);
+- the throughput of k instances at b over one instance at k x b (1 / phi_k: the same samples);
+- phi_k fitted as the median over the other models, and each model's latency under k instances
+  predicted as phi_k x its own one-instance latency at k x b (leave one model out).
+
+Run: .venv/bin/python benchmarks/instance_sharing.py [--data results/instance_concurrency_h100.jsonl]
+Saved: results/instance_sharing.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def medians(path: Path) -> tuple[dict[str, object], dict[tuple[str, int, int], float]]:
+    """The header record, and the median over rounds of each (model, batch, k)'s median batch latency (ms)."""
+    header: dict[str, object] = {}
+    runs: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record["type"] == "header":
+            header = record
+        elif record["type"] == "unit" and not record.get("throttled"):
+            runs[(record["model"], record["batch"], record["instances"])].append(record["latency_median_ms"])
+    return header, {key: statistics.median(values) for key, values in runs.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=RESULTS / "instance_concurrency_h100.jsonl")
+    parser.add_argument("--out", type=Path, default=RESULTS / "instance_sharing.txt")
+    args = parser.parse_args()
+    header, latency = medians(args.data)
+    models = sorted({m for m, _, _ in latency})
+    lines = [f"# .venv/bin/python benchmarks/instance_sharing.py  ({args.data.name}: {header.get('gpu')}, torch "
+             f"{header.get('torch')}, {header.get('date')})",
+             "phi = latency of a batch of b while k instances replay at once / latency of one batch of k*b alone",
+             f"{'model':<20} {'k':>2} {'b':>3} {'k*b':>4} {'L_k(b) ms':>10} {'L_1(kb) ms':>11} {'phi':>6} "
+             f"{'thr k@b / 1@kb':>15}"]
+    phis: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for k in (2, 4):
+        for model in models:
+            for b in (1, 4, 8, 16, 32):
+                if (model, k * b, 1) not in latency or (model, b, k) not in latency:
+                    continue
+                shared, alone = latency[(model, b, k)], latency[(model, k * b, 1)]
+                phi = shared / alone
+                phis[k][model].append(phi)
+                lines.append(f"{model:<20} {k:>2} {b:>3} {k * b:>4} {shared:>10.3f} {alone:>11.3f} {phi:>6.2f} "
+                             f"{1 / phi:>15.2f}")
+    lines.append("")
+    lines.append("phi_k over every (model, b): median (min-max); leave one model out: phi_k the others' median, "
+                 "each model's L_k(b) predicted as phi_k x its L_1(k*b)")
+    for k, by_model in phis.items():
+        every = [p for values in by_model.values() for p in values]
+        errors = []
+        for model, values in by_model.items():
+            others = statistics.median([p for m, vs in by_model.items() if m != model for p in vs])
+            errors += [abs(others / p - 1) for p in values]
+        within = sum(e <= 0.10 for e in errors) / len(errors)
+        lines.append(f"  k={k}: phi {statistics.median(every):.2f} ({min(every):.2f}-{max(every):.2f}) over "
+                     f"{len(every)} pairs; held out: MAPE {100 * statistics.mean(errors):.1f}%, "
+                     f"{100 * within:.0f}% within +-10%; k instances at b serve {1 / max(every):.2f}-"
+                     f"{1 / min(every):.2f}x the samples a second of one instance at k*b")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
