@@ -29,17 +29,30 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def medians(path: Path) -> tuple[dict[str, object], dict[tuple[str, int, int], float]]:
-    """The header record, and the median over rounds of each (model, batch, k)'s median batch latency (ms)."""
+Key = tuple[str, int, int]  # (model, batch, k)
+
+
+def medians(path: Path) -> tuple[dict[str, object], dict[Key, float], dict[Key, float], int]:
+    """The header record; the median over rounds of each (model, batch, k)'s median batch latency (ms)
+    and of its samples a second (all k instances); and how many units the GPU slowed (power or heat:
+    NVML's clock-event reasons), which are left out."""
     header: dict[str, object] = {}
-    runs: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    latency: dict[Key, list[float]] = defaultdict(list)
+    throughput: dict[Key, list[float]] = defaultdict(list)
+    throttled = 0
     for line in path.read_text().splitlines():
         record = json.loads(line)
         if record["type"] == "header":
             header = record
-        elif record["type"] == "unit" and not record.get("throttled"):
-            runs[(record["model"], record["batch"], record["instances"])].append(record["latency_median_ms"])
-    return header, {key: statistics.median(values) for key, values in runs.items()}
+        elif record["type"] == "unit":
+            if record.get("throttled"):
+                throttled += 1
+                continue
+            key = (record["model"], record["batch"], record["instances"])
+            latency[key].append(record["latency_median_ms"])
+            throughput[key].append(record["throughput_sps"])
+    return (header, {k: statistics.median(v) for k, v in latency.items()},
+            {k: statistics.median(v) for k, v in throughput.items()}, throttled)
 
 
 def main() -> int:
@@ -47,14 +60,17 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=RESULTS / "instance_concurrency_h100.jsonl")
     parser.add_argument("--out", type=Path, default=RESULTS / "instance_sharing.txt")
     args = parser.parse_args()
-    header, latency = medians(args.data)
+    header, latency, throughput, throttled = medians(args.data)
     models = sorted({m for m, _, _ in latency})
     lines = [f"# .venv/bin/python benchmarks/instance_sharing.py  ({args.data.name}: {header.get('gpu')}, torch "
              f"{header.get('torch')}, {header.get('date')})",
-             "phi = latency of a batch of b while k instances replay at once / latency of one batch of k*b alone",
+             f"{throttled} units the GPU slowed (power or heat) left out",
+             "phi = latency of a batch of b while k instances replay at once / latency of one batch of k*b alone;",
+             "thr = samples a second of k instances at b (measured) / of one instance at k*b",
              f"{'model':<20} {'k':>2} {'b':>3} {'k*b':>4} {'L_k(b) ms':>10} {'L_1(kb) ms':>11} {'phi':>6} "
-             f"{'thr k@b / 1@kb':>15}"]
+             f"{'thr':>6}"]
     phis: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    gains: dict[int, list[float]] = defaultdict(list)
     for k in (2, 4):
         for model in models:
             for b in (1, 4, 8, 16, 32):
@@ -63,8 +79,10 @@ def main() -> int:
                 shared, alone = latency[(model, b, k)], latency[(model, k * b, 1)]
                 phi = shared / alone
                 phis[k][model].append(phi)
+                gain = throughput[(model, b, k)] / throughput[(model, k * b, 1)]
+                gains[k].append(gain)
                 lines.append(f"{model:<20} {k:>2} {b:>3} {k * b:>4} {shared:>10.3f} {alone:>11.3f} {phi:>6.2f} "
-                             f"{1 / phi:>15.2f}")
+                             f"{gain:>6.2f}")
     lines.append("")
     lines.append("phi_k over every (model, b): median (min-max); leave one model out: phi_k the others' median, "
                  "each model's L_k(b) predicted as phi_k x its L_1(k*b)")
@@ -77,8 +95,8 @@ def main() -> int:
         within = sum(e <= 0.10 for e in errors) / len(errors)
         lines.append(f"  k={k}: phi {statistics.median(every):.2f} ({min(every):.2f}-{max(every):.2f}) over "
                      f"{len(every)} pairs; held out: MAPE {100 * statistics.mean(errors):.1f}%, "
-                     f"{100 * within:.0f}% within +-10%; k instances at b serve {1 / max(every):.2f}-"
-                     f"{1 / min(every):.2f}x the samples a second of one instance at k*b")
+                     f"{100 * within:.0f}% within +-10%; k instances at b served {min(gains[k]):.2f}-"
+                     f"{max(gains[k]):.2f}x the samples a second of one instance at k*b (measured)")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     args.out.write_text(text)

@@ -174,7 +174,8 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                    "sees its random share of the load); from 0.01 to 10")
 @click.option("--batch-limit", type=click.IntRange(min=1, max=128), default=None, metavar="N",
               help="the largest max batch the deployment allows (a model exported for batches up to N): the plan "
-                   "weighs 1, 2, 4, ... up to N, and N (default: up to 128)")
+                   "weighs 1, 2, 4, ... up to N, and N (default: up to 128); still one instance per GPU, where "
+                   "under a small limit two can serve up to 1.7x more (measured on an H100; not weighed)")
 @click.option("--delay-limit-us", type=click.IntRange(min=0, max=5000), default=None, metavar="US",
               help="the longest queue delay the service allows, microseconds: the plan weighs the delays up to it, "
                    "and it (0: no delay; default: up to 5000)")
@@ -238,8 +239,9 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
                       arrival_cv=arrival_cv, arrival_trace=trace, max_batch_choices=batches, delay_us_choices=delays)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
-        raise click.BadParameter(str(exc), param_hint={"qps": "--qps", "slo_p99_ms": "--slo-p99-ms",
-                                                       "arrival_trace": "--arrival-trace"}.get(field, field)) from None
+        raise click.BadParameter(str(exc), param_hint={
+            "qps": "--qps", "slo_p99_ms": "--slo-p99-ms", "arrival_trace": "--arrival-trace",
+            "batch_limit": "--batch-limit", "delay_limit_us": "--delay-limit-us"}.get(field, field)) from None
     config = triton_config(result)
     # what the latencies were predicted for, as 'latpred predict' says it: the host profile an eager
     # forward used (another may stand in for the one asked, with a warning) and the warnings

@@ -9,9 +9,10 @@ that meet the objective; :func:`triton_config` writes the matching ``config.pbtx
 The model of the fleet, and its simplifications:
 
 - G GPUs, each with **one** model instance (no ``instance_group`` count above 1: measured on an H100,
-  k instances at batch b served 0.82-1.00x (k = 2) and 0.68-0.98x (k = 4) the samples a second of one
-  instance at batch k x b, ``benchmarks/instance_sharing.py``; what they would gain at middle loads,
-  a request starting on an idle instance, is not modelled), behind a load
+  fp16 CUDA graphs, k instances at batch b served 0.80-1.00x (k = 2) and 0.66-0.98x (k = 4) the samples
+  a second of one instance at batch k x b, ``benchmarks/instance_sharing.py``; but where the choices
+  are limited below k x b (``limited_choices``) more instances serve more, up to 1.7x at batch 1 with
+  two, and neither that nor their shorter wait at middle loads is weighed), behind a load
   balancer that sends each request to one of them at random, evenly and independently. The whole
   load's gaps between requests have a coefficient of variation ``arrival_cv``: 1 (the default) is
   Poisson, and each GPU then sees a Poisson process at ``qps / G``; otherwise the load is a gamma

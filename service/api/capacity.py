@@ -271,9 +271,9 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
                status: int) -> tuple[list[dict[str, Any]], Prediction]:
     """Each (load, objective)'s plan as a response row, and batch 1's prediction (what the plans say of
     their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
-    predicted, said = _latency(st, graph, base, status)
-    latency, stalls = planned_service(predicted, path, asked.plan_for)
     batches, delays = limited_choices(asked.batch_limit, asked.delay_limit_us)
+    predicted, said = _latency(st, graph, base, max(batches), status)
+    latency, stalls = planned_service(predicted, path, asked.plan_for)
     try:
         plans = plan_grid(latency, asked.loads, asked.objectives, max_gpus=asked.max_gpus,
                           budget=st.config.max_simulated, scheduler=asked.scheduler, stalls=stalls,
@@ -286,13 +286,14 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
     return [_row(p, graph, base, said, asked.plan_for, path) for p in plans], said
 
 
-def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant, status: int) -> tuple[LatencyModel, Prediction]:
-    """The predicted median of every batch size a plan weighs, with its interval (from the
-    prediction cache where it can be), and the spread of the measured runs on this kind of device
-    in this mode (``service_time.run_spread``, as ``latpred capacity``); the predictions' work is
-    checked against the budget first. With it, batch 1's prediction: what every plan says of its
-    host (the profile used, which may stand in for the one asked) and warnings."""
-    variants = [replace(base, batch=b) for b in range(1, max(MAX_BATCH_CHOICES) + 1)]
+def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant, largest: int,
+             status: int) -> tuple[LatencyModel, Prediction]:
+    """The predicted median of every batch size up to ``largest`` (what a plan weighs), with its
+    interval (from the prediction cache where it can be), and the spread of the measured runs on this
+    kind of device in this mode (``service_time.run_spread``, as ``latpred capacity``); the
+    predictions' work is checked against the budget first. With it, batch 1's prediction: what every
+    plan says of its host (the profile used, which may stand in for the one asked) and warnings."""
+    variants = [replace(base, batch=b) for b in range(1, largest + 1)]
     work_budget.check([graph], variants, st.config.max_work, field="model", max_results=st.config.max_results,
                       status=status)
     try:

@@ -52,7 +52,9 @@ CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpu
                "serving_path", "arrival_cv")  # new columns go last: sheets read them by position
 #: what the limits on the planner's choices mean (``planner.limited_choices``), in the GET and the POST alike
 BATCH_LIMIT_DESCRIPTION = ("the largest max_batch_size the deployment allows (a model exported for batches up to it): "
-                           f"plans weigh {', '.join(map(str, MAX_BATCH_CHOICES))} up to it, and it; default: all")
+                           f"plans weigh {', '.join(map(str, MAX_BATCH_CHOICES))} up to it, and it; default: all. "
+                           "Plans keep one instance per GPU, where under a small limit two can serve up to 1.7x more "
+                           "(measured on an H100; not weighed)")
 DELAY_LIMIT_DESCRIPTION = ("the longest max_queue_delay_microseconds the service allows: plans weigh "
                            f"{', '.join(map(str, DELAY_US_CHOICES))} us up to it, and it (0: no delay); default: all")
 #: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)

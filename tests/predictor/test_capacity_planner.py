@@ -263,3 +263,20 @@ def test_limits_on_the_choices_keep_the_defaults_below_them_and_add_themselves()
                         ((None, -1), "delay_limit_us"), ((None, 5001), "delay_limit_us")):
         with pytest.raises(ValueError, match=f"^{field}: must be an integer"):
             limited_choices(*args)
+
+
+def test_limited_choices_bound_every_plan_met_or_not_and_every_cell_of_a_grid() -> None:
+    from predictor.capacity.grid import plan_grid
+    from predictor.capacity.planner import limited_choices
+
+    batches, delays = limited_choices(12, 750)
+    for qps, slo_ms, max_gpus in ((2_000, 5.0, 64), (2_000, 1.0, 64), (50_000, 5.0, 2), (20_000, 2.3, 4)):
+        result = plan(batch_friendly, qps, slo_ms, max_gpus=max_gpus, max_batch_choices=batches,
+                      delay_us_choices=delays)
+        assert result.max_batch in batches and result.max_queue_delay_us in delays
+    stopped = plan(batch_friendly, 20_000, 2.3, max_gpus=4, max_batch_choices=batches, delay_us_choices=delays,
+                   budget=REQUESTS)
+    assert stopped.budget_spent and stopped.max_batch in batches and stopped.max_queue_delay_us in delays
+    cells = plan_grid(batch_friendly, [500, 5_000], [4.0, 30.0], max_batch_choices=batches, delay_us_choices=delays)
+    assert all(c.max_batch in batches and c.max_queue_delay_us in delays for c in cells)
+    assert any(c.max_batch == 12 for c in cells)  # the limit itself is a choice
