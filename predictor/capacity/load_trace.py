@@ -210,11 +210,13 @@ def read_load_trace(path: Path) -> LoadTrace:
 
 
 def trace_from_times(times: Sequence[float], name: str = "arrival_times") -> LoadTrace:
-    """A trace from a list of arrival times in seconds (a request's ``arrival_times``)."""
-    if not all(is_finite_number(t) for t in times):
-        bad = next(i for i, t in enumerate(times) if not is_finite_number(t))
-        raise ValueError(f"arrival_times: [{bad}] is {times[bad]!r}, not a number of seconds")
-    return LoadTrace(np.asarray(times, dtype=float), name)
+    """A trace from a list of arrival times in seconds (a request's ``arrival_times``, numbers by its
+    schema); ``LoadTrace`` names the first one that is not finite."""
+    try:
+        values = np.asarray(times, dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError("arrival_times: must be a list of numbers of seconds") from None
+    return LoadTrace(values, name)
 
 
 def checked_trace(arrival_trace: object, arrival_cv: float) -> LoadTrace | None:
