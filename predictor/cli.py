@@ -174,8 +174,12 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                    "sees its random share of the load); from 0.01 to 10")
 @click.option("--batch-limit", type=click.IntRange(min=1, max=128), default=None, metavar="N",
               help="the largest max batch the deployment allows (a model exported for batches up to N): the plan "
-                   "weighs 1, 2, 4, ... up to N, and N (default: up to 128); still one instance per GPU, where "
-                   "under a small limit two can serve up to 1.7x more (measured on an H100; not weighed)")
+                   "weighs 1, 2, 4, ... up to N, and N (default: up to 128), and 1, 2 or 4 model instances per GPU "
+                   "(--max-instances), which under a small limit can serve more")
+@click.option("--max-instances", type=click.IntRange(min=1, max=4), default=None, metavar="K",
+              help="the most model instances per GPU the plan weighs (1, 2, 4, and K; their sharing of the GPU as "
+                   "measured on an H100; none more than the GPU's memory holds); default: 4 with --batch-limit, "
+                   "else 1 (one instance at k times the batch served at least as much as k instances, measured)")
 @click.option("--delay-limit-us", type=click.IntRange(min=0, max=5000), default=None, metavar="US",
               help="the longest queue delay the service allows, microseconds: the plan weighs the delays up to it, "
                    "and it (0: no delay; default: up to 5000)")
@@ -186,13 +190,14 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
 def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, precision: str, mode: str,
              max_gpus: int, sigma: float | None, plan_for: PlanFor, fmt: str, bundle: Path | None,
              host_spec: str | None, plot_path: Path | None, scheduler: Scheduler, serving_path_spec: str | None,
-             arrival_cv: float, batch_limit: int | None, delay_limit_us: int | None, trace_path: Path | None) -> None:
+             arrival_cv: float, batch_limit: int | None, max_instances: int | None, delay_limit_us: int | None,
+             trace_path: Path | None) -> None:
     """Plan GPUs and Triton dynamic batching for PATH to serve --qps within --slo-p99-ms.
 
     Each batch size's latency is predicted for the device, then a dynamic-batching server is
-    simulated (predictor.capacity: one model instance per GPU, the load split evenly at random, its
-    arrivals Poisson unless --arrival-cv says how bursty they are, or --arrival-trace replays a
-    recorded load, its whole share on each GPU) over
+    simulated (predictor.capacity: one model instance per GPU, or up to --max-instances sharing it, the
+    load split evenly at random, its arrivals Poisson unless --arrival-cv says how bursty they are, or
+    --arrival-trace replays a recorded load, its whole share on each GPU) over
     maximum batches 1-128 and queue delays 0-5,000 us (up to --batch-limit and --delay-limit-us where the
     deployment allows less), and the fewest GPUs that meet the objective
     are recommended with the matching config.pbtxt block. An objective no number of GPUs meets is
@@ -205,6 +210,7 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
     plus 0.15-0.32 ms a request more on ten H100 hosts) takes longer, so a plan on the GPU's time
     alone can promise a p99 the server will not keep. --serving-path adds a server's own time to
     every batch, with its range, and replays its host's pauses and drift."""
+    from predictor.capacity.instance_memory import instances_to_weigh
     from predictor.capacity.planner import checked_arrival_cv, limited_choices, plan, triton_config
     from predictor.capacity.plot import curve_title
     from predictor.capacity.service_time import predicted_service_time
@@ -235,13 +241,17 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
                                       path_added, plan_for)
     try:
         batches, delays = limited_choices(batch_limit, delay_limit_us)
+        instances = instances_to_weigh(graph, predictor.device, precision, mode, max(batches), max_instances,
+                                       batch_limit)
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls,
-                      arrival_cv=arrival_cv, arrival_trace=trace, max_batch_choices=batches, delay_us_choices=delays)
+                      arrival_cv=arrival_cv, arrival_trace=trace, max_batch_choices=batches, delay_us_choices=delays,
+                      instance_choices=instances)
     except ValueError as exc:  # the planner names the field: qps or slo_p99_ms
         field = str(exc).split(":", 1)[0]
         raise click.BadParameter(str(exc), param_hint={
             "qps": "--qps", "slo_p99_ms": "--slo-p99-ms", "arrival_trace": "--arrival-trace",
-            "batch_limit": "--batch-limit", "delay_limit_us": "--delay-limit-us"}.get(field, field)) from None
+            "batch_limit": "--batch-limit", "delay_limit_us": "--delay-limit-us",
+            "max_instances": "--max-instances"}.get(field, field)) from None
     config = triton_config(result)
     # what the latencies were predicted for, as 'latpred predict' says it: the host profile an eager
     # forward used (another may stand in for the one asked, with a warning) and the warnings
@@ -330,7 +340,8 @@ def echo_plan(result: Plan, config: str, model: str, device_name: str, precision
                 else "")
     click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps{arrivals}:{planned} "
                f"{verdict}")
-    click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us; per GPU "
+    instances = f", {result.instances} model instances per GPU" if result.instances > 1 else ""
+    click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us{instances}; per GPU "
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "
                f"{result.mean_batch_size:.2f}")
@@ -361,17 +372,16 @@ def check_plot_path(path: Path) -> None:
 
 def write_load_curve(path: Path, service: LatencyFn, result: Plan, stalls: HostStalls | None,
                      trace: LoadTrace | None, title: str) -> None:
-    """The load curve of the plan's setting on one GPU (one instance, the plan's arrivals: Poisson, or
+    """The load curve of the plan's setting on one GPU (its instances, the plan's arrivals: Poisson, or
     one GPU's share of its bursty load or of its ``trace``), from 5% to 98% of what it can serve and through the plan's
     per-GPU load, drawn to ``path``. The planner's request count and seed, and the plan's latency
     model, host pauses and drift (``stalls``) and arrivals, make the point at the planned load the
     plan's own simulation."""
     from predictor.capacity.load_curve import capacity_qps, load_curve, qps_range
+    from predictor.capacity.planner import plan_config
     from predictor.capacity.plot import render_load_curves
-    from predictor.capacity.simulator import BatchingConfig
 
-    config = BatchingConfig(max_batch=result.max_batch, max_queue_delay_us=result.max_queue_delay_us,
-                            scheduler=result.scheduler)
+    config = plan_config(result)
     capacity = capacity_qps(service, config, stalls)
     points = load_curve(service, config, qps_range(capacity, include=[result.per_gpu_qps]), stalls=stalls,
                         arrival_cv=1.0 if trace is not None else result.arrival_cv, gpus=result.gpus,

@@ -47,7 +47,7 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
               max_gpus: int = 64, budget: int = DEFAULT_BUDGET, scheduler: Scheduler = DEFAULT_SCHEDULER,
               stalls: HostStalls | None = None, arrival_cv: float = 1.0,
               arrival_trace: LoadTrace | None = None, max_batch_choices: Sequence[int] = MAX_BATCH_CHOICES,
-              delay_us_choices: Sequence[int] = DELAY_US_CHOICES) -> list[Plan]:
+              delay_us_choices: Sequence[int] = DELAY_US_CHOICES, instance_choices: Sequence[int] = (1,)) -> list[Plan]:
     """A plan for each (qps, objective), loads first (``itertools.product`` order), with the
     planner's defaults; each plan is the one ``plan`` gives the cell alone, or
     :class:`GridOverBudget` is raised once the grid's ``budget`` of simulated requests cannot
@@ -56,7 +56,8 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
     ``stalls``: the serving host's pauses and drift, as ``plan`` takes them, the same for every cell;
     ``arrival_cv``: how bursty every cell's load is, as ``plan`` takes it (1, Poisson); ``arrival_trace``,
     a recorded load whose shape every cell replays at its qps, as ``plan`` takes it; the choices of
-    maximum batch and queue delay every cell weighs, as ``plan`` takes them (``limited_choices``)."""
+    maximum batch and queue delay every cell weighs, as ``plan`` takes them (``limited_choices``), and the
+    instances per GPU (``weighed_instances``)."""
     runs = Runs(latency, REQUESTS, SEED, scheduler=scheduler, stalls=stalls, arrival_cv=checked_arrival_cv(arrival_cv),
                 trace=arrival_trace)
     plans: list[Plan] = []
@@ -69,7 +70,8 @@ def plan_grid(latency: LatencyModel | LatencyFn, qps: Sequence[float], slo_p99_m
             raise GridOverBudget(len(plans), len(cells), simulated, budget)
         result = plan(latency, load, objective, max_gpus=max_gpus, budget=cell_budget, runs=runs,
                       scheduler=scheduler, stalls=stalls, arrival_cv=arrival_cv, arrival_trace=arrival_trace,
-                      max_batch_choices=max_batch_choices, delay_us_choices=delay_us_choices)
+                      max_batch_choices=max_batch_choices, delay_us_choices=delay_us_choices,
+                      instance_choices=instance_choices)
         simulated += result.simulated_requests
         if result.budget_spent and cell_budget < DEFAULT_BUDGET:  # the grid's budget stopped it, not its own
             raise GridOverBudget(len(plans), len(cells), simulated, budget)

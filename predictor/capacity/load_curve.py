@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from predictor.capacity.gpu_arrivals import gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
+from predictor.capacity.instance_sharing import instances_capacity_qps
 from predictor.capacity.load_trace import LoadTrace, checked_trace
 from predictor.capacity.simulator import (
     MAX_RATE_QPS,
@@ -79,11 +80,13 @@ def _cached(latency: LatencyModel | LatencyFn) -> LatencyFn:
 def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig,
                  stalls: HostStalls | None = None) -> float:
     """The most requests per second ``config`` can serve: each instance sending its best batch
-    (``max over b <= max_batch of b / median(b)``) back to back, except while the host is paused
+    (``max over b <= max_batch of b / median(b)``; as instances share the GPU where ``config.sharing``
+    says, ``instance_sharing.capacity_qps``) back to back, except while the host is paused
     (``stalls``: their share of the time is taken off, as the planner does). Beyond it the queue
     grows without bound, so it is the natural right end of a latency-versus-load curve."""
-    per_instance = max(b / checked_latency(latency, b)[0] * 1e3 for b in range(1, config.max_batch + 1))
-    return per_instance * config.instances * serving_share(stalls)
+    served = instances_capacity_qps(lambda b: checked_latency(latency, b)[0], config.max_batch, config.instances,
+                                    config.sharing)
+    return served * serving_share(stalls)
 
 
 def qps_range(capacity: float, *, points: int = DEFAULT_POINTS, low: float = 0.05, high: float = 0.98,

@@ -8,12 +8,17 @@ that meet the objective; :func:`triton_config` writes the matching ``config.pbtx
 
 The model of the fleet, and its simplifications:
 
-- G GPUs, each with **one** model instance (no ``instance_group`` count above 1: measured on an H100,
-  fp16 CUDA graphs, k instances at batch b served 0.80-1.00x (k = 2) and 0.66-0.98x (k = 4) the samples
-  a second of one instance at batch k x b, ``benchmarks/instance_sharing.py``; but where the choices
-  are limited below k x b (``limited_choices``) more instances serve more, up to 1.7x at batch 1 with
-  two, and neither that nor their shorter wait at middle loads is weighed), behind a load
-  balancer that sends each request to one of them at random, evenly and independently. The whole
+- G GPUs, each with one model instance by default, or as many as ``instance_choices`` lets a plan
+  weigh (Triton's ``instance_group`` count, 1-4): measured on an H100, fp16 CUDA graphs, k instances at
+  batch b served 0.80-1.00x (k = 2) and 0.66-0.98x (k = 4) the samples a second of one instance at
+  batch k x b (``benchmarks/instance_sharing.py``), so where a k-times larger batch is allowed one
+  instance is enough; where the choices are limited below it (``limited_choices``) more instances
+  serve more, up to 1.7x at batch 1 with two. Instances on one GPU slow each other's batches as
+  :mod:`predictor.capacity.instance_sharing` measured (a batch beside others runs as their summed
+  batch, 10-21% slower), which also gives a request arriving while one batch runs the chance to
+  start at once on another instance. A setting of k instances is weighed only up to a summed batch
+  k x max_batch of ``MAX_SUMMED_BATCH``, the largest batch a plan asks the latency model about. The
+  GPUs sit behind a load balancer that sends each request to one of them at random, evenly and independently. The whole
   load's gaps between requests have a coefficient of variation ``arrival_cv``: 1 (the default) is
   Poisson, and each GPU then sees a Poisson process at ``qps / G``; otherwise the load is a gamma
   renewal process (above 1 bursty, below 1 steadier than Poisson), and each GPU sees exactly its
@@ -50,8 +55,8 @@ means less load on each: true of the queue, though a long queue delay alone can 
 p99 grow as its load falls, which is why the question is asked of all settings together). The best
 effort, when no G up to ``max_gpus`` is feasible, is the lowest p99 of every setting on ``max_gpus``
 GPUs, with ``meets=False`` and a reason. On the fewest feasible G the plan takes, among the settings
-capacity does not rule out, the lowest p99, then the smallest ``max_batch``, then the shortest delay.
-The same arguments and seed give the same plan.
+capacity does not rule out, the lowest p99, then the smallest ``max_batch``, then the shortest delay,
+then the fewest instances. The same arguments and seed give the same plan.
 
 What keeps a plan within a REST request (``benchmarks/capacity_planner.py`` measures it: 2 ms +
 0.05 ms a sample at 5,000 qps and p99 4 ms, where 53 GPUs each run almost idle and every setting's
@@ -80,6 +85,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.instance_sharing import MAX_INSTANCES, MEASURED_SHARING, InstanceSharing, instance_choices
 from predictor.capacity.load_trace import LoadTrace, checked_trace
 from predictor.capacity.runs import OutOfBudget, Runs, Search, Setting, steady_as_none
 from predictor.capacity.simulator import (
@@ -89,6 +95,7 @@ from predictor.capacity.simulator import (
     MAX_REQUESTS,
     MIN_ARRIVAL_CV,
     SCHEDULERS,
+    BatchingConfig,
     Engine,
     LatencyFn,
     LatencyModel,
@@ -117,6 +124,8 @@ MAX_BUDGET = 10_000_000_000
 #: from none (Triton's default) to 5 ms.
 MAX_BATCH_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
 DELAY_US_CHOICES = (0, 100, 500, 1000, 2000, 5000)
+#: The largest batch whose latency a plan asks for: k instances' batches of max_batch run as one of k x max_batch.
+MAX_SUMMED_BATCH = max(MAX_BATCH_CHOICES)
 
 
 def limited_choices(batch_limit: int | None = None, delay_limit_us: int | None = None
@@ -134,6 +143,35 @@ def limited_choices(batch_limit: int | None = None, delay_limit_us: int | None =
 
     return (limited("batch_limit", batch_limit, MAX_BATCH_CHOICES, 1),
             limited("delay_limit_us", delay_limit_us, DELAY_US_CHOICES, 0))
+
+
+def weighed_instances(max_instances: int | None = None, batch_limit: int | None = None,
+                      fit: int | None = None) -> tuple[int, ...]:
+    """The instance counts per GPU a plan weighs: up to ``max_instances`` (``instance_sharing.instance_choices``);
+    by default one, or up to ``MAX_INSTANCES`` where the deployment limits the batch (``batch_limit``): without
+    a limit one instance at k times the batch served at least as many samples a second as k instances
+    (measured), and more instances would only be weighed on the sharing model's say-so at middle loads.
+    None above ``fit``, the instances whose weights and activations the GPU's memory holds
+    (``instance_memory.instances_that_fit``; one is always weighed)."""
+    choices = instance_choices(MAX_INSTANCES if batch_limit is not None else 1) if max_instances is None \
+        else instance_choices(max_instances)
+    return tuple(k for k in choices if fit is None or k <= max(1, fit))
+
+
+def weighed_settings(max_batch_choices: Sequence[int], delay_us_choices: Sequence[int],
+                     instance_choices: Sequence[int]) -> list[Setting]:
+    """The (max_batch, delay, instances) settings a plan weighs, in the order it tries them when it asks
+    whether anything is feasible: no delay first, the biggest batches first, the fewest instances
+    first; several instances only where their summed batch is at most ``MAX_SUMMED_BATCH`` (one
+    instance at any max_batch)."""
+    return [(b, d, k) for d in delay_us_choices for b in sorted(max_batch_choices, reverse=True)
+            for k in sorted(instance_choices) if k == 1 or k * b <= MAX_SUMMED_BATCH]
+
+
+def largest_batch(max_batch_choices: Sequence[int], instance_choices: Sequence[int] = (1,)) -> int:
+    """The largest batch size a plan over these choices asks the latency model about: the largest
+    max_batch, or a summed batch of several instances' (``weighed_settings``)."""
+    return max(b * k for b, _, k in weighed_settings(max_batch_choices, (0,), instance_choices))
 
 
 #: Requests simulated per run, and the seed of their arrivals and service times.
@@ -157,6 +195,8 @@ class Plan:
     max_batch: int
     max_queue_delay_us: int
     preferred_batch_sizes: tuple[int, ...]
+    #: model instances per GPU (Triton's ``instance_group`` count)
+    instances: int
     qps: float
     slo_p99_ms: float
     per_gpu_qps: float
@@ -205,9 +245,10 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          max_gpus: int = 64, requests: int = REQUESTS, seed: int = SEED, budget: int | None = DEFAULT_BUDGET,
          exhaustive: bool = False, engine: Engine = "auto", runs: Runs | None = None,
          scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
-         arrival_cv: float = 1.0, arrival_trace: LoadTrace | None = None) -> Plan:
-    """The fewest GPUs (one instance each, the load split evenly at random) and the dynamic-batching
-    settings among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
+         arrival_cv: float = 1.0, arrival_trace: LoadTrace | None = None,
+         instance_choices: Sequence[int] = (1,)) -> Plan:
+    """The fewest GPUs (the load split evenly at random) and the dynamic-batching settings and
+    instances per GPU among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
     each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
     model and the search.
 
@@ -229,6 +270,8 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     ``arrival_trace``: a recorded load instead (``load_trace.LoadTrace``), its times scaled so that its
     mean rate is ``qps`` (``arrival_trace.rate_qps``: as recorded); each run then replays its GPU's whole
     share of it, at least ``requests`` requests, which a long trace makes costlier than a generated run.
+    ``instance_choices``: the model instances per GPU a plan weighs (``instance_sharing.instance_choices``:
+    1, 2 and 4 measured; one by default, as before they were weighed).
     Never raises for an objective out of reach: the plan then has ``meets=False`` and a ``reason``.
     """
     if not is_finite_number(qps) or qps <= 0:
@@ -239,6 +282,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
         raise ValueError(f"slo_p99_ms: must be a positive number of milliseconds, not {slo_p99_ms!r}")
     batches = _choices("max_batch_choices", max_batch_choices, 1, 1 << 20)
     delays = _choices("delay_us_choices", delay_us_choices, 0, MAX_DELAY_US)
+    instances = _choices("instance_choices", instance_choices, 1, MAX_INSTANCES)
     if not is_int(max_gpus) or not 1 <= max_gpus <= MAX_GPUS:
         raise ValueError(f"max_gpus: must be an integer in [1, {MAX_GPUS}], not {max_gpus!r}")
     if not is_int(requests) or not MIN_REQUESTS <= requests <= MAX_REQUESTS:
@@ -264,23 +308,22 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
                          "host pauses and drift (stalls), arrival_cv or arrival_trace")
 
     search = Search(runs, float(qps), float(slo_p99_ms), None if exhaustive else budget)
-    # Tried first when asking "is anything feasible on G GPUs?": no delay, then the biggest batches.
-    candidates = [(b, d) for d in delays for b in sorted(batches, reverse=True)]
-    capacity = {b: search.capacity_qps(b) for b in batches}
-    reachable = [(b, d) for b, d in candidates if search.fastest_ms(b) <= slo_p99_ms]
+    candidates = weighed_settings(batches, delays, instances)
+    capacity = {(b, k): search.capacity_qps(b, k) for b, _, k in candidates}
+    reachable = [c for c in candidates if search.fastest_ms(c[0]) <= slo_p99_ms]
     lower = max(1, math.ceil(qps / (MAX_UTILISATION * max(capacity.values()))))
 
     def viable(candidate: Setting, gpus: int) -> bool:  # not ruled out without simulating
-        return qps / gpus < MAX_UTILISATION * capacity[candidate[0]]
+        return qps / gpus < MAX_UTILISATION * capacity[(candidate[0], candidate[2])]
 
     def any_feasible(gpus: int) -> bool:
         if exhaustive:
-            return any(viable(c, gpus) and search.simulate(*c, gpus).p99_ms <= slo_p99_ms for c in reachable)
-        return any(viable(c, gpus) and search.within(*c, gpus, slo_p99_ms) is not None for c in reachable)
+            return any(viable(c, gpus) and search.simulate(c, gpus).p99_ms <= slo_p99_ms for c in reachable)
+        return any(viable(c, gpus) and search.within(c, gpus, slo_p99_ms) is not None for c in reachable)
 
     def lowest(options: Sequence[Setting], gpus: int, bound_ms: float) -> tuple[Setting, SimResult]:
         if exhaustive:
-            done = [(c, search.simulate(*c, gpus)) for c in options]
+            done = [(c, search.simulate(c, gpus)) for c in options]
             return min(((c, r) for c, r in done if r.p99_ms <= bound_ms), key=lambda o: (o[1].p99_ms, *o[0]))
         best = search.best(options, gpus, bound_ms)
         assert best is not None  # callers know that one is within the bound
@@ -289,10 +332,10 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     try:
         found = _fewest_gpus(any_feasible, lower, max_gpus) if reachable and lower <= max_gpus else None
         if found is not None:
-            (max_batch, delay), result = lowest([c for c in reachable if viable(c, found)], found, slo_p99_ms)
-            return _plan(search, found, max_batch, delay, result, meets=True, reason="")
+            setting, result = lowest([c for c in reachable if viable(c, found)], found, slo_p99_ms)
+            return _plan(search, found, setting, result, meets=True, reason="")
         # Best effort: the lowest p99 on every GPU allowed.
-        (max_batch, delay), result = lowest(candidates, max_gpus, math.inf)
+        setting, result = lowest(candidates, max_gpus, math.inf)
     except OutOfBudget:
         return _stopped_at_budget(search, max_gpus, candidates, reachable, viable)
     if not reachable:
@@ -305,7 +348,7 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
     else:
         reason = (f"no setting meets p99 <= {slo_p99_ms:g} ms at a load below {MAX_UTILISATION:g} of their capacity "
                   f"on up to max_gpus={max_gpus} GPUs; the lowest p99 there is {result.p99_ms:.4g} ms")
-    return _plan(search, max_gpus, max_batch, delay, result, meets=False, reason=reason)
+    return _plan(search, max_gpus, setting, result, meets=False, reason=reason)
 
 
 def _fewest_gpus(any_feasible: Callable[[int], bool], lower: int, max_gpus: int) -> int | None:
@@ -335,32 +378,33 @@ def _fewest_gpus(any_feasible: Callable[[int], bool], lower: int, max_gpus: int)
 def _stopped_at_budget(search: Search, max_gpus: int, candidates: Sequence[Setting], reachable: Sequence[Setting],
                        viable: Callable[[Setting, int], bool]) -> Plan:
     """The plan when the budget ran out mid-search: the fewest GPUs among the finished runs that meet
-    the objective (then the lowest p99, smallest max_batch, shortest delay), said to be possibly
-    more than needed; else the lowest p99 finished on ``max_gpus`` (one more run if none is there),
-    said not to meet it."""
+    the objective (then the lowest p99, smallest max_batch, shortest delay, fewest instances), said to
+    be possibly more than needed; else the lowest p99 finished on ``max_gpus`` (one more run if none
+    is there), said not to meet it."""
     spent = f"the search stopped at its budget of {search.budget:,} simulated requests"
     finished = search.finished()
-    meeting = [(gpus, result.p99_ms, b, d) for (b, d, gpus), result in finished.items()
-               if result.p99_ms <= search.slo_ms and (b, d) in reachable and viable((b, d), gpus)]
+    meeting = [(gpus, result.p99_ms, (b, d, k)) for (b, d, k, gpus), result in finished.items()
+               if result.p99_ms <= search.slo_ms and (b, d, k) in reachable and viable((b, d, k), gpus)]
     if meeting:
-        gpus, _, b, d = min(meeting)
-        return _plan(search, gpus, b, d, finished[(b, d, gpus)], meets=True, budget_spent=True,
+        gpus, _, setting = min(meeting)
+        return _plan(search, gpus, setting, finished[(*setting, gpus)], meets=True, budget_spent=True,
                      reason=f"{spent}: this plan meets the objective, but fewer GPUs or other settings may too")
-    on_max = [(result.p99_ms, b, d) for (b, d, gpus), result in finished.items() if gpus == max_gpus]
-    _, b, d = min(on_max) if on_max else (0.0, *candidates[0])
+    on_max = [(result.p99_ms, (b, d, k)) for (b, d, k, gpus), result in finished.items() if gpus == max_gpus]
+    _, setting = min(on_max) if on_max else (0.0, candidates[0])
     search.budget = None  # the one run past the budget that a plan needs numbers from
-    result = search.simulate(b, d, max_gpus)
-    return _plan(search, max_gpus, b, d, result, meets=False, budget_spent=True,
+    result = search.simulate(setting, max_gpus)
+    return _plan(search, max_gpus, setting, result, meets=False, budget_spent=True,
                  reason=f"{spent} before it found a setting that meets p99 <= {search.slo_ms:g} ms on up to "
                         f"max_gpus={max_gpus} GPUs; the lowest p99 it finished there is {result.p99_ms:.4g} ms")
 
 
-def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimResult, *,
+def _plan(search: Search, gpus: int, setting: Setting, result: SimResult, *,
           meets: bool, reason: str, budget_spent: bool = False) -> Plan:
-    low, high = search.p99_range(max_batch, delay_us, gpus, result) or (None, None)
+    low, high = search.p99_range(setting, gpus, result) or (None, None)
     trace = search.runs.trace
+    max_batch, delay_us, instances = setting
     return Plan(
-        gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(),
+        gpus=gpus, max_batch=max_batch, max_queue_delay_us=delay_us, preferred_batch_sizes=(), instances=instances,
         qps=search.qps, slo_p99_ms=search.slo_ms, per_gpu_qps=search.qps / gpus,
         p50_ms=result.p50_ms, p99_ms=result.p99_ms, throughput_qps=result.throughput_qps * gpus,
         utilisation=result.utilisation, mean_batch_size=result.mean_batch_size,
@@ -370,18 +414,29 @@ def _plan(search: Search, gpus: int, max_batch: int, delay_us: int, result: SimR
         arrival_trace=None if trace is None else trace.describe())
 
 
+def plan_config(plan: Plan, sharing: InstanceSharing = MEASURED_SHARING) -> BatchingConfig:
+    """The simulator's config of the plan's setting on one GPU, as its runs simulated it (``Runs.sharing``,
+    the measured one by default, where it has several instances): to draw its latency against load."""
+    return BatchingConfig(max_batch=plan.max_batch, max_queue_delay_us=plan.max_queue_delay_us,
+                          instances=plan.instances, scheduler=plan.scheduler,
+                          sharing=sharing if plan.instances > 1 else None)
+
+
 def triton_config(plan: Plan) -> str:
-    """The plan's batching as Triton ``config.pbtxt`` text: ``max_batch_size`` and the
-    ``dynamic_batching`` block (``preferred_batch_size`` only when the plan has preferred sizes).
-    The instance count per GPU is one, Triton's default ``instance_group``, so none is written."""
+    """The plan's batching as Triton ``config.pbtxt`` text: ``max_batch_size``, the ``dynamic_batching``
+    block (``preferred_batch_size`` only when the plan has preferred sizes) and, for more than one
+    instance per GPU, the ``instance_group`` (one instance is Triton's default, so none is written)."""
     lines = [f"max_batch_size: {plan.max_batch}", "dynamic_batching {"]
     if plan.preferred_batch_sizes:
         lines.append(f"  preferred_batch_size: [ {', '.join(str(p) for p in plan.preferred_batch_sizes)} ]")
     lines.append(f"  max_queue_delay_microseconds: {plan.max_queue_delay_us}")
     lines.append("}")
+    if plan.instances > 1:
+        lines.append(f"instance_group [ {{ count: {plan.instances} kind: KIND_GPU }} ]")
     return "\n".join(lines) + "\n"
 
 
 __all__: Sequence[str] = ["DEFAULT_BUDGET", "DELAY_US_CHOICES", "MAX_ARRIVAL_CV", "MAX_BATCH_CHOICES",
-                          "MAX_UTILISATION", "MIN_ARRIVAL_CV", "Plan", "REQUESTS", "SEED", "checked_arrival_cv",
-                          "limited_choices", "plan", "triton_config"]
+                          "MAX_SUMMED_BATCH", "MAX_UTILISATION", "MIN_ARRIVAL_CV", "Plan", "REQUESTS", "SEED",
+                          "checked_arrival_cv", "largest_batch", "limited_choices", "plan", "plan_config",
+                          "triton_config", "weighed_instances", "weighed_settings"]

@@ -1,13 +1,13 @@
 """The simulations a capacity plan asks for: given up as soon as they are out of the running,
 charged to the plan's budget, and shared by the plans of one grid.
 
-A plan (``planner.plan``) asks two questions of many (max_batch, delay, GPUs) settings: "is the
+A plan (``planner.plan``) asks two questions of many (max_batch, delay, instances, GPUs) settings: "is the
 p99 within the objective?" while it looks for the fewest GPUs, and "is the p99 below the best so
 far?" while it picks the setting. Neither needs a run to its end once enough requests have been
 late for the p99 to be above the bound (``simulator.simulate_bounded``), and a setting far from
 the bound is out after a fraction of its requests: the answers are the ones whole runs give.
 
-Runs are kept in :class:`Runs`, by (qps, max_batch, delay, GPUs), for one latency model, request
+Runs are kept in :class:`Runs`, by (qps, max_batch, delay, instances, GPUs), for one latency model, request
 count and seed: a run's outcome does not depend on which plan asked for it, so a spreadsheet's
 grid of objectives at one load (or loads whose split over GPUs coincides) reuses what an earlier
 cell simulated. A :class:`Search` is one plan's view of them: the requests it simulated itself
@@ -30,6 +30,7 @@ import numpy as np
 
 from predictor.capacity.gpu_arrivals import GpuArrivals, gpu_arrivals
 from predictor.capacity.host_stalls import HostStalls, serving_share
+from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing, instances_capacity_qps
 from predictor.capacity.load_trace import LoadTrace
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
@@ -46,8 +47,8 @@ from predictor.capacity.simulator import (
     simulate_bounded,
 )
 
-#: (max_batch, max_queue_delay_us)
-Setting = tuple[int, int]
+#: (max_batch, max_queue_delay_us, instances per GPU)
+Setting = tuple[int, int, int]
 
 
 def steady_as_none(stalls: HostStalls | None) -> HostStalls | None:
@@ -74,17 +75,21 @@ class OutOfBudget(Exception):
 
 class Runs:
     """Simulations of one latency model at one request count and seed, by (qps, max_batch, delay,
-    GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
+    instances, GPUs): finished runs, and for runs given up the highest bound each p99 was shown to be above.
     The latency model is asked once per batch size. ``stalls``: the serving host's pauses and drift,
     which every run (its p99 range's too) replays; None, a steady host. ``arrival_cv``: the
     coefficient of variation of the gaps between the whole load's requests (1, Poisson); ``trace``, a
     recorded load replayed instead (``load_trace``: its shape, at each plan's qps), each run then
-    simulating its GPU's whole share of it, at least ``requests`` of them."""
+    simulating its GPU's whole share of it, at least ``requests`` of them. ``sharing``: how several
+    instances on one GPU slow each other's batches (:mod:`predictor.capacity.instance_sharing`; the
+    H100's measured factors by default), for the settings with more than one."""
 
     def __init__(self, latency: LatencyModel | LatencyFn, requests: int, seed: int, engine: Engine = "auto",
                  scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
-                 arrival_cv: float = 1.0, trace: LoadTrace | None = None) -> None:
+                 arrival_cv: float = 1.0, trace: LoadTrace | None = None,
+                 sharing: InstanceSharing = MEASURED_SHARING) -> None:
         self.latency, self.requests, self.seed, self.engine = latency, requests, seed, engine
+        self.sharing = sharing
         #: how the simulated server batches (``BatchingConfig.scheduler``): Triton's code by default
         self.scheduler: Scheduler = scheduler
         #: the host's pauses and drift (``simulate(stalls=)``), the same in every run; None for a steady
@@ -97,10 +102,11 @@ class Runs:
         #: each (qps, GPUs)'s arrivals: a trace's share is made once, whatever the settings asked about
         self.arrivals: dict[tuple[float, int], GpuArrivals] = {}
         self.medians: dict[int, tuple[float, float]] = {}
-        self.results: dict[tuple[float, int, int, int], SimResult] = {}
-        self.above: dict[tuple[float, int, int, int], float] = {}
+        #: by (qps, max_batch, delay, instances, GPUs)
+        self.results: dict[tuple[float, int, int, int, int], SimResult] = {}
+        self.above: dict[tuple[float, int, int, int, int], float] = {}
         #: p99 with every batch at the low and at the high end of the latency model's interval
-        self.ranges: dict[tuple[float, int, int, int], tuple[float, float]] = {}
+        self.ranges: dict[tuple[float, int, int, int, int], tuple[float, float]] = {}
 
     def cached_latency(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians:
@@ -119,15 +125,17 @@ class Search:
     def __init__(self, runs: Runs, qps: float, slo_ms: float, budget: int | None) -> None:
         self.runs, self.qps, self.slo_ms, self.budget = runs, qps, slo_ms, budget
         self.simulated = 0
-        self.asked: set[tuple[int, int, int]] = set()
+        self.asked: set[tuple[int, int, int, int]] = set()  # (max_batch, delay, instances, GPUs)
 
     def cached_latency(self, batch: int) -> tuple[float, float]:
         return self.runs.cached_latency(batch)
 
-    def capacity_qps(self, max_batch: int) -> float:
-        """The most requests per second one instance can serve with batches of at most ``max_batch``:
-        while the host is paused it serves none, so its pauses' share of the time is taken off."""
-        best = max(b / self.cached_latency(b)[0] * 1e3 for b in range(1, max_batch + 1))
+    def capacity_qps(self, max_batch: int, instances: int = 1) -> float:
+        """The most requests per second ``instances`` instances on one GPU can serve with batches of at
+        most ``max_batch`` (sharing it as ``Runs.sharing`` says): while the host is paused they serve
+        none, so its pauses' share of the time is taken off."""
+        best = instances_capacity_qps(lambda b: self.cached_latency(b)[0], max_batch, instances,
+                                      self.runs.sharing if instances > 1 else None)
         return best * serving_share(self.runs.stalls)
 
     def fastest_ms(self, max_batch: int) -> float:
@@ -140,8 +148,8 @@ class Search:
         """Settings on a GPU count this plan asked about (the same with or without shared runs)."""
         return len(self.asked)
 
-    def finished(self) -> dict[tuple[int, int, int], SimResult]:
-        """The finished runs this plan asked about, by (max_batch, delay, GPUs)."""
+    def finished(self) -> dict[tuple[int, int, int, int], SimResult]:
+        """The finished runs this plan asked about, by (max_batch, delay, instances, GPUs)."""
         results = self.runs.results
         return {key: results[(self.qps, *key)] for key in self.asked if (self.qps, *key) in results}
 
@@ -167,16 +175,18 @@ class Search:
             runs.arrivals[key] = gpu_arrivals(self.qps, gpus, runs.seed, runs.requests, runs.arrival_cv, runs.trace)
         return runs.arrivals[key]
 
-    def _arrivals_and_config(self, max_batch: int, delay_us: int, gpus: int) -> tuple[GpuArrivals, BatchingConfig]:
+    def _arrivals_and_config(self, setting: Setting, gpus: int) -> tuple[GpuArrivals, BatchingConfig]:
+        max_batch, delay_us, instances = setting
         return (self.arrivals(gpus),
-                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us, scheduler=self.runs.scheduler))
+                BatchingConfig(max_batch=max_batch, max_queue_delay_us=delay_us, instances=instances,
+                               scheduler=self.runs.scheduler, sharing=self.runs.sharing if instances > 1 else None))
 
-    def simulate(self, max_batch: int, delay_us: int, gpus: int) -> SimResult:
+    def simulate(self, setting: Setting, gpus: int) -> SimResult:
         """The setting's whole run on ``gpus`` (the exhaustive search's question)."""
-        key = (self.qps, max_batch, delay_us, gpus)
+        key = (self.qps, *setting, gpus)
         self.asked.add(key[1:])
         if key not in self.runs.results:
-            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            arrivals, config = self._arrivals_and_config(setting, gpus)
             self._check_budget(arrivals)
             self.runs.results[key] = statistics_only(simulate(
                 arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
@@ -184,16 +194,15 @@ class Search:
             self._charge(arrivals.count)
         return self.runs.results[key]
 
-    def p99_range(self, max_batch: int, delay_us: int, gpus: int,
-                  own_run: SimResult | None = None) -> tuple[float, float] | None:
+    def p99_range(self, setting: Setting, gpus: int, own_run: SimResult | None = None) -> tuple[float, float] | None:
         """The setting's p99 on ``gpus`` with every batch's median at the low, then the high end of
         the latency model's interval (the same arrivals and draws as its own run, ``own_run``), or
         None for a model without one. Two whole runs, charged to the plan (one for a slow-end model
         whose own run is given: it is the high end's); never given up for the budget: a plan's
         range is part of its answer."""
-        key = (self.qps, max_batch, delay_us, gpus)
+        key = (self.qps, *setting, gpus)
         if key not in self.runs.ranges:
-            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+            arrivals, config = self._arrivals_and_config(setting, gpus)
             latency = self.runs.latency
             ends = p99_at_ends(arrivals.arrivals, config, latency, requests=arrivals.requests,
                                warmup_fraction=arrivals.warmup_fraction, engine=self.runs.engine,
@@ -204,18 +213,18 @@ class Search:
             self._charge((1 if high_end_is_own_run(latency, own_run) else 2) * arrivals.count)
         return self.runs.ranges[key]
 
-    def within(self, max_batch: int, delay_us: int, gpus: int, bound_ms: float) -> SimResult | None:
+    def within(self, setting: Setting, gpus: int, bound_ms: float) -> SimResult | None:
         """The setting's run on ``gpus`` if its p99 is at most ``bound_ms``, else None; a run is
         given up as soon as it shows a p99 above the bound (an infinite bound: a whole run)."""
-        key = (self.qps, max_batch, delay_us, gpus)
+        key = (self.qps, *setting, gpus)
         self.asked.add(key[1:])
         runs = self.runs
         if key not in runs.results:
             if runs.above.get(key, -math.inf) >= bound_ms:
                 return None
             if math.isinf(bound_ms):
-                return self.simulate(max_batch, delay_us, gpus)
-            arrivals, config = self._arrivals_and_config(max_batch, delay_us, gpus)
+                return self.simulate(setting, gpus)
+            arrivals, config = self._arrivals_and_config(setting, gpus)
             self._check_budget(arrivals)
             run = simulate_bounded(arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
                                    p99_bound_ms=bound_ms, warmup_fraction=arrivals.warmup_fraction,
@@ -229,8 +238,8 @@ class Search:
         return result if result.p99_ms <= bound_ms else None
 
     def best(self, settings: Sequence[Setting], gpus: int, bound_ms: float) -> tuple[Setting, SimResult] | None:
-        """The setting with the lowest p99 on ``gpus`` (then the smallest max_batch, then the shortest
-        delay) among those within ``bound_ms``, or None: branch and bound, each run given up once its
+        """The setting with the lowest p99 on ``gpus`` (then the smallest max_batch, the shortest delay,
+        the fewest instances) among those within ``bound_ms``, or None: branch and bound, each run given up once its
         p99 is above the best so far, since it cannot win then. Settings with a finished run go
         first, best first, so that the bound is tight from the start."""
 
@@ -241,7 +250,7 @@ class Search:
         best: tuple[Setting, SimResult] | None = None
         for setting in sorted(settings, key=known_p99):  # stable: the others keep the caller's order
             bound = bound_ms if best is None else min(bound_ms, best[1].p99_ms)
-            result = self.within(*setting, gpus, bound)
+            result = self.within(setting, gpus, bound)
             if result is not None and (best is None or (result.p99_ms, *setting) < (best[1].p99_ms, *best[0])):
                 best = (setting, result)
         return best

@@ -51,8 +51,10 @@ Simplifications of Triton's batcher:
   no ``preserve_ordering``, no sequence batching;
 - the scheduler costs no time: forming a batch, copying inputs and returning responses are in the
   latency model or nowhere; network time is not simulated;
-- instances are identical and independent (service time depends on the batch alone, not on how
-  many instances share a GPU: give ``latency`` the per-instance latency under that sharing);
+- instances are identical; without ``BatchingConfig.sharing`` they are independent (a batch's time
+  depends on its size alone, not on how many instances share the GPU); with it, a batch that starts
+  beside others takes the sharing factor times the latency of their summed size
+  (:mod:`predictor.capacity.instance_sharing`, measured on an H100);
 - when preferred sizes are set, batches never exceed the largest preferred size that fits, as
   Triton's documentation describes; newer Triton releases may, after the queue delay runs out,
   send more than the largest preferred size, which is not modelled.
@@ -75,6 +77,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 import numpy as np
 
 from predictor.capacity.host_stalls import HostStalls, PauseSchedule
+from predictor.capacity.instance_sharing import InstanceSharing
 from predictor.capacity.service_drift import DriftNormals
 from predictor.capacity.single_instance import GiveUp, Served, ServiceFn, serve, slack_s
 from predictor.capacity.triton_scheduler import forms_the_rules_batches, serve_like_triton
@@ -259,6 +262,9 @@ class BatchingConfig:
     #: forms only when an instance frees); ``triton``, Triton's code (payloads formed and staged
     #: ahead of a busy instance, :mod:`predictor.capacity.triton_scheduler`)
     scheduler: Scheduler = "rule"
+    #: how instances share one GPU (:mod:`predictor.capacity.instance_sharing`): None, independently,
+    #: each batch as fast as alone; else a batch beside others runs as their summed batch, slowed
+    sharing: InstanceSharing | None = None
 
     def __post_init__(self) -> None:
         if not is_int(self.max_batch) or self.max_batch < 1:
@@ -275,6 +281,11 @@ class BatchingConfig:
             raise ValueError(f"instances: must be an integer in [1, 10000], not {self.instances!r}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"scheduler: must be one of {SCHEDULERS}, not {self.scheduler!r}")
+        if self.sharing is not None and not isinstance(self.sharing, InstanceSharing):
+            raise ValueError(f"sharing: must be an InstanceSharing or None, not {type(self.sharing).__name__}")
+        if self.sharing is not None and self.instances > self.sharing.max_batches:
+            raise ValueError(f"instances: {self.instances} sharing one GPU is more than the {self.sharing.max_batches} "
+                             "the sharing model was measured for")
 
 
 @dataclass(frozen=True)
@@ -360,6 +371,7 @@ class _Server:
         self.head = 0
         self.tail = 0
         self.free = config.instances
+        self.running: list[int] = []  # the sizes of the batches running, for the instances' sharing
         self.wake: simpy.Event | None = None
         self.timer_deadline = -math.inf
         self.batches: list[tuple[float, float, int, int]] = []  # (start s, service s, size, first request)
@@ -405,7 +417,13 @@ class _Server:
         lo, hi = self.head, self.head + size
         self.head = hi
         self.free -= 1
-        service = self.service_s(size, now)
+        sharing = self.config.sharing
+        if sharing is None or not self.running:
+            service = self.service_s(size, now)
+        else:
+            summed, factor = sharing.batch_time_terms(size, self.running)
+            service = self.service_s(summed, now, factor)
+        self.running.append(size)
         self.start_s[lo:hi] = now
         self.batches.append((now, service, size, lo))
         done = self.env.timeout(service)
@@ -413,6 +431,7 @@ class _Server:
 
     def _finish(self, lo: int, hi: int) -> None:
         self.finish_s[lo:hi] = self.env.now
+        self.running.remove(hi - lo)
         self.free += 1
         self._poke()
 
@@ -437,22 +456,22 @@ def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator
     cache: dict[int, tuple[float, float]] = {}
     normals: Iterator[float] = iter(())
 
-    def sample(batch: int, start_s: float) -> float:
+    def sample(batch: int, start_s: float, scale: float = 1.0, /) -> float:
         nonlocal normals
         if batch not in cache:
             median, sigma = checked_latency(latency, batch)
             cache[batch] = (median * 1e-3, sigma)
         median_s, sigma = cache[batch]
         if sigma == 0:
-            work = median_s
+            work = median_s * scale
         elif drift is not None:
-            work = float(median_s * math.exp(sigma * drift.at(start_s)))
+            work = float(median_s * math.exp(sigma * drift.at(start_s))) * scale
         else:
             z = next(normals, None)
             if z is None:
                 normals = iter(rng.standard_normal(4096).tolist())
                 z = next(normals)
-            work = float(median_s * math.exp(sigma * z))
+            work = float(median_s * math.exp(sigma * z)) * scale
         return work if pauses is None else pauses.finish(start_s, work) - start_s
 
     return sample
@@ -585,10 +604,13 @@ def _run(arrivals: Arrivals, config: BatchingConfig, latency: LatencyModel | Lat
         count = measured - math.floor(0.99 * (measured - 1))
         give_up = GiveUp(first, bound_ms * 1e-3 * (1 + 1e-9), count)
     served: Served | None = None
-    if config.scheduler == "triton" and not forms_the_rules_batches(
-            config.max_batch, config.preferred_batch_sizes, config.max_queue_delay_us * 1e-6):
+    # (several instances under Triton's code: its own walk, which gives up early, where SimPy's would not)
+    if config.scheduler == "triton" and (not forms_the_rules_batches(
+            config.max_batch, config.preferred_batch_sizes, config.max_queue_delay_us * 1e-6)
+            or (engine == "auto" and config.instances > 1)):
         served = serve_like_triton(arrival_s, config.max_batch, config.preferred_batch_sizes,
-                                   config.max_queue_delay_us * 1e-6, config.instances, service_s, give_up)
+                                   config.max_queue_delay_us * 1e-6, config.instances, service_s, give_up,
+                                   config.sharing)
     elif engine == "auto" and config.instances == 1 and not config.preferred_batch_sizes:
         served = serve(arrival_s, config.max_batch, config.max_queue_delay_us * 1e-6, service_s, give_up)
     if served is not None:

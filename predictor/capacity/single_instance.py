@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -46,9 +47,13 @@ def slack_s(now: float) -> float:
     return max(EPS_S, 4 * math.ulp(now))
 
 
-#: A batch's service seconds from its size and its start (s): the start matters where the host pauses
-#: (:mod:`predictor.capacity.host_stalls`)
-ServiceFn = Callable[[int, float], float]
+class ServiceFn(Protocol):
+    """A batch's service seconds from its size and its start (s), its work times ``scale``: the start
+    matters where the host pauses (:mod:`predictor.capacity.host_stalls`), the scale where instances
+    share the GPU (:mod:`predictor.capacity.instance_sharing`: the size is then the running batches'
+    sum, and the scale their sharing factor; a pause is waited out unscaled)."""
+
+    def __call__(self, batch: int, start_s: float, scale: float = 1.0, /) -> float: ...
 
 
 @dataclass(frozen=True)

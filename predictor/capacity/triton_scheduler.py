@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from predictor.capacity.instance_sharing import InstanceSharing
 from predictor.capacity.single_instance import GiveUp, Served, ServiceFn, slack_s
 
 #: Triton's batcher sleeps this long when its queue is empty (``default_wait_microseconds``).
@@ -96,15 +97,18 @@ def forms_the_rules_batches(max_batch: int, preferred: Sequence[int], delay_s: f
 
 
 def serve_like_triton(arrival_s: np.ndarray, max_batch: int, preferred: Sequence[int], delay_s: float,
-                      instances: int, service_s: ServiceFn, give_up: GiveUp | None = None) -> Served:
+                      instances: int, service_s: ServiceFn, give_up: GiveUp | None = None,
+                      sharing: InstanceSharing | None = None) -> Served:
     """Serve ``arrival_s`` (sorted seconds, one sample per request) the way Triton's code batches,
     or stop once ``give_up`` is met (a batch's finish is known when it starts, so the count of
     requests over the bound is known batch by batch, whatever the number of instances).
 
     ``preferred`` are the preferred batch sizes (empty: Triton's default, ``max_batch`` alone);
-    ``service_s(size, start)`` is asked once per batch, in the order the batches start.
+    ``service_s(size, start)`` is asked once per batch, in the order the batches start; with
+    ``sharing`` (several instances on one GPU), a batch that starts beside running ones is asked as
+    ``service_s(their summed size, start, sharing factor)`` (:mod:`predictor.capacity.instance_sharing`).
     """
-    server = _TritonServer(arrival_s, max_batch, preferred, delay_s, instances, service_s, give_up)
+    server = _TritonServer(arrival_s, max_batch, preferred, delay_s, instances, service_s, give_up, sharing)
     try:
         return server.run()
     except _GaveUp:
@@ -117,8 +121,10 @@ class _GaveUp(Exception):
 
 class _TritonServer:
     def __init__(self, arrival_s: np.ndarray, max_batch: int, preferred: Sequence[int], delay_s: float,
-                 instances: int, service_s: ServiceFn, give_up: GiveUp | None = None) -> None:
+                 instances: int, service_s: ServiceFn, give_up: GiveUp | None = None,
+                 sharing: InstanceSharing | None = None) -> None:
         self.arrivals: list[float] = arrival_s.tolist()
+        self.sharing = sharing
         self.give_up = give_up
         self.late = 0
         self.max_batch = max_batch
@@ -342,7 +348,11 @@ class _TritonServer:
     def _start(self, lo: int, size: int) -> float:
         """The batch of requests ``lo..lo + size`` starts now: its service is drawn and it is
         recorded; returns when it ends (the caller runs it on an instance, or is done with it)."""
-        service = self.service_s(size, self.now)
+        if self.sharing is None or not self.done:
+            service = self.service_s(size, self.now)
+        else:  # the instances share the GPU with the batches running
+            summed, factor = self.sharing.batch_time_terms(size, [self.batches[i][2] for _, i in self.done])
+            service = self.service_s(summed, self.now, factor)
         finish = self.now + service
         self.batches.append((self.now, service, size, lo))
         if self.give_up is not None:

@@ -31,6 +31,7 @@ from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.capacity.grid import GridOverBudget, plan_grid
+from predictor.capacity.instance_memory import instances_to_weigh
 from predictor.capacity.load_trace import LoadTrace, trace_from_times
 from predictor.capacity.planner import (
     DEFAULT_BUDGET,
@@ -39,6 +40,7 @@ from predictor.capacity.planner import (
     REQUESTS,
     SEED,
     Plan,
+    largest_batch,
     limited_choices,
     triton_config,
 )
@@ -79,7 +81,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-10"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-11"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -108,11 +110,13 @@ def capacity(query: CapacityQuery) -> Response:
     For `model` (a zoo name or a stored graph's id) on `device` at `precision` (default fp16) and
     `mode` (default cudagraph; `host` names the host profile of an eager plan), every combination
     of the comma-separated `qps` (requests per second, one sample each) and `slo_p99_ms` values
-    (up to 16 each, 64 combinations) gets the fewest GPUs up to `max_gpus` (one model instance each,
-    the load split evenly) and the `max_batch_size` and `max_queue_delay_microseconds` whose
+    (up to 16 each, 64 combinations) gets the fewest GPUs up to `max_gpus` (the load split evenly)
+    and the `max_batch_size`, `max_queue_delay_microseconds` and model instances per GPU whose
     simulated p99 meets the objective at a load below 95% of each GPU's capacity (among max batches
     1-128 and queue delays 0-5,000 us, up to `batch_limit` and `delay_limit_us` where the deployment
-    allows less: a model exported for batches up to 24 is planned at 24 too), with the
+    allows less: a model exported for batches up to 24 is planned at 24 too; one instance per GPU,
+    or with a `batch_limit` up to `max_instances`, default 4, sharing the GPU as measured on an
+    H100: `instances_per_gpu`, and an `instance_group` in the config), with the
     simulated p50/p99, throughput and utilisation and the `config.pbtxt` lines. An objective no
     plan meets is answered with `meets` false, the reason and the lowest p99 found on `max_gpus`
     GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
@@ -164,13 +168,14 @@ def _capacity(query: CapacityQuery) -> Response:
     path = named_serving_path(query.serving_path)
     asked = GridAsked(numbers(query.qps, "qps", QPS_ITEM, MIN_QPS, MAX_RATE_QPS),
                       numbers(query.slo_p99_ms, "slo_p99_ms", SLO_ITEM, MIN_SLO_MS, MAX_SLO_MS), query.max_gpus,
-                      query.plan_for, query.scheduler, query.arrival_cv, None, query.batch_limit, query.delay_limit_us)
+                      query.plan_for, query.scheduler, query.arrival_cv, None, query.batch_limit, query.delay_limit_us,
+                      query.max_instances)
     asked.check_combinations(400)
     eager_host = base.host_key if mode == "eager" else None
     content = name if ID_PATTERN.match(name) else st.resolver.zoo_digest(name)
     etag = etag_of(json.dumps([content, device.device_id, precision, mode, eager_host, asked.loads, asked.objectives,
                                query.max_gpus, query.plan_for, query.scheduler, query.arrival_cv, query.batch_limit,
-                               query.delay_limit_us, query.format, query.value,
+                               query.delay_limit_us, query.max_instances, query.format, query.value,
                                path.to_dict() if path is not None else None, base.predictor.bundle.version,
                                st.config.max_simulated, PLANNER]))
     headers = {"ETag": etag, "Cache-Control": f"public, max-age={st.config.cache_max_age}",
@@ -214,7 +219,7 @@ def capacity_post() -> Response:
         raise ProblemError(422, "give the load to serve in requests per second (or arrival_times, whose own rate "
                                 "is then used)", field="qps", kind="missing-load")
     asked = GridAsked(loads, body.slo_p99_ms, body.max_gpus, body.plan_for, body.scheduler, body.arrival_cv, trace,
-                      body.batch_limit, body.delay_limit_us)
+                      body.batch_limit, body.delay_limit_us, body.max_instances)
     asked.check_combinations(422)
     graph = st.resolver.resolve(body)
     device = predictions.resolve_device_id(st.registry, body.device)
@@ -256,6 +261,7 @@ class GridAsked:
     trace: LoadTrace | None
     batch_limit: int | None
     delay_limit_us: int | None
+    max_instances: int | None
 
     def check_combinations(self, status: int) -> None:
         """A ``status`` problem naming the longer list when the grid has more than MAX_COMBINATIONS cells."""
@@ -272,13 +278,15 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
     """Each (load, objective)'s plan as a response row, and batch 1's prediction (what the plans say of
     their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
     batches, delays = limited_choices(asked.batch_limit, asked.delay_limit_us)
-    predicted, said = _latency(st, graph, base, max(batches), status)
+    instances = instances_to_weigh(graph, base.device, base.precision, base.mode, max(batches), asked.max_instances,
+                                   asked.batch_limit)
+    predicted, said = _latency(st, graph, base, largest_batch(batches, instances), status)
     latency, stalls = planned_service(predicted, path, asked.plan_for)
     try:
         plans = plan_grid(latency, asked.loads, asked.objectives, max_gpus=asked.max_gpus,
                           budget=st.config.max_simulated, scheduler=asked.scheduler, stalls=stalls,
                           arrival_cv=asked.arrival_cv, arrival_trace=asked.trace, max_batch_choices=batches,
-                          delay_us_choices=delays)
+                          delay_us_choices=delays, instance_choices=instances)
     except GridOverBudget as exc:  # a trace's length sets its runs' cost: it is what to shorten
         raise ProblemError(status, f"{exc} (LATPRED_MAX_SIMULATED)",
                            field="qps" if asked.trace is None else "arrival_times", kind="work-budget",
@@ -288,7 +296,8 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
 
 def _latency(st: ServiceState, graph: Graph, base: ResolvedVariant, largest: int,
              status: int) -> tuple[LatencyModel, Prediction]:
-    """The predicted median of every batch size up to ``largest`` (what a plan weighs), with its
+    """The predicted median of every batch size up to ``largest`` (what a plan weighs: a max batch, or
+    several instances' batches run together), with its
     interval (from the prediction cache where it can be), and the spread of the measured runs on this
     kind of device in this mode (``service_time.run_spread``, as ``latpred capacity``); the
     predictions' work is checked against the budget first. With it, batch 1's prediction: what every
@@ -312,7 +321,8 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, said: Prediction, pl
          path: ServingPath | None) -> dict[str, Any]:
     return CapacityPlan(
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
-        qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=1, max_batch=result.max_batch,
+        qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=result.instances,
+        max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
         p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, arrival_cv=result.arrival_cv,
         arrival_trace=result.arrival_trace,

@@ -16,6 +16,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field
 
+from predictor.capacity.instance_sharing import MAX_INSTANCES
 from predictor.capacity.planner import DELAY_US_CHOICES, MAX_ARRIVAL_CV, MAX_BATCH_CHOICES, MAX_GPUS, MIN_ARRIVAL_CV
 from predictor.capacity.serving_path import stored_serving_paths
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, PlanFor, Scheduler
@@ -44,7 +45,7 @@ SLO_ITEM = rf"(0*[1-9][0-9]{{0,5}}{_FRACTION}|0*\.(0{{0,2}}[1-9])[0-9]*|0*100000
 
 #: what ``format=txt`` can answer, one value per combination (booleans as 1 and 0)
 TxtValue = Literal["gpus", "max_batch", "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation",
-                   "meets", "p99_low_ms", "p99_high_ms"]
+                   "meets", "p99_low_ms", "p99_high_ms", "instances_per_gpu"]
 TXT_VALUES: tuple[str, ...] = get_args(TxtValue)
 CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpus", "instances_per_gpu", "max_batch",
                "max_queue_delay_us", "p50_ms", "p99_ms", "throughput_qps", "utilisation", "meets", "reason",
@@ -53,8 +54,12 @@ CSV_COLUMNS = ("model", "device", "precision", "mode", "qps", "slo_p99_ms", "gpu
 #: what the limits on the planner's choices mean (``planner.limited_choices``), in the GET and the POST alike
 BATCH_LIMIT_DESCRIPTION = ("the largest max_batch_size the deployment allows (a model exported for batches up to it): "
                            f"plans weigh {', '.join(map(str, MAX_BATCH_CHOICES))} up to it, and it; default: all. "
-                           "Plans keep one instance per GPU, where under a small limit two can serve up to 1.7x more "
-                           "(measured on an H100; not weighed)")
+                           "With a limit, plans also weigh up to max_instances model instances per GPU (default 4), "
+                           "which under a small limit can serve more")
+MAX_INSTANCES_DESCRIPTION = ("the most model instances per GPU a plan weighs (1, 2, 4, and it; at most "
+                             f"{MAX_INSTANCES}), sharing the GPU as measured on an H100 (a batch beside others runs as "
+                             "their summed batch, 10-21% slower); default: 4 where batch_limit is given, else 1 (one "
+                             "instance at k times the batch served at least as much as k instances, measured)")
 DELAY_LIMIT_DESCRIPTION = ("the longest max_queue_delay_microseconds the service allows: plans weigh "
                            f"{', '.join(map(str, DELAY_US_CHOICES))} us up to it, and it (0: no delay); default: all")
 #: the shipped serving paths a request may name (``predictor/capacity/serving_paths``)
@@ -133,9 +138,10 @@ class CapacityQuery(RequestModel):
                                        f"{MAX_SLO_MS}; at most {MAX_COMBINATIONS} (qps, slo_p99_ms) "
                                        "combinations a request")
     max_gpus: int = Field(DEFAULT_MAX_GPUS, ge=1, le=MAX_GPUS,
-                          description="the most GPUs a plan may use (one model instance each)")
+                          description="the most GPUs a plan may use")
     serving_path: str | None = serving_path_text()
     batch_limit: int | None = Field(None, ge=1, le=max(MAX_BATCH_CHOICES), description=BATCH_LIMIT_DESCRIPTION)
+    max_instances: int | None = Field(None, ge=1, le=MAX_INSTANCES, description=MAX_INSTANCES_DESCRIPTION)
     delay_limit_us: int | None = Field(None, ge=0, le=max(DELAY_US_CHOICES), description=DELAY_LIMIT_DESCRIPTION)
     plan_for: PlanFor = Field(
         "median", description="plan for the predicted latencies (median), or for the slow end of their 90% "
@@ -160,7 +166,7 @@ class CapacityQuery(RequestModel):
 
 
 class CapacityPlan(ResponseModel):
-    """One (qps, objective) combination's plan: the fewest GPUs, one model instance each, and the
+    """One (qps, objective) combination's plan: the fewest GPUs, the model instances on each, and the
     dynamic-batching settings whose simulated p99 meets the objective; or, when none does
     (`meets` false), the lowest p99 found on `max_gpus` GPUs and why it falls short."""
 
@@ -171,7 +177,8 @@ class CapacityPlan(ResponseModel):
     qps: float = Field(description="the load asked for, requests per second")
     slo_p99_ms: float = Field(description="the p99 objective asked for, ms")
     gpus: int = Field(description="GPUs to deploy, each serving qps / gpus")
-    instances_per_gpu: Literal[1] = Field(1, description="model instances per GPU (Triton's instance_group count)")
+    instances_per_gpu: int = Field(ge=1, le=MAX_INSTANCES, description=(
+        "model instances per GPU (Triton's instance_group count, written in triton_config when above 1)"))
     max_batch: int = Field(description="Triton's max_batch_size")
     max_queue_delay_us: int = Field(description="Triton's dynamic_batching max_queue_delay_microseconds")
     per_gpu_qps: float
@@ -198,7 +205,8 @@ class CapacityPlan(ResponseModel):
     meets: bool = Field(description="whether the plan meets the objective")
     reason: str = Field(description="why not, when it does not (or that the search stopped at its budget); "
                                     "empty otherwise")
-    triton_config: str = Field(description="the config.pbtxt lines: max_batch_size and the dynamic_batching block")
+    triton_config: str = Field(description="the config.pbtxt lines: max_batch_size, the dynamic_batching block and, "
+                                           "for more than one instance per GPU, the instance_group")
     model_version: str = Field(description="the version of the bundle that predicted the latency per batch")
     host: str | None = Field(description=(
         "the host profile an eager plan's latencies were predicted for, as /v1/latency names it (id, label, CPU; "

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, Strict, WithJsonSchema
 
+from predictor.capacity.instance_sharing import MAX_INSTANCES
 from predictor.capacity.load_trace import MIN_TRACE_REQUESTS
 from predictor.capacity.planner import DELAY_US_CHOICES, MAX_ARRIVAL_CV, MAX_BATCH_CHOICES, MAX_GPUS, MIN_ARRIVAL_CV
 from predictor.capacity.simulator import DEFAULT_SCHEDULER, MAX_RATE_QPS, PlanFor, Scheduler
@@ -22,6 +23,7 @@ from service.schemas.capacity import (
     BATCH_LIMIT_DESCRIPTION,
     DEFAULT_MAX_GPUS,
     DELAY_LIMIT_DESCRIPTION,
+    MAX_INSTANCES_DESCRIPTION,
     MAX_SLO_MS,
     MAX_VALUES,
     MIN_QPS,
@@ -80,13 +82,15 @@ class CapacityRequest(GraphSource):
         description=f"the p99 objective(s), ms from arrival to answer (up to {MAX_VALUES}); at most 64 (qps, "
                     "slo_p99_ms) combinations a request")
     max_gpus: Annotated[int, Strict(), Field(ge=1, le=MAX_GPUS), INTEGRAL_FLOAT] = Field(
-        default=DEFAULT_MAX_GPUS, description="the most GPUs a plan may use (one model instance each)")
+        default=DEFAULT_MAX_GPUS, description="the most GPUs a plan may use")
     serving_path: Annotated[str, Field(pattern=f"^{SERVING_PATH_ITEM}$", max_length=100)] | None = Field(
         default=None, description=f"a shipped serving path's name ({', '.join(SERVING_PATHS)}): a server's own time "
                                   "per batch added to the GPU's, and its host's pauses and drift; default: none",
         json_schema_extra={"examples": list(SERVING_PATHS)})
     batch_limit: Annotated[int, Strict(), Field(ge=1, le=max(MAX_BATCH_CHOICES)), INTEGRAL_FLOAT] | None = Field(
         default=None, description=BATCH_LIMIT_DESCRIPTION)
+    max_instances: Annotated[int, Strict(), Field(ge=1, le=MAX_INSTANCES), INTEGRAL_FLOAT] | None = Field(
+        default=None, description=MAX_INSTANCES_DESCRIPTION)
     delay_limit_us: Annotated[int, Strict(), Field(ge=0, le=max(DELAY_US_CHOICES)), INTEGRAL_FLOAT] | None = Field(
         default=None, description=DELAY_LIMIT_DESCRIPTION)
     plan_for: PlanFor = Field("median", description="plan for the predicted latencies (median) or for the slow "

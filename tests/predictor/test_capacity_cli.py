@@ -194,10 +194,21 @@ def test_limits_on_max_batch_and_queue_delay_are_the_planners_choices_up_to_them
     from predictor.capacity.planner import plan
 
     predictor = Predictor(Bundle.load(DEFAULT_BUNDLE_DIR / "nvidia-h200"), resolve_device("h200"))
-    expected = plan(predicted_service_time(predictor, load_zoo_graph("resnet50"), "fp16", "cudagraph"), 5000, 10,
-                    max_batch_choices=(1, 2, 4, 8, 12), delay_us_choices=(0,))
-    assert (limited["gpus"], limited["max_batch"], limited["p99_ms"]) == (expected.gpus, expected.max_batch,
-                                                                          expected.p99_ms)
-    for option, value in (("--batch-limit", "0"), ("--batch-limit", "256"), ("--delay-limit-us", "-5")):
+    service = predicted_service_time(predictor, load_zoo_graph("resnet50"), "fp16", "cudagraph")
+    # under a batch limit the plan weighs 1, 2 and 4 model instances per GPU too
+    expected = plan(service, 5000, 10, max_batch_choices=(1, 2, 4, 8, 12), delay_us_choices=(0,),
+                    instance_choices=(1, 2, 4))
+    assert (limited["gpus"], limited["max_batch"], limited["instances"], limited["p99_ms"]) == (
+        expected.gpus, expected.max_batch, expected.instances, expected.p99_ms)
+    code, out = run("resnet50", "--qps", "5000", "--slo-p99-ms", "10", "--batch-limit", "1", "--max-instances", "1",
+                    "--format", "json")
+    alone = json.loads(out)
+    assert code == 0 and alone["instances"] == 1 and "instance_group" not in alone["triton_config"], out
+    code, out = run("resnet50", "--qps", "5000", "--slo-p99-ms", "10", "--batch-limit", "1")
+    shared = plan(service, 5000, 10, max_batch_choices=(1,), instance_choices=(1, 2, 4))
+    assert code == 0 and shared.instances > 1 and shared.gpus < alone["gpus"], out
+    assert f"{shared.instances} model instances per GPU" in out and "instance_group" in out, out
+    for option, value in (("--batch-limit", "0"), ("--batch-limit", "256"), ("--delay-limit-us", "-5"),
+                          ("--max-instances", "0"), ("--max-instances", "5")):
         code, out = run("resnet50", "--qps", "100", "--slo-p99-ms", "10", option, value)
         assert code == 2 and option in out, out

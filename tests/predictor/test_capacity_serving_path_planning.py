@@ -34,9 +34,9 @@ def test_a_host_that_pauses_gets_a_higher_p99_or_more_gpus_for_the_same_load() -
     # on the very setting the calm plan chose, the pauses alone raise the p99
     runs = Runs(batch_friendly, 5_000, 0, stalls=PAUSES)
     plain = Runs(batch_friendly, 5_000, 0)
-    setting = (calm.max_batch, calm.max_queue_delay_us, calm.gpus)
-    assert Search(runs, 2_000, 10.0, None).simulate(*setting).p99_ms > \
-        Search(plain, 2_000, 10.0, None).simulate(*setting).p99_ms == calm.p99_ms
+    setting = (calm.max_batch, calm.max_queue_delay_us, calm.instances)
+    assert Search(runs, 2_000, 10.0, None).simulate(setting, calm.gpus).p99_ms > \
+        Search(plain, 2_000, 10.0, None).simulate(setting, calm.gpus).p99_ms == calm.p99_ms
 
 
 def test_no_pauses_leave_every_plan_as_it_was() -> None:

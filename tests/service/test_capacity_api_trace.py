@@ -110,6 +110,21 @@ def test_limits_on_the_choices_reach_the_plans_from_the_query_and_the_body(clien
     posted = client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": 12,
                                     "delay_limit_us": 0})
     assert posted.get_json() == limited.get_json()
+    # under a batch limit plans weigh more instances per GPU, up to max_instances (default 4)
+    one, shared = (client.get(query + f"&batch_limit=1&max_instances={k}&format=csv").get_data(as_text=True)
+                   for k in (1, 4))
+    assert one != shared
+    alone, = client.get(query + "&batch_limit=1&max_instances=1").get_json()
+    several, = client.get(query + "&batch_limit=1").get_json()
+    assert alone["instances_per_gpu"] == 1 and several["instances_per_gpu"] > 1 and several["gpus"] < alone["gpus"]
+    assert f"count: {several['instances_per_gpu']}" in several["triton_config"]
+    assert client.get(query + "&batch_limit=1&format=txt&value=instances_per_gpu").get_data(as_text=True).strip() == \
+        str(several["instances_per_gpu"])
+    assert client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": 1,
+                                  "max_instances": 1}).get_json() == [alone]
+    assert_problem(client.get(query + "&max_instances=5"), 400, "max_instances")
+    assert_problem(client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "max_instances": "2"}),
+                   422, "max_instances")
     assert_problem(client.get(query + "&batch_limit=0"), 400, "batch_limit")
     assert_problem(client.get(query + "&delay_limit_us=9000"), 400, "delay_limit_us")
     assert_problem(client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": "12"}),
