@@ -154,7 +154,8 @@ def test_no_more_instances_are_weighed_than_the_gpus_memory_holds() -> None:
     assert instances_that_fit(graph, h200, 8, "fp16", "cudagraph") >= 4
     assert instances_to_weigh(graph, h200, "fp16", "cudagraph", 8, None, 8) == (1, 2, 4)
     need = memory_estimate(graph, 8, "fp16", "cudagraph")
-    two = dataclasses.replace(h200, memory_bytes=need.workspace_bytes + 2 * (need.weights_bytes + need.activations_bytes))
+    per_instance = need.weights_bytes + need.activations_bytes
+    two = dataclasses.replace(h200, memory_bytes=need.workspace_bytes + 2 * per_instance)
     assert instances_that_fit(graph, two, 8, "fp16", "cudagraph") == 2
     assert instances_to_weigh(graph, two, "fp16", "cudagraph", 8, None, 8) == (1, 2)
     assert instances_to_weigh(graph, two, "fp16", "cudagraph", 8, 4, None) == (1, 2)
