@@ -104,7 +104,7 @@ def part_two(models: list[str], limits: tuple[int, ...]) -> list[str]:
     lines = ["", "## Part 2: plans on the H100 (transfer bundle's predictions, fp16 CUDA graph), under a batch limit, "
              "at 3x one instance's capacity at the limit, p99 objective 5x the limit's predicted latency",
              f"{'model':<20} {'limit':>5} {'qps':>7} {'slo ms':>7} {'GPUs, 1 instance':>17} {'GPUs, up to 4':>14} "
-             f"{'instances':>9} {'max batch':>9} {'p99 ms':>7} {'s':>5}"]
+             f"{'instances':>10} {'max batch':>10} {'p99 ms':>7} {'CPU s':>6}"]
     for model in models:
         service = predicted_service_time(predictor, load_zoo_graph(model), "fp16", "cudagraph")
         for limit in limits:
@@ -117,7 +117,7 @@ def part_two(models: list[str], limits: tuple[int, ...]) -> list[str]:
                           instance_choices=weighed_instances(batch_limit=limit))
             seconds = time.process_time() - started
             lines.append(f"{model:<20} {limit:>5} {qps:>7} {slo:>7.2f} {one.gpus:>17} {shared.gpus:>14} "
-                         f"{shared.instances:>9} {shared.max_batch:>9} {shared.p99_ms:>7.2f} {seconds:>5.1f}")
+                         f"{shared.instances:>10} {shared.max_batch:>10} {shared.p99_ms:>7.2f} {seconds:>6.1f}")
     return lines
 
 

@@ -178,8 +178,9 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
                    "(--max-instances), which under a small limit can serve more")
 @click.option("--max-instances", type=click.IntRange(min=1, max=4), default=None, metavar="K",
               help="the most model instances per GPU the plan weighs (1, 2, 4, and K; their sharing of the GPU as "
-                   "measured on an H100; none more than the GPU's memory holds); default: 4 with --batch-limit, "
-                   "else 1 (one instance at k times the batch served at least as much as k instances, measured)")
+                   "measured on an H100, fp16 CUDA graphs; none more than the GPU's memory holds; one for eager "
+                   "and --scheduler rule); default: 4 with a --batch-limit below 128, else 1 (one instance at k "
+                   "times the batch served at least as much as k instances, measured)")
 @click.option("--delay-limit-us", type=click.IntRange(min=0, max=5000), default=None, metavar="US",
               help="the longest queue delay the service allows, microseconds: the plan weighs the delays up to it, "
                    "and it (0: no delay; default: up to 5000)")
@@ -242,7 +243,7 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
     try:
         batches, delays = limited_choices(batch_limit, delay_limit_us)
         instances = instances_to_weigh(graph, predictor.device, precision, mode, max(batches), max_instances,
-                                       batch_limit)
+                                       batch_limit, scheduler)
         result = plan(service, qps, slo_p99_ms, max_gpus=max_gpus, scheduler=scheduler, stalls=stalls,
                       arrival_cv=arrival_cv, arrival_trace=trace, max_batch_choices=batches, delay_us_choices=delays,
                       instance_choices=instances)

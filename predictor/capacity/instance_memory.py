@@ -27,12 +27,17 @@ def instances_that_fit(graph: Graph, device: DeviceSpec, max_batch: int, precisi
 
 
 def instances_to_weigh(graph: Graph, device: DeviceSpec, precision: str, mode: str, max_batch: int,
-                       max_instances: int | None, batch_limit: int | None) -> tuple[int, ...]:
+                       max_instances: int | None, batch_limit: int | None,
+                       scheduler: str = "triton") -> tuple[int, ...]:
     """The instance counts a plan of ``graph`` on ``device`` weighs (``planner.weighed_instances``: the
-    limit asked, or its default), none that the memory would not hold at ``max_batch`` (its largest)."""
+    limit asked, or its default), none that the memory would not hold at ``max_batch`` (its largest).
+    One only for an eager plan (the sharing was measured on CUDA graphs; an eager forward's host is
+    another question) and under Triton's documented rule (``scheduler="rule"``: several instances run
+    on SimPy's event loop there, which cannot give a run up early, and would cost a plan 5-10x its
+    time); the graph must predict at ``precision`` (``predictor.memory`` raises otherwise)."""
     asked = weighed_instances(max_instances, batch_limit)
-    if len(asked) == 1:
-        return asked
+    if len(asked) == 1 or mode != "cudagraph" or scheduler != "triton":
+        return (1,)
     return weighed_instances(max_instances, batch_limit, instances_that_fit(graph, device, max_batch, precision, mode))
 
 

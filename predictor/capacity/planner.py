@@ -148,12 +148,14 @@ def limited_choices(batch_limit: int | None = None, delay_limit_us: int | None =
 def weighed_instances(max_instances: int | None = None, batch_limit: int | None = None,
                       fit: int | None = None) -> tuple[int, ...]:
     """The instance counts per GPU a plan weighs: up to ``max_instances`` (``instance_sharing.instance_choices``);
-    by default one, or up to ``MAX_INSTANCES`` where the deployment limits the batch (``batch_limit``): without
+    by default one, or up to ``MAX_INSTANCES`` where the deployment limits the batch (``batch_limit`` below
+    the largest choice): without
     a limit one instance at k times the batch served at least as many samples a second as k instances
     (measured), and more instances would only be weighed on the sharing model's say-so at middle loads.
     None above ``fit``, the instances whose weights and activations the GPU's memory holds
     (``instance_memory.instances_that_fit``; one is always weighed)."""
-    choices = instance_choices(MAX_INSTANCES if batch_limit is not None else 1) if max_instances is None \
+    limited = batch_limit is not None and batch_limit < max(MAX_BATCH_CHOICES)
+    choices = instance_choices(MAX_INSTANCES if limited else 1) if max_instances is None \
         else instance_choices(max_instances)
     return tuple(k for k in choices if fit is None or k <= max(1, fit))
 

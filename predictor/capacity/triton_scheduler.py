@@ -351,7 +351,9 @@ class _TritonServer:
         if self.sharing is None or not self.done:
             service = self.service_s(size, self.now)
         else:  # the instances share the GPU with the batches running
-            summed, factor = self.sharing.batch_time_terms(size, [self.batches[i][2] for _, i in self.done])
+            # (a batch ending at this very instant is over, as SimPy's loop has it, though its turn is to come)
+            running = [self.batches[i][2] for finish, i in self.done if finish > self.now]
+            summed, factor = self.sharing.batch_time_terms(size, running)
             service = self.service_s(summed, self.now, factor)
         finish = self.now + service
         self.batches.append((self.now, service, size, lo))

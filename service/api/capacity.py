@@ -43,6 +43,7 @@ from predictor.capacity.planner import (
     largest_batch,
     limited_choices,
     triton_config,
+    weighed_instances,
 )
 from predictor.capacity.service_time import run_spread
 from predictor.capacity.serving_path import ServingPath, planned_service
@@ -114,9 +115,10 @@ def capacity(query: CapacityQuery) -> Response:
     and the `max_batch_size`, `max_queue_delay_microseconds` and model instances per GPU whose
     simulated p99 meets the objective at a load below 95% of each GPU's capacity (among max batches
     1-128 and queue delays 0-5,000 us, up to `batch_limit` and `delay_limit_us` where the deployment
-    allows less: a model exported for batches up to 24 is planned at 24 too; one instance per GPU,
-    or with a `batch_limit` up to `max_instances`, default 4, sharing the GPU as measured on an
-    H100: `instances_per_gpu`, and an `instance_group` in the config), with the
+    allows less: a model exported for batches up to 24 is planned at 24 too; up to `max_instances`
+    model instances per GPU, by default 4 with a `batch_limit` below 128 and 1 otherwise, one for
+    eager and `scheduler=rule`, sharing the GPU as measured on an H100: `instances_per_gpu`, and an
+    `instance_group` in the config), with the
     simulated p50/p99, throughput and utilisation and the `config.pbtxt` lines. An objective no
     plan meets is answered with `meets` false, the reason and the lowest p99 found on `max_gpus`
     GPUs. The latency of each batch size is the bundle's prediction; the queueing is a simulation
@@ -278,9 +280,11 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
     """Each (load, objective)'s plan as a response row, and batch 1's prediction (what the plans say of
     their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
     batches, delays = limited_choices(asked.batch_limit, asked.delay_limit_us)
+    # the predictions first: a graph that cannot be predicted is refused by them, naming it
+    predicted, said = _latency(st, graph, base, largest_batch(batches, weighed_instances(asked.max_instances,
+                                                                                         asked.batch_limit)), status)
     instances = instances_to_weigh(graph, base.device, base.precision, base.mode, max(batches), asked.max_instances,
-                                   asked.batch_limit)
-    predicted, said = _latency(st, graph, base, largest_batch(batches, instances), status)
+                                   asked.batch_limit, asked.scheduler)
     latency, stalls = planned_service(predicted, path, asked.plan_for)
     try:
         plans = plan_grid(latency, asked.loads, asked.objectives, max_gpus=asked.max_gpus,

@@ -129,3 +129,13 @@ def test_limits_on_the_choices_reach_the_plans_from_the_query_and_the_body(clien
     assert_problem(client.get(query + "&delay_limit_us=9000"), 400, "delay_limit_us")
     assert_problem(client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": "12"}),
                    422, "batch_limit")
+
+
+def test_a_graph_that_cannot_run_at_the_precision_is_refused_by_name_under_a_batch_limit(client: Any) -> None:
+    # the instances' memory is estimated only after the predictions, which name the graph's problem
+    graph = load_zoo_graph("resnet18").to_json()
+    for node in graph["nodes"]:
+        node["precisions"] = ["fp32"]
+    for limit in ({}, {"batch_limit": 4}):
+        assert_problem(client.post(URL, json={"graph": graph, "precision": "fp16", "qps": 100, "slo_p99_ms": 10,
+                                              **limit}), 422, "model")
