@@ -274,10 +274,11 @@ def capacity(path: str, qps: float | None, slo_p99_ms: float, device: str, preci
                     f"gaps' cv {arrival_cv:g}" if arrival_cv != 1 else None)
         write_load_curve(plot_path, service, result, stalls, trace, curve_title(
             graph.name, predictor.device.name, precision, mode, result.max_batch, result.max_queue_delay_us,
-            slow_end=plan_for == "slow_end", arrivals=arrivals))
+            slow_end=plan_for == "slow_end", arrivals=arrivals, instances=result.instances))
         # to stderr under --format json: stdout stays one JSON object
+        sharing = f" with {result.instances} instances" if result.instances > 1 else ""
         click.echo(f"load curve of max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us "
-                   f"on one GPU written to {plot_path}", err=fmt == "json")
+                   f"on one GPU{sharing} written to {plot_path}", err=fmt == "json")
 
 
 def load_arrival_trace(path: Path | None, arrival_cv: float) -> LoadTrace | None:
@@ -341,7 +342,8 @@ def echo_plan(result: Plan, config: str, model: str, device_name: str, precision
                 else "")
     click.echo(f"{model} on {result.gpus} x {device_name} ({precision}, {mode}) at {qps:g} qps{arrivals}:{planned} "
                f"{verdict}")
-    instances = f", {result.instances} model instances per GPU" if result.instances > 1 else ""
+    instances = (f", {result.instances} model instances per GPU (sharing it as measured: {result.instance_sharing})"
+                 if result.instances > 1 else "")
     click.echo(f"  max batch {result.max_batch}, max queue delay {result.max_queue_delay_us} us{instances}; per GPU "
                f"{result.per_gpu_qps:.4g} qps, p50 {result.p50_ms:.3f} ms, p99 {result.p99_ms:.3f} ms "
                f"(objective {slo_p99_ms:g}), utilisation {result.utilisation:.2f}, mean batch "

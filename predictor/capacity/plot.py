@@ -39,12 +39,13 @@ def require_matplotlib() -> None:
 
 
 def curve_title(model: str, device: str, precision: str, mode: str, max_batch: int, max_queue_delay_us: float,
-                gpus: int = 1, slow_end: bool = False, arrivals: str | None = None) -> str:
+                gpus: int = 1, slow_end: bool = False, arrivals: str | None = None, instances: int = 1) -> str:
     """The title of one setting's curve: what was predicted (model, device, precision, mode), the
     batching it was simulated with, for a plan made for the slow end of the latency prediction's
-    interval that its curve is the slow end's, and the arrivals where they are not Poisson
+    interval that its curve is the slow end's, the instances per GPU where more than one, and the
+    arrivals where they are not Poisson
     (``arrivals``: a recorded load's name, or a cv), so a PNG found later still says what it shows."""
-    where = "one GPU" if gpus == 1 else f"per GPU of {gpus}"
+    where = ("one GPU" if gpus == 1 else f"per GPU of {gpus}") + (f", {instances} instances" if instances > 1 else "")
     end = "; latency at the slow end of its prediction's interval" if slow_end else ""
     return (f"{model} on {device}, {precision}, {mode}{end}\n"
             f"max batch {max_batch}, max queue delay {max_queue_delay_us:g} us, {where}"

@@ -326,6 +326,7 @@ def _row(result: Plan, graph: Graph, base: ResolvedVariant, said: Prediction, pl
     return CapacityPlan(
         model=graph.name, device=base.device.device_id, precision=base.precision, mode=base.mode,
         qps=result.qps, slo_p99_ms=result.slo_p99_ms, gpus=result.gpus, instances_per_gpu=result.instances,
+        instance_sharing=result.instance_sharing,
         max_batch=result.max_batch,
         max_queue_delay_us=result.max_queue_delay_us, per_gpu_qps=result.per_gpu_qps, p50_ms=result.p50_ms,
         p99_ms=result.p99_ms, plan_for=plan_for, scheduler=result.scheduler, arrival_cv=result.arrival_cv,

@@ -118,6 +118,7 @@ def test_limits_on_the_choices_reach_the_plans_from_the_query_and_the_body(clien
     several, = client.get(query + "&batch_limit=1").get_json()
     assert alone["instances_per_gpu"] == 1 and several["instances_per_gpu"] > 1 and several["gpus"] < alone["gpus"]
     assert f"count: {several['instances_per_gpu']}" in several["triton_config"]
+    assert "H100" in several["instance_sharing"] and alone["instance_sharing"] is None
     assert client.get(query + "&batch_limit=1&format=txt&value=instances_per_gpu").get_data(as_text=True).strip() == \
         str(several["instances_per_gpu"])
     assert client.post(URL, json={"model": "resnet50", "qps": 5000, "slo_p99_ms": 10, "batch_limit": 1,
