@@ -26,6 +26,14 @@ def instances_that_fit(graph: Graph, device: DeviceSpec, max_batch: int, precisi
     return max(0, (device.memory_bytes - estimate.workspace_bytes) // per_instance)
 
 
+def instances_asked(mode: str, scheduler: str, max_instances: int | None, batch_limit: int | None) -> tuple[int, ...]:
+    """The instance counts asked for (``planner.weighed_instances``), before the memory's cap: one for an
+    eager plan and under Triton's documented rule (``instances_to_weigh`` says why)."""
+    if mode != "cudagraph" or scheduler != "triton":
+        return (1,)
+    return weighed_instances(max_instances, batch_limit)
+
+
 def instances_to_weigh(graph: Graph, device: DeviceSpec, precision: str, mode: str, max_batch: int,
                        max_instances: int | None, batch_limit: int | None,
                        scheduler: str = "triton") -> tuple[int, ...]:
@@ -35,10 +43,10 @@ def instances_to_weigh(graph: Graph, device: DeviceSpec, precision: str, mode: s
     another question) and under Triton's documented rule (``scheduler="rule"``: several instances run
     on SimPy's event loop there, which cannot give a run up early, and would cost a plan 5-10x its
     time); the graph must predict at ``precision`` (``predictor.memory`` raises otherwise)."""
-    asked = weighed_instances(max_instances, batch_limit)
-    if len(asked) == 1 or mode != "cudagraph" or scheduler != "triton":
-        return (1,)
+    asked = instances_asked(mode, scheduler, max_instances, batch_limit)
+    if len(asked) == 1:
+        return asked
     return weighed_instances(max_instances, batch_limit, instances_that_fit(graph, device, max_batch, precision, mode))
 
 
-__all__: Sequence[str] = ["instances_that_fit", "instances_to_weigh"]
+__all__: Sequence[str] = ["instances_asked", "instances_that_fit", "instances_to_weigh"]

@@ -31,7 +31,7 @@ from flask import Response, jsonify, request
 from flask_openapi3 import APIBlueprint, Tag
 
 from predictor.capacity.grid import GridOverBudget, plan_grid
-from predictor.capacity.instance_memory import instances_to_weigh
+from predictor.capacity.instance_memory import instances_asked, instances_to_weigh
 from predictor.capacity.load_trace import LoadTrace, trace_from_times
 from predictor.capacity.planner import (
     DEFAULT_BUDGET,
@@ -43,7 +43,6 @@ from predictor.capacity.planner import (
     largest_batch,
     limited_choices,
     triton_config,
-    weighed_instances,
 )
 from predictor.capacity.service_time import run_spread
 from predictor.capacity.serving_path import ServingPath, planned_service
@@ -281,8 +280,8 @@ def _plan_rows(st: ServiceState, graph: Graph, base: ResolvedVariant, path: Serv
     their host); a grid past ``LATPRED_MAX_SIMULATED`` is a ``status`` work-budget problem."""
     batches, delays = limited_choices(asked.batch_limit, asked.delay_limit_us)
     # the predictions first: a graph that cannot be predicted is refused by them, naming it
-    predicted, said = _latency(st, graph, base, largest_batch(batches, weighed_instances(asked.max_instances,
-                                                                                         asked.batch_limit)), status)
+    counts = instances_asked(base.mode, asked.scheduler, asked.max_instances, asked.batch_limit)
+    predicted, said = _latency(st, graph, base, largest_batch(batches, counts), status)
     instances = instances_to_weigh(graph, base.device, base.precision, base.mode, max(batches), asked.max_instances,
                                    asked.batch_limit, asked.scheduler)
     latency, stalls = planned_service(predicted, path, asked.plan_for)
