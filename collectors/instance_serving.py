@@ -1,0 +1,220 @@
+"""Serve a model with several instances on one GPU under Poisson load: what the capacity simulator's
+sharing of a GPU between instances (``predictor/capacity/instance_sharing.py``) is checked against.
+
+The server of :mod:`collectors.batching_server` (one thread polling arrivals and completions, Triton's
+documented batching rule, a CUDA graph per batch size, requests from a separate load process), with k
+model instances: k copies of the model, each with its own CUDA graphs, replayed on its own CUDA stream,
+so that their batches run on the GPU at once, as Triton's instances of a libtorch or in-process Python
+backend do. Whenever an instance is free and requests are queued, it takes up to ``max_batch`` of them
+(no queue delay: Triton's code forms the same batches, ``predictor.capacity.triton_scheduler``).
+
+Each model's batches are also timed alone, one at a time, up to k x max_batch (the summed batch the
+sharing model asks the latency of). Written under ``<out>/<device>/serving-instances/``, as
+:mod:`collectors.serving_check` writes its loads (``requests-*.parquet``, ``service-*.parquet``,
+``meta.json``), the setting's name carrying its instance count (``mb4-nodelay-x2``); a run stopped part
+way resumes with the next model. Loads are set at fractions of the capacity the sharing model gives.
+
+    python3 -m collectors.instance_serving --out ROOT [--models a,b] [--settings mb1-nodelay-x1,...]
+        [--levels 0.3,0.6,0.8] [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from collectors.batching_server import REQUEST_DTYPE, ServedRun, service_times
+from collectors.fingerprint import read_fingerprint
+from collectors.load_client import client_main
+from collectors.serving_check import timed_frame, write_requests
+from predictor.capacity.instance_sharing import MEASURED_SHARING, instances_capacity_qps
+
+MODELS = ("resnet34", "convnext_small", "electra-small")
+LEVELS = (0.3, 0.6, 0.8)
+MIN_REQUESTS, MAX_REQUESTS = 2000, 30000
+
+
+@dataclass(frozen=True)
+class InstanceSetting:
+    """A batching setting without queue delay or preferred sizes, and its instances on one GPU."""
+
+    name: str
+    max_batch: int
+    instances: int
+
+    @classmethod
+    def parse(cls, name: str) -> InstanceSetting:
+        """``mb<max batch>-nodelay-x<instances>``, as ``mb4-nodelay-x2``; ValueError naming the form."""
+        match = re.fullmatch(r"mb(\d+)-nodelay-x(\d+)", name)
+        if match is None or int(match[1]) < 1 or not 1 <= int(match[2]) <= MEASURED_SHARING.max_batches:
+            raise ValueError(f"setting {name!r}: expected mb<max batch>-nodelay-x<instances, 1-"
+                             f"{MEASURED_SHARING.max_batches}>, as mb4-nodelay-x2")
+        return cls(name, int(match[1]), int(match[2]))
+
+
+SETTINGS = tuple(InstanceSetting.parse(n) for n in ("mb1-nodelay-x1", "mb1-nodelay-x2", "mb1-nodelay-x4",
+                                                     "mb4-nodelay-x2"))
+
+
+class Instances:
+    """k copies of a captured model, each replaying on a CUDA stream of its own."""
+
+    def __init__(self, name: str, precision: str, max_batch: int, count: int, timed_up_to: int) -> None:
+        import torch
+
+        from collectors.batching_server import CapturedModel
+
+        # the first copy also captures the summed batches, for the timing alone
+        self.copies = [CapturedModel(name, precision, timed_up_to if i == 0 else max_batch) for i in range(count)]
+        self.streams = [torch.cuda.Stream() for _ in range(count)]
+        self.name, self.precision = name, precision
+
+    def launch(self, instance: int, batch: int) -> None:
+        import torch
+
+        with torch.cuda.stream(self.streams[instance]):
+            self.copies[instance].launch(batch)
+
+    def done(self, instance: int) -> bool:
+        return self.copies[instance].done()
+
+
+def serve_instances(conn: Connection, model: Instances, setting: InstanceSetting, requests: int,
+                    timeout_s: float) -> ServedRun:
+    """``batching_server.serve`` with ``setting.instances`` instances: each free instance takes up to
+    max_batch of the queued requests at once (no delay), all polled by one thread."""
+    sent, received, start, finish = (np.full(requests, np.nan) for _ in range(4))
+    size_of = np.zeros(requests, dtype=np.int32)
+    queue: deque[int] = deque()
+    running: list[list[int] | None] = [None] * setting.instances
+    finished = 0
+    deadline = time.perf_counter() + timeout_s
+    while finished < requests:
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"{model.name} {setting.name}: {finished} of {requests} requests done in {timeout_s} s")
+        while conn.poll(0):
+            stamp = time.perf_counter()
+            for index, sent_at in np.frombuffer(conn.recv_bytes(), dtype=REQUEST_DTYPE):
+                i = int(index)
+                sent[i], received[i] = sent_at, stamp
+                queue.append(i)
+        for instance, batch in enumerate(running):
+            if batch is not None and model.done(instance):
+                finish[batch] = time.perf_counter()
+                finished += len(batch)
+                running[instance] = None
+        for instance in range(setting.instances):
+            if running[instance] is None and queue:
+                size = min(len(queue), setting.max_batch)
+                batch = [queue.popleft() for _ in range(size)]
+                start[batch] = time.perf_counter()
+                size_of[batch] = size
+                running[instance] = batch
+                model.launch(instance, size)
+    return ServedRun(sent, received, start, finish, size_of)
+
+
+def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequence[InstanceSetting] = SETTINGS,
+                       levels: Sequence[float] = LEVELS, seconds: float = 4.0, precision: str = "fp16",
+                       reps: int = 30, say: Callable[[str], None] = print) -> Path:
+    """Every model not yet on disk under every setting and level; returns the folder."""
+    import json
+
+    import torch
+
+    fp = read_fingerprint("cuda")
+    folder = Path(out) / fp.device_id / "serving-instances"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "meta.json").write_text(json.dumps({
+        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels), "seconds_per_level": seconds,
+        "settings": [vars(s) for s in settings], "server": "collectors.instance_serving (streams, one thread)",
+        "torch": torch.__version__}, indent=1))
+    context = multiprocessing.get_context("spawn")
+    requests_recv, requests_send = context.Pipe(duplex=False)
+    control_here, control_there = context.Pipe()
+    client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
+    client.start()
+    try:
+        for name in models:
+            target = folder / f"requests-{name}-{precision}.parquet"
+            if target.exists():
+                say(f"{name}: on disk, skipped")
+                continue
+            started = time.perf_counter()
+            count = max(s.instances for s in settings)
+            max_batch = max(s.max_batch for s in settings)
+            summed = max(s.instances * s.max_batch for s in settings)
+            model = Instances(name, precision, max_batch, count, summed)
+            timed = service_times(model.copies[0], range(1, summed + 1), reps)
+            median = {b: float(np.median(v)) for b, v in timed.items()}
+            median_ms = {b: s * 1e3 for b, s in median.items()}
+            say(f"{name}: {count} copies captured, 1..{summed} timed alone in {time.perf_counter() - started:.0f} s; "
+                f"b1 {median[1] * 1e3:.3f} ms, b{summed} {median[summed] * 1e3:.3f} ms")
+            frames = []
+            for s_index, setting in enumerate(settings):
+                capacity = instances_capacity_qps(median_ms.__getitem__, setting.max_batch, setting.instances,
+                                                  MEASURED_SHARING)
+                for l_index, level in enumerate(levels):
+                    frames.append(_one_load(model, setting, level, capacity, requests_recv, control_here, seconds,
+                                            1000 * s_index + l_index, say))
+            write_requests(pd.concat(frames, ignore_index=True), target)
+            timed_frame(name, precision, timed).to_parquet(folder / f"service-{name}-{precision}.parquet")
+            del model
+            torch.cuda.empty_cache()
+    finally:
+        control_here.send(None)
+        client.join(timeout=10)
+    return folder
+
+
+def _one_load(model: Instances, setting: InstanceSetting, level: float, capacity: float, requests: Connection,
+              control: Any, seconds: float, seed: int, say: Callable[[str], None]) -> pd.DataFrame:
+    qps = level * capacity
+    n = int(np.clip(qps * seconds, MIN_REQUESTS, MAX_REQUESTS))
+    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, n))
+    start_at = time.perf_counter() + 0.3
+    control.send((offsets, start_at))
+    run = serve_instances(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
+    worst_late_s = control.recv()
+    tail = ((run.finish_s - run.received_s) * 1e3)[n // 10:]
+    say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, p50 {np.percentile(tail, 50):.3f} "
+        f"p99 {np.percentile(tail, 99):.3f} ms, mean batch {run.batch_size[n // 10:].mean():.2f}, client late by "
+        f"{worst_late_s * 1e3:.2f} ms at worst")
+
+    def us(values: np.ndarray) -> np.ndarray:
+        return np.round((values - start_at) * 1e6).astype(np.int64)
+
+    return pd.DataFrame({
+        "model": model.name, "precision": model.precision, "setting": setting.name, "level": level,
+        "capacity_qps": capacity, "offered_qps": qps, "index": np.arange(n, dtype=np.int32),
+        "scheduled_us": np.round(offsets * 1e6).astype(np.int64), "sent_us": us(run.sent_s),
+        "received_us": us(run.received_s), "start_us": us(run.start_s), "finish_us": us(run.finish_s),
+        "batch_size": run.batch_size.astype(np.int16),
+    })
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--settings", default=",".join(s.name for s in SETTINGS))
+    parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
+    parser.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args()
+    run_instance_check(args.out, args.models.split(","), [InstanceSetting.parse(s) for s in args.settings.split(",")],
+                       [float(x) for x in args.levels.split(",")], args.seconds)
+
+
+if __name__ == "__main__":
+    main()
