@@ -9,23 +9,23 @@ that meet the objective; :func:`triton_config` writes the matching ``config.pbtx
 The model of the fleet, and its simplifications:
 
 - G GPUs, each with one model instance by default, or as many as ``instance_choices`` lets a plan
-  weigh (Triton's ``instance_group`` count, 1-4): measured on an H100, fp16 CUDA graphs, k instances at
-  batch b served 0.80-1.00x (k = 2) and 0.66-0.98x (k = 4) the samples a second of one instance at
+  weigh (Triton's ``instance_group`` count, 1-4): measured on an H100, fp16 CUDA graphs, k instances
+  at batch b served 0.80-1.00x (k = 2) and 0.66-0.98x (k = 4) the samples a second of one instance at
   batch k x b (``benchmarks/instance_sharing.py``), so where a k-times larger batch is allowed one
   instance is enough; where the choices are limited below it (``limited_choices``) more instances
   serve more, up to 1.7x at batch 1 with two. Instances on one GPU slow each other's batches as
   :mod:`predictor.capacity.instance_sharing` measured (a batch beside others runs as their summed
-  batch, 10-21% slower), which also gives a request arriving while one batch runs the chance to
-  start at once on another instance. A setting of k instances is weighed only up to a summed batch
-  k x max_batch of ``MAX_SUMMED_BATCH``, the largest batch a plan asks the latency model about. The
-  GPUs sit behind a load balancer that sends each request to one of them at random, evenly and independently. The whole
-  load's gaps between requests have a coefficient of variation ``arrival_cv``: 1 (the default) is
-  Poisson, and each GPU then sees a Poisson process at ``qps / G``; otherwise the load is a gamma
-  renewal process (above 1 bursty, below 1 steadier than Poisson), and each GPU sees exactly its
-  random share of it (``Arrivals.share``: gaps of cv^2 = 1 + (arrival_cv^2 - 1) / G, between the
-  whole load's and Poisson's, so a bursty load spread over many GPUs looks calmer to each). Or the
-  load is a recorded trace (``arrival_trace``, :mod:`predictor.capacity.load_trace`): its shape
-  replayed at ``qps``, each GPU seeing its random share of it, the whole of it. A real
+  batch, 10-21% slower), which also gives a request arriving while one batch runs the chance to start
+  at once on another instance. A setting of k instances is weighed only up to a summed batch k x
+  max_batch of ``MAX_SUMMED_BATCH``, the largest batch a plan asks the latency model about. The GPUs
+  sit behind a load balancer that sends each request to one of them at random, evenly and
+  independently. The whole load's gaps between requests have a coefficient of variation
+  ``arrival_cv``: 1 (the default) is Poisson, and each GPU then sees a Poisson process at ``qps / G``;
+  otherwise the load is a gamma renewal process (above 1 bursty, below 1 steadier than Poisson), and
+  each GPU sees exactly its random share of it (``Arrivals.share``: gaps of cv^2 = 1 + (arrival_cv^2 -
+  1) / G, between the whole load's and Poisson's, so a bursty load spread over many GPUs looks calmer
+  to each). Or the load is a recorded trace (``arrival_trace``, :mod:`predictor.capacity.load_trace`):
+  its shape replayed at ``qps``, each GPU seeing its random share of it, the whole of it. A real
   balancer (round robin, least-loaded) gives each GPU steadier arrivals than a random one, so the
   predicted p99 is, if anything, pessimistic; a skewed balancer, and bursts that are not a renewal
   process (a load that rises for minutes, gaps that depend on each other), are not modelled.
@@ -149,11 +149,10 @@ def weighed_instances(max_instances: int | None = None, batch_limit: int | None 
                       fit: int | None = None) -> tuple[int, ...]:
     """The instance counts per GPU a plan weighs: up to ``max_instances`` (``instance_sharing.instance_choices``);
     by default one, or up to ``MAX_INSTANCES`` where the deployment limits the batch (``batch_limit`` below
-    the largest choice): without
-    a limit one instance at k times the batch served at least as many samples a second as k instances
-    (measured), and more instances would only be weighed on the sharing model's say-so at middle loads.
-    None above ``fit``, the instances whose weights and activations the GPU's memory holds
-    (``instance_memory.instances_that_fit``; one is always weighed)."""
+    the largest choice). Without a limit one instance at k times the batch served at least as many
+    samples a second as k instances (measured), and more instances would only be weighed on the sharing
+    model's say-so at middle loads. None above ``fit``, the instances whose weights and activations the
+    GPU's memory holds (``instance_memory.instances_that_fit``; one is always weighed)."""
     limited = batch_limit is not None and batch_limit < max(MAX_BATCH_CHOICES)
     choices = instance_choices(MAX_INSTANCES if limited else 1) if max_instances is None \
         else instance_choices(max_instances)
@@ -252,10 +251,10 @@ def plan(latency: LatencyModel | LatencyFn, qps: float, slo_p99_ms: float, *,
          scheduler: Scheduler = DEFAULT_SCHEDULER, stalls: HostStalls | None = None,
          arrival_cv: float = 1.0, arrival_trace: LoadTrace | None = None,
          instance_choices: Sequence[int] = (1,)) -> Plan:
-    """The fewest GPUs (the load split evenly at random) and the dynamic-batching settings and
-    instances per GPU among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and
-    each GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the
-    model and the search.
+    """The fewest GPUs (the load split evenly at random) and the dynamic-batching settings and instances
+    per GPU among the choices that serve ``qps`` with a simulated p99 of at most ``slo_p99_ms`` and each
+    GPU's load below ``MAX_UTILISATION`` of its capacity; see the module's docstring for the model and
+    the search.
 
     ``budget`` caps the requests this plan simulates (None: no cap). ``exhaustive`` runs every
     simulation to its end, the search as it was before runs were given up (the baseline of
