@@ -227,8 +227,8 @@ class Plan:
     #: the recorded load the plan replayed at ``qps`` (``LoadTrace.describe``: its name, size, span, own rate
     #: and gaps' cv), or None for generated arrivals
     arrival_trace: str | None = None
-    #: where the sharing of a GPU by several instances was measured (``InstanceSharing.source``), for a
-    #: plan with more than one; None for one
+    #: where the sharing of a GPU by several instances was measured and how far to trust it
+    #: (``InstanceSharing.describe``), for a plan with more than one; None for one
     instance_sharing: str | None = None
 
 
@@ -416,7 +416,7 @@ def _plan(search: Search, gpus: int, setting: Setting, result: SimResult, *,
         reason=reason, budget_spent=budget_spent, p99_low_ms=low, p99_high_ms=high, scheduler=search.runs.scheduler,
         arrival_cv=search.runs.arrival_cv if trace is None else round(trace.gap_cv, 4),
         arrival_trace=None if trace is None else trace.describe(),
-        instance_sharing=search.runs.sharing.source if instances > 1 else None)
+        instance_sharing=search.runs.sharing.describe() if instances > 1 else None)
 
 
 def plan_config(plan: Plan, sharing: InstanceSharing = MEASURED_SHARING) -> BatchingConfig:

@@ -181,7 +181,7 @@ class CapacityPlan(ResponseModel):
         "model instances per GPU (Triton's instance_group count, written in triton_config when above 1)"))
     instance_sharing: str | None = Field(default=None, description=(
         "for more than one instance per GPU, where the slowdown of batches sharing a GPU the plan simulated was "
-        "measured (its GPU, mode and models); null for one"))
+        "measured (its GPU, mode and models) and what a check against a real server found; null for one"))
     max_batch: int = Field(description="Triton's max_batch_size")
     max_queue_delay_us: int = Field(description="Triton's dynamic_batching max_queue_delay_microseconds")
     per_gpu_qps: float
