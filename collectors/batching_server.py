@@ -181,6 +181,17 @@ class ServedRun:
     batch_size: np.ndarray  # of the batch each request rode in
 
 
+def receive_arrivals(conn: Connection, sent: np.ndarray, received: np.ndarray, queue: deque[int]) -> None:
+    """Take every request waiting on ``conn``: its client send time and its receipt (now) recorded at its
+    index, the index queued."""
+    while conn.poll(0):
+        stamp = time.perf_counter()
+        for index, sent_at in np.frombuffer(conn.recv_bytes(), dtype=REQUEST_DTYPE):
+            i = int(index)
+            sent[i], received[i] = sent_at, stamp
+            queue.append(i)
+
+
 def serve(conn: Connection, model: ServedModel, settings: ServerSettings, requests: int,
           timeout_s: float) -> ServedRun:
     """Serve ``requests`` requests arriving on ``conn`` with ``settings``; returns when all are done
@@ -200,12 +211,7 @@ def serve(conn: Connection, model: ServedModel, settings: ServerSettings, reques
         now = time.perf_counter()
         if now > deadline:
             raise TimeoutError(f"{model.name} {settings.name}: {finished} of {requests} requests done in {timeout_s} s")
-        while conn.poll(0):
-            stamp = time.perf_counter()
-            for index, sent_at in np.frombuffer(conn.recv_bytes(), dtype=REQUEST_DTYPE):
-                i = int(index)
-                sent[i], received[i] = sent_at, stamp
-                queue.append(i)
+        receive_arrivals(conn, sent, received, queue)
         if running is not None and model.done():
             stamp = time.perf_counter()
             finish[running] = stamp

@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.batching_server import REQUEST_DTYPE, ServedRun, service_times
+from collectors.batching_server import ServedRun, receive_arrivals, service_times
 from collectors.fingerprint import read_fingerprint
 from collectors.load_client import client_main
-from collectors.serving_check import timed_frame, write_requests
+from collectors.serving_check import load_rows, timed_frame, write_requests
 from predictor.capacity.instance_sharing import MEASURED_SHARING, instances_capacity_qps
 
 MODELS = ("resnet34", "convnext_small", "electra-small")
@@ -103,12 +103,7 @@ def serve_instances(conn: Connection, model: Instances, setting: InstanceSetting
     while finished < requests:
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{model.name} {setting.name}: {finished} of {requests} requests done in {timeout_s} s")
-        while conn.poll(0):
-            stamp = time.perf_counter()
-            for index, sent_at in np.frombuffer(conn.recv_bytes(), dtype=REQUEST_DTYPE):
-                i = int(index)
-                sent[i], received[i] = sent_at, stamp
-                queue.append(i)
+        receive_arrivals(conn, sent, received, queue)
         for instance, batch in enumerate(running):
             if batch is not None and model.done(instance):
                 finish[batch] = time.perf_counter()
@@ -186,22 +181,8 @@ def _one_load(model: Instances, setting: InstanceSetting, level: float, capacity
     start_at = time.perf_counter() + 0.3
     control.send((offsets, start_at))
     run = serve_instances(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
-    worst_late_s = control.recv()
-    tail = ((run.finish_s - run.received_s) * 1e3)[n // 10:]
-    say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, p50 {np.percentile(tail, 50):.3f} "
-        f"p99 {np.percentile(tail, 99):.3f} ms, mean batch {run.batch_size[n // 10:].mean():.2f}, client late by "
-        f"{worst_late_s * 1e3:.2f} ms at worst")
-
-    def us(values: np.ndarray) -> np.ndarray:
-        return np.round((values - start_at) * 1e6).astype(np.int64)
-
-    return pd.DataFrame({
-        "model": model.name, "precision": model.precision, "setting": setting.name, "level": level,
-        "capacity_qps": capacity, "offered_qps": qps, "index": np.arange(n, dtype=np.int32),
-        "scheduled_us": np.round(offsets * 1e6).astype(np.int64), "sent_us": us(run.sent_s),
-        "received_us": us(run.received_s), "start_us": us(run.start_s), "finish_us": us(run.finish_s),
-        "batch_size": run.batch_size.astype(np.int16),
-    })
+    return load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run,
+                     control.recv(), say)
 
 
 def main() -> None:

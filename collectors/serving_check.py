@@ -34,6 +34,7 @@ from collectors.batching_server import (
     CpuModel,
     EmptyModel,
     ServedModel,
+    ServedRun,
     ServerSettings,
     serve,
     service_times,
@@ -181,19 +182,26 @@ def _one_load(model: ServedModel, setting: ServerSettings, level: float, capacit
     start_at = time.perf_counter() + 0.3
     control.send((offsets, start_at))
     run = serve(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
-    worst_late_s = control.recv()
-    latency_ms = (run.finish_s - run.received_s) * 1e3
-    tail = latency_ms[n // 10:]
-    say(f"  {setting.name} at {level:.2f} x {capacity:.0f} qps: {n} requests, p50 {np.percentile(tail, 50):.3f} "
-        f"p99 {np.percentile(tail, 99):.3f} ms, mean batch {run.batch_size[n // 10:].mean():.1f}, "
+    return load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run,
+                     control.recv(), say)
+
+
+def load_rows(model: str, precision: str, setting: str, level: float, capacity: float, offsets: np.ndarray,
+              start_at: float, run: ServedRun, worst_late_s: float, say: Callable[[str], None]) -> pd.DataFrame:
+    """One load's requests as rows (times in microseconds from the load's start), its p50, p99 and
+    mean batch said: what every serving folder's ``requests-*.parquet`` holds."""
+    n = len(offsets)
+    tail = ((run.finish_s - run.received_s) * 1e3)[n // 10:]
+    say(f"  {setting} at {level:.2f} x {capacity:.0f} qps: {n} requests, p50 {np.percentile(tail, 50):.3f} "
+        f"p99 {np.percentile(tail, 99):.3f} ms, mean batch {run.batch_size[n // 10:].mean():.2f}, "
         f"client late by {worst_late_s * 1e3:.2f} ms at worst")
 
     def us(values: np.ndarray) -> np.ndarray:
         return np.round((values - start_at) * 1e6).astype(np.int64)
 
     return pd.DataFrame({
-        "model": model.name, "precision": model.precision, "setting": setting.name, "level": level,
-        "capacity_qps": capacity, "offered_qps": qps, "index": np.arange(n, dtype=np.int32),
+        "model": model, "precision": precision, "setting": setting, "level": level,
+        "capacity_qps": capacity, "offered_qps": level * capacity, "index": np.arange(n, dtype=np.int32),
         "scheduled_us": np.round(offsets * 1e6).astype(np.int64), "sent_us": us(run.sent_s),
         "received_us": us(run.received_s), "start_us": us(run.start_s), "finish_us": us(run.finish_s),
         "batch_size": run.batch_size.astype(np.int16),
