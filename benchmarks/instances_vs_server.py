@@ -9,8 +9,9 @@ the median of its times measured alone (its spread as a lognormal sigma), two wa
   as their summed batch, slowed by phi_n: 1.10 for two, 1.21 for four, fitted on other models);
 - **independent**: instances that do not slow each other (the simulator's instances before the sharing).
 
-Prints per load the measured p50, p99, throughput and mean batch, and each simulation's p99 over the
-measured one; then how many loads each puts within ±10%. Nothing was fitted on these loads.
+Prints per load the measured p50, p99, throughput and mean batch, each simulation's p99 over the measured one, and the
+median batch's time in the load over its time alone against what the sharing model charges it; then
+how many loads each puts within ±10%. Nothing was fitted on these loads.
 
 Run: .venv/bin/python benchmarks/instances_vs_server.py --folder FOLDER [--out results/instances_vs_server_h100.txt]
 """
@@ -60,6 +61,22 @@ def simulated(load: pd.DataFrame, latency: LatencyModel, max_batch: int, instanc
     return result.p99_ms
 
 
+def batch_slowdowns(load: pd.DataFrame, latency: LatencyModel) -> tuple[float, float]:
+    """(median served batch time over its size's time alone, the median the sharing model charges it):
+    the model charges a batch phi_n x latency(its size + the sizes running when it starts) over its time
+    alone, n the batches running then, itself included."""
+    batches = load.groupby(["start_us", "finish_us"]).size().reset_index(name="size").sort_values("start_us")
+    start, finish, size = (batches[c].to_numpy() for c in ("start_us", "finish_us", "size"))
+    served, charged = [], []
+    for i in range(len(batches)):
+        running = (start < start[i]) & (finish > start[i])
+        alone = latency(int(size[i]))[0]
+        served.append((finish[i] - start[i]) / 1e3 / alone)
+        summed, factor = MEASURED_SHARING.batch_time_terms(int(size[i]), [int(s) for s in size[running]])
+        charged.append(factor * latency(summed)[0] / alone)
+    return float(np.median(served)), float(np.median(charged))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--folder", type=Path, required=True, help="a serving-instances folder")
@@ -67,7 +84,7 @@ def main() -> int:
     args = parser.parse_args()
     lines = [f"# .venv/bin/python benchmarks/instances_vs_server.py --folder {args.folder}",
              f"{'model':<16} {'setting':<16} {'level':>5} {'qps':>7} {'batch':>6} {'p50 ms':>7} {'p99 ms':>7} "
-             f"{'shared':>7} {'indep':>7}"]
+             f"{'shared':>7} {'indep':>7} {'served/alone':>12} {'charged/alone':>13}"]
     counts = {"shared": [0, 0], "independent": [0, 0]}
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
@@ -82,9 +99,13 @@ def main() -> int:
                 for name, ratio in (("shared", shared), ("independent", independent)):
                     counts[name][0] += abs(ratio - 1) <= 0.1
                     counts[name][1] += 1
+            served, charged = batch_slowdowns(load, latency)
             lines.append(f"{model:<16} {setting:<16} {level:>5.2f} {m['qps']:>7.0f} {m['batch']:>6.2f} "
-                         f"{m['p50']:>7.3f} {m['p99']:>7.3f} {shared:>7.2f} {independent:>7.2f}")
-    lines += ["", "simulated p99 over measured; loads with several instances within +-10%:"]
+                         f"{m['p50']:>7.3f} {m['p99']:>7.3f} {shared:>7.2f} {independent:>7.2f} {served:>12.2f} "
+                         f"{charged:>13.2f}")
+    lines += ["", "shared, indep: simulated p99 over measured; served/alone: the median batch's time in the load over "
+              "its size's time alone; charged/alone: what the sharing model charges it (phi_n x latency(summed batch))",
+              "loads with several instances whose simulated p99 is within +-10%:"]
     lines += [f"  {name}: {hit} of {total}" for name, (hit, total) in counts.items()]
     publish(lines, args.out)
     return 0
