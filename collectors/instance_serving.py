@@ -21,7 +21,6 @@ way resumes with the next model. Loads are set at fractions of the capacity the 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import re
 import time
 from collections import deque
@@ -36,8 +35,7 @@ import pandas as pd
 
 from collectors.batching_server import ServedRun, receive_arrivals, service_times
 from collectors.fingerprint import read_fingerprint
-from collectors.load_client import client_main
-from collectors.serving_check import load_rows, timed_frame, write_requests
+from collectors.serving_check import load_client, load_rows, models_to_serve, start_load, timed_frame, write_requests
 from predictor.capacity.instance_sharing import MEASURED_SHARING, instances_capacity_qps
 
 MODELS = ("resnet34", "convnext_small", "electra-small")
@@ -135,17 +133,8 @@ def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequ
         "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels), "seconds_per_level": seconds,
         "settings": [vars(s) for s in settings], "server": "collectors.instance_serving (streams, one thread)",
         "torch": torch.__version__}, indent=1))
-    context = multiprocessing.get_context("spawn")
-    requests_recv, requests_send = context.Pipe(duplex=False)
-    control_here, control_there = context.Pipe()
-    client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
-    client.start()
-    try:
-        for name in models:
-            target = folder / f"requests-{name}-{precision}.parquet"
-            if target.exists():
-                say(f"{name}: on disk, skipped")
-                continue
+    with load_client() as (requests_recv, control_here):
+        for name, target in models_to_serve(folder, models, precision, say):
             started = time.perf_counter()
             count = max(s.instances for s in settings)
             max_batch = max(s.max_batch for s in settings)
@@ -167,20 +156,13 @@ def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequ
             timed_frame(name, precision, timed).to_parquet(folder / f"service-{name}-{precision}.parquet")
             del model
             torch.cuda.empty_cache()
-    finally:
-        control_here.send(None)
-        client.join(timeout=10)
     return folder
 
 
 def _one_load(model: Instances, setting: InstanceSetting, level: float, capacity: float, requests: Connection,
               control: Any, seconds: float, seed: int, say: Callable[[str], None]) -> pd.DataFrame:
-    qps = level * capacity
-    n = int(np.clip(qps * seconds, MIN_REQUESTS, MAX_REQUESTS))
-    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, n))
-    start_at = time.perf_counter() + 0.3
-    control.send((offsets, start_at))
-    run = serve_instances(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
+    offsets, start_at = start_load(control, level * capacity, seconds, (MIN_REQUESTS, MAX_REQUESTS), seed)
+    run = serve_instances(requests, model, setting, len(offsets), timeout_s=float(offsets[-1]) + 30.0)
     return load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run,
                      control.recv(), say)
 

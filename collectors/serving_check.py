@@ -18,10 +18,12 @@ with a set number of threads (a CPU's server beside its load process), they go t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import time
 from collections.abc import Callable, Iterator, Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -142,12 +144,7 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
     folder = Path(out) / fp.device_id / ("serving" if threads is None else f"serving-threads{threads}")
     folder.mkdir(parents=True, exist_ok=True)
     write_meta(folder, fp, precision, levels, seconds_per_level, seed, torch.get_num_threads(), settings)
-    context = multiprocessing.get_context("spawn")
-    requests_recv, requests_send = context.Pipe(duplex=False)
-    control_here, control_there = context.Pipe()
-    client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
-    client.start()
-    try:
+    with load_client() as (requests_recv, control_here):
         for name, target in models_to_serve(folder, models, precision, say):
             started = time.perf_counter()
             max_batch = max(s.max_batch for s in settings)
@@ -167,21 +164,41 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
             del model
             if fp.kind == "cuda":
                 torch.cuda.empty_cache()
+    return folder
+
+
+@contextlib.contextmanager
+def load_client() -> Iterator[tuple[Connection, Connection]]:
+    """The load generator (``load_client.client_main``) in a process of its own while the block runs:
+    yields the pipe its requests arrive on and the one that tells it a schedule (``start_load``)."""
+    context = multiprocessing.get_context("spawn")
+    requests_recv, requests_send = context.Pipe(duplex=False)
+    control_here, control_there = context.Pipe()
+    client = context.Process(target=client_main, args=(requests_send, control_there), daemon=True)
+    client.start()
+    try:
+        yield requests_recv, control_here
     finally:
         control_here.send(None)
         client.join(timeout=10)
-    return folder
+
+
+def start_load(control: Connection, qps: float, seconds: float, requests_range: tuple[int, int],
+               seed: int) -> tuple[np.ndarray, float]:
+    """Tell the load generator a Poisson schedule at ``qps`` for ``seconds`` (its request count clipped to
+    ``requests_range``), starting 0.3 s from now: returns the arrival offsets and the start time."""
+    n = int(np.clip(qps * seconds, *requests_range))
+    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, n))
+    start_at = time.perf_counter() + 0.3
+    control.send((offsets, start_at))
+    return offsets, start_at
 
 
 def _one_load(model: ServedModel, setting: ServerSettings, level: float, capacity: float, requests: Any,
               control: Any, seconds: float, requests_range: tuple[int, int], seed: int,
               say: Callable[[str], None]) -> pd.DataFrame:
-    qps = level * capacity
-    n = int(np.clip(qps * seconds, *requests_range))
-    offsets = np.cumsum(np.random.default_rng(seed).exponential(1.0 / qps, n))
-    start_at = time.perf_counter() + 0.3
-    control.send((offsets, start_at))
-    run = serve(requests, model, setting, n, timeout_s=float(offsets[-1]) + 30.0)
+    offsets, start_at = start_load(control, level * capacity, seconds, requests_range, seed)
+    run = serve(requests, model, setting, len(offsets), timeout_s=float(offsets[-1]) + 30.0)
     return load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run,
                      control.recv(), say)
 
