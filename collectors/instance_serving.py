@@ -35,7 +35,15 @@ import pandas as pd
 
 from collectors.batching_server import ServedRun, receive_arrivals, service_times
 from collectors.fingerprint import read_fingerprint
-from collectors.serving_check import load_client, load_rows, models_to_serve, start_load, timed_frame, write_requests
+from collectors.serving_check import (
+    load_client,
+    load_rows,
+    models_to_serve,
+    start_load,
+    timed_frame,
+    write_meta,
+    write_requests,
+)
 from predictor.capacity.instance_sharing import MEASURED_SHARING, instances_capacity_qps
 
 MODELS = ("resnet34", "convnext_small", "electra-small")
@@ -121,18 +129,15 @@ def serve_instances(conn: Connection, model: Instances, setting: InstanceSetting
 def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequence[InstanceSetting] = SETTINGS,
                        levels: Sequence[float] = LEVELS, seconds: float = 4.0, precision: str = "fp16",
                        reps: int = 30, say: Callable[[str], None] = print) -> Path:
-    """Every model not yet on disk under every setting and level; returns the folder."""
-    import json
-
+    """Every model not yet on disk under every setting and level; returns the folder (a folder holding
+    loads measured otherwise is refused, as ``serving_check.write_meta`` refuses it)."""
     import torch
 
     fp = read_fingerprint("cuda")
     folder = Path(out) / fp.device_id / "serving-instances"
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "meta.json").write_text(json.dumps({
-        "fingerprint": fp.as_dict(), "precision": precision, "levels": list(levels), "seconds_per_level": seconds,
-        "settings": [vars(s) for s in settings], "server": "collectors.instance_serving (streams, one thread)",
-        "torch": torch.__version__}, indent=1))
+    write_meta(folder, fp, precision, levels, seconds, 0, torch.get_num_threads(), settings,
+               server="collectors.instance_serving (streams, one thread)", torch=torch.__version__)
     with load_client() as (requests_recv, control_here):
         for name, target in models_to_serve(folder, models, precision, say):
             started = time.perf_counter()

@@ -72,14 +72,15 @@ def write_requests(frame: pd.DataFrame, path: Path) -> None:
 
 
 def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[float], seconds_per_level: float,
-               seed: int, threads: int, settings: Sequence[ServerSettings], **more: Any) -> None:
-    """A serving folder's ``meta.json``: the device, the loads' settings and levels (``more``: what
+               seed: int, threads: int, settings: Sequence[Any], **more: Any) -> None:
+    """A serving folder's ``meta.json``: the device, the loads' settings (dataclasses: ``ServerSettings``,
+    ``instance_serving.InstanceSetting``) and levels (``more``: what
     else a server records about itself). ValueError when the folder already holds loads measured
     otherwise (other settings, levels, precision, seconds, seed or server): one ``meta.json``
     describes every model's loads, and a resumed run must not relabel the earlier ones."""
     meta = {**more, "fingerprint": fingerprint.as_dict(), "precision": precision, "levels": list(levels),
             "seconds_per_level": seconds_per_level, "seed": seed, "threads": threads,
-            "settings": [vars(s) | {"preferred": list(s.preferred)} for s in settings]}
+            "settings": [{k: list(v) if isinstance(v, tuple) else v for k, v in vars(s).items()} for s in settings]}
     path = folder / "meta.json"
     if path.exists() and any(folder.glob("requests-*.parquet")):
         before = json.loads(path.read_text())
