@@ -2,14 +2,15 @@
 and what plans under a batch limit gain from weighing instances.
 
 Part 1 scores ``predictor/capacity/instance_sharing.py``'s model (k batches of b running together take
-phi_k x latency(k x b)) on the committed H100 measurements (``results/instance_concurrency_h100.jsonl``:
+phi(k, b) x latency(k x b)) on the committed H100 measurements (``results/instance_concurrency_h100.jsonl``:
 six zoo models as fp16 CUDA graphs, k = 1-4 instances replaying at once, batches 1-32): the samples a
-second k instances served at batch b, measured, against ``k b / (phi_k latency(k b))``, with phi_k the
-median over the other five models (leave one model out; k = 3 was never fitted: its phi is interpolated
-between 2 and 4) and latency(k b) either measured alone (where k x b was measured, up to 32) or
-predicted by latpred for the H100 (the shipped transfer bundle: what a plan uses). Beside it, two
-baselines a planner without the model would use: independent instances (``k b / latency(b)``, the
-simulator's instances before the sharing model) and one instance (``b / latency(b)``).
+second k instances served at batch b, measured, against ``k b / (phi(k, b) latency(k b))``, with phi's
+points the medians over the other five models at each (k, b) measured (leave one model out; k = 3 was
+never fitted: its phi is interpolated between 2 and 4) and latency(k b) either measured alone (where
+k x b was measured, up to 32) or predicted by latpred for the H100 (the shipped transfer bundle: what a
+plan uses). Beside it, two baselines a planner without the model would use: independent instances
+(``k b / latency(b)``, the simulator's instances before the sharing model) and one instance
+(``b / latency(b)``).
 
 Part 2 plans each model on the H100 under a batch limit (``latpred capacity --batch-limit``) at a load
 of three times what one instance serves at that limit, p99 objective five times the limit's latency,
@@ -44,13 +45,14 @@ BATCHES = (1, 4, 8, 16, 32)
 H100 = "nvidia-h100-80gb-hbm3"
 
 
-def held_out_phi(latency: dict[Key, float], model: str, k: int) -> float:
-    """phi_k from the other models: the median of L_k(b) / L_1(k b) where k x b was measured, with phi_3
-    interpolated in log2 k between the others' phi_2 and phi_4, as the shipped model does."""
-    def phi_of(count: int) -> float:
-        return statistics.median(latency[(m, b, count)] / latency[(m, count * b, 1)]
-                                 for m, b, c in latency if c == count and m != model and (m, count * b, 1) in latency)
-    return InstanceSharing(((1, 1.0), (2, phi_of(2)), (4, phi_of(4)))).factor(k)
+def held_out_sharing(latency: dict[Key, float], model: str) -> InstanceSharing:
+    """The sharing from the other models: at each (k, b) measured, the median of L_k(b) / L_1(k b), as
+    the shipped ``MEASURED_SHARING`` takes them from all six (phi at k = 3 interpolated as it does)."""
+    phis: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for m, b, count in latency:
+        if count > 1 and m != model and (m, count * b, 1) in latency:
+            phis[(count, b)].append(latency[(m, b, count)] / latency[(m, count * b, 1)])
+    return InstanceSharing(tuple((k, b, statistics.median(v)) for (k, b), v in sorted(phis.items())))
 
 
 def score(rows: list[tuple[int, float, float]]) -> str:
@@ -66,17 +68,18 @@ def part_one(data: Path, predicted_ms: Callable[[str, int], float]) -> list[str]
     models = sorted({m for m, _, _ in latency})
     lines = [f"## Part 1: k instances' samples a second at batch b, measured against the sharing model "
              f"({data.name}: {header.get('gpu')}, {throttled} units the GPU slowed left out)",
-             "sharing (measured L): k b / (phi_k L_1(k b)), L_1 measured alone (k b up to 32); sharing (latpred L): "
-             "the same, L predicted; independent: k b / L(b), L predicted; one instance: b / L(b)",
+             "sharing (measured L): k b / (phi(k, b) L_1(k b)), L_1 measured alone (k b up to 32); "
+             "sharing (latpred L): the same, L predicted; independent: k b / L(b), L predicted; one instance: b / L(b)",
              f"{'model':<20} {'k':>2} {'b':>3} {'measured':>9} {'shared(meas L)':>15} {'shared(latpred)':>16} "
              f"{'independent':>12} {'one':>8}"]
     rows: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
     for k in (2, 3, 4):
         for model in models:
-            phi = held_out_phi(latency, model, k)
+            sharing = held_out_sharing(latency, model)
             for b in BATCHES:
                 if (model, b, k) not in throughput:
                     continue
+                phi = sharing.factor(k, b)
                 measured = throughput[(model, b, k)]
                 alone = latency.get((model, k * b, 1))
                 shared_measured = k * b / (phi * alone) * 1e3 if alone else None

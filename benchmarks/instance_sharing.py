@@ -11,7 +11,9 @@ one instance at batch k x b, the batch a single instance's batcher would form fr
   alone), for every (model, b) whose k x b was measured (k = 2: b = 4, 8, 16; k = 4: b = 1, 4, 8);
 - the throughput of k instances at b over one instance at k x b (1 / phi_k: the same samples);
 - phi_k fitted as the median over the other models, and each model's latency under k instances
-  predicted as phi_k x its own one-instance latency at k x b (leave one model out).
+  predicted as phi_k x its own one-instance latency at k x b (leave one model out);
+- the same with phi(k, b), the other models' median at that k and b: the points the simulator's
+  sharing takes (``predictor/capacity/instance_sharing.py``'s ``MEASURED_SHARING``).
 
 Run: .venv/bin/python benchmarks/instance_sharing.py [--data results/instance_concurrency_h100.jsonl]
 Saved: results/instance_sharing.txt.
@@ -70,6 +72,7 @@ def main() -> int:
              f"{'model':<20} {'k':>2} {'b':>3} {'k*b':>4} {'L_k(b) ms':>10} {'L_1(kb) ms':>11} {'phi':>6} "
              f"{'thr':>6}"]
     phis: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    by_batch: dict[tuple[int, int], dict[str, float]] = defaultdict(dict)  # (k, b) -> model -> phi
     gains: dict[int, list[float]] = defaultdict(list)
     for k in (2, 4):
         for model in models:
@@ -79,6 +82,7 @@ def main() -> int:
                 shared, alone = latency[(model, b, k)], latency[(model, k * b, 1)]
                 phi = shared / alone
                 phis[k][model].append(phi)
+                by_batch[(k, b)][model] = phi
                 gain = throughput[(model, b, k)] / throughput[(model, k * b, 1)]
                 gains[k].append(gain)
                 lines.append(f"{model:<20} {k:>2} {b:>3} {k * b:>4} {shared:>10.3f} {alone:>11.3f} {phi:>6.2f} "
@@ -97,6 +101,22 @@ def main() -> int:
                      f"{len(every)} pairs; held out: MAPE {100 * statistics.mean(errors):.1f}%, "
                      f"{100 * within:.0f}% within +-10%; k instances at b served {min(gains[k]):.2f}-"
                      f"{max(gains[k]):.2f}x the samples a second of one instance at k*b (measured)")
+    lines += ["", "phi(k, b) over the models: median (min-max); leave one model out: phi(k, b) the others' median "
+              "(the simulator's points are these medians)"]
+    for k in (2, 4):
+        errors = []
+        for (count, b), model_phis in sorted(by_batch.items()):
+            if count != k:
+                continue
+            values = list(model_phis.values())
+            lines.append(f"  k={k} b={b:<2}: phi {statistics.median(values):.3f} ({min(values):.2f}-{max(values):.2f}) "
+                         f"over {len(values)} models")
+            for model, own in model_phis.items():
+                others = statistics.median([p for m, p in model_phis.items() if m != model])
+                errors.append(abs(others / own - 1))
+        within = sum(e <= 0.10 for e in errors) / len(errors)
+        lines.append(f"  k={k}, phi by b, held out: MAPE {100 * statistics.mean(errors):.1f}%, "
+                     f"{100 * within:.0f}% within +-10%")
     text = "\n".join(lines) + "\n"
     print(text, end="")
     args.out.write_text(text)

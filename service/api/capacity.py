@@ -81,7 +81,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-11"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-12"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
