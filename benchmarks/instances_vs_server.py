@@ -1,9 +1,13 @@
 """The simulator's instances sharing a GPU against a real server with several instances.
 
 Reads a folder written by ``collectors/instance_serving.py`` (a model served with k instances on one
-GPU, each on its own CUDA stream, Triton's documented batching without a delay, Poisson loads) and
-replays each load's arrivals (the server's receipt times) in the simulator, each batch size's latency
-the median of its times measured alone (its spread as a lognormal sigma), two ways:
+GPU, each on its own CUDA stream, Triton's documented batching without a delay, Poisson loads), or by
+``latpred collect serving --server triton`` with settings of several instances (``mb4-nodelay-x2``:
+Triton through PyTriton, k Python callables each in a thread of its own replaying on its own stream;
+its batches' times alone are its one-instance settings' batches, ``service-*.parquet``, so a folder
+needs one beside them), and replays each load's arrivals (the server's receipt times) in the simulator
+(Triton's batcher where Triton served), each batch size's latency the median of its times measured
+alone (its spread as a lognormal sigma), three ways:
 
 - **shared**: ``BatchingConfig(sharing=MEASURED_SHARING)``, what plans use (a batch beside others runs
   as their summed batch, slowed by phi(n, b), larger for smaller batches: fitted on other models);
@@ -11,8 +15,8 @@ the median of its times measured alone (its spread as a lognormal sigma), two wa
   plans used until phi by batch size (``PER_COUNT_SHARING``);
 - **independent**: instances that do not slow each other (the simulator's instances before the sharing).
 
-Prints per load the measured p50, p99, throughput and mean batch, each simulation's p99 over the measured one, and the
-median batch's time in the load over its time alone against what the sharing model charges it; then
+Prints per load the measured p50, p99, throughput and mean batch, each simulation's p99 over the measured
+one, and the median batch's time in the load over its time alone against what the sharing model charges it; then
 how many loads each puts within ±10%. Nothing was fitted on these loads; but phi by batch size was
 chosen after the first folder (``datasets/nvidia-h100-80gb-hbm3/serving-instances``) had shown one phi
 per count optimistic, so on that folder 'shared' is a development figure, and 'by k' the blind one.
@@ -23,6 +27,7 @@ Run: .venv/bin/python benchmarks/instances_vs_server.py --folder FOLDER [--out r
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -32,8 +37,9 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
+from collectors.batching_server import ServerSettings  # noqa: E402
 from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing  # noqa: E402
-from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, simulate  # noqa: E402
+from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, Scheduler, simulate  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARMUP = 0.1
@@ -58,10 +64,12 @@ def measured(load: pd.DataFrame) -> dict[str, float]:
             "qps": len(kept) / window_s, "batch": float(kept["batch_size"].mean())}
 
 
-def simulated(load: pd.DataFrame, latency: LatencyModel, max_batch: int, instances: int,
-              sharing: InstanceSharing | None) -> float:
+def simulated(load: pd.DataFrame, latency: LatencyModel, setting: ServerSettings, sharing: InstanceSharing | None,
+              scheduler: Scheduler) -> float:
     times = np.sort(load["received_us"].to_numpy() / 1e6)
-    config = BatchingConfig(max_batch=max_batch, instances=instances, sharing=sharing if instances > 1 else None)
+    config = BatchingConfig(max_batch=setting.max_batch, preferred_batch_sizes=setting.preferred,
+                            max_queue_delay_us=setting.max_queue_delay_us, instances=setting.instances,
+                            sharing=sharing if setting.instances > 1 else None, scheduler=scheduler)
     result = simulate(Arrivals("trace", times=tuple(times - times[0])), config, latency, warmup_fraction=WARMUP,
                       engine="events")
     return result.p99_ms
@@ -93,17 +101,20 @@ def main() -> int:
              f"{'shared':>7} {'by k':>7} {'indep':>7} {'served/alone':>12} {'charged/alone':>13}"]
     counts: dict[str, list[float]] = {"shared": [], "by k": [], "independent": []}
     by_level: dict[float, list[float]] = {}  # level -> the shared sharing's ratios
+    meta = json.loads((args.folder / "meta.json").read_text())
+    # Triton's own batcher where Triton served (it forms the rule's batches without a delay, as here)
+    scheduler: Scheduler = "triton" if str(meta.get("server", "")).startswith("tritonserver") else "rule"
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
         service = pd.read_parquet(requests.with_name(requests.name.replace("requests-", "service-")))
         latency = alone(service)
         for (model, setting, level), load in frame.groupby(["model", "setting", "level"], sort=False):
-            max_batch, instances = (int(x) for x in str(setting).removeprefix("mb").split("-nodelay-x"))
+            served_as = ServerSettings.parse(str(setting))
             m = measured(load)
-            shared = simulated(load, latency, max_batch, instances, MEASURED_SHARING) / m["p99"]
-            per_count = simulated(load, latency, max_batch, instances, PER_COUNT_SHARING) / m["p99"]
-            independent = simulated(load, latency, max_batch, instances, None) / m["p99"]
-            if instances > 1:
+            shared = simulated(load, latency, served_as, MEASURED_SHARING, scheduler) / m["p99"]
+            per_count = simulated(load, latency, served_as, PER_COUNT_SHARING, scheduler) / m["p99"]
+            independent = simulated(load, latency, served_as, None, scheduler) / m["p99"]
+            if served_as.instances > 1:
                 for name, ratio in (("shared", shared), ("by k", per_count), ("independent", independent)):
                     counts[name].append(ratio)
                 by_level.setdefault(round(float(str(level)), 2), []).append(shared)
@@ -119,9 +130,10 @@ def main() -> int:
               "range):"]
     lines += [f"  {name}: {sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)} ({np.median(ratios):.2f}, "
               f"{min(ratios):.2f}-{max(ratios):.2f})" for name, ratios in counts.items() if ratios]
-    lines += ["  shared, by level of the capacity: " + "; ".join(
-        f"{level:g}: {sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)} (median {np.median(ratios):.2f})"
-        for level, ratios in sorted(by_level.items()))]
+    if by_level:
+        lines += ["  shared, by level of the capacity: " + "; ".join(
+            f"{level:g}: {sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)} (median {np.median(ratios):.2f})"
+            for level, ratios in sorted(by_level.items()))]
     publish(lines, args.out)
     return 0
 

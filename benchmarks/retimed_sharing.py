@@ -15,6 +15,12 @@ each with the shipped sharing (phi by count and batch size) and with one phi per
 until 2026-12-07), against the measured p99. The batches' times alone are their sizes' medians
 measured alone, with a lognormal spread per batch (sigma: the median over sizes of the log spread).
 
+A folder served by Triton (``latpred collect serving --server triton`` with ``-x<k>`` settings) also
+has each batch size's CUDA-graph replay alone (``graph-service-*.parquet``); a batch's time through
+PyTriton is that replay plus PyTriton's own host work. For it one more way is replayed, **host
+apart**: only the replay shares the GPU, phi(n, b) x replay(S), and the batch's host work, alone(b) -
+replay(b), is added unshared (each instance's work in its own thread and Python backend process).
+
 Run: .venv/bin/python benchmarks/retimed_sharing.py --folder datasets/nvidia-h100-80gb-hbm3/serving-instances
 Saved: results/retimed_sharing.txt (``--out``).
 """
@@ -33,15 +39,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
 from benchmarks.instances_vs_server import PER_COUNT_SHARING, WARMUP, measured  # noqa: E402
+from collectors.batching_server import ServerSettings  # noqa: E402
 from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def p99_ms(arrival_s: np.ndarray, alone_s: Callable[[int], float], sigma: float, max_batch: int, instances: int,
-           sharing: InstanceSharing, retimed: bool, seed: int = 0) -> float:
+           sharing: InstanceSharing, retimed: bool, seed: int = 0,
+           replay_s: Callable[[int], float] | None = None) -> float:
     """The p99 (ms, after the warm-up) of ``arrival_s`` served by ``instances`` instances that take up to
-    ``max_batch`` queued requests when free, sharing the GPU as ``sharing`` says, fixed or re-timed."""
+    ``max_batch`` queued requests when free, sharing the GPU as ``sharing`` says, fixed or re-timed;
+    with ``replay_s`` (the GPU's part of ``alone_s``, fixed only) the rest of a batch's time is its own."""
     rng = np.random.default_rng(seed)
     n = len(arrival_s)
     finish = np.zeros(n)
@@ -83,7 +92,11 @@ def p99_ms(arrival_s: np.ndarray, alone_s: Callable[[int], float], sigma: float,
             else:
                 summed = size + int(sum(r[1] for r in running))
                 phi = sharing.factor(len(running) + 1, summed / (len(running) + 1))
-                running.append([now + phi * alone_s(summed) * spread, size, spread, head])
+                if replay_s is None:
+                    took = phi * alone_s(summed)
+                else:  # the replay shares the GPU; the host's work for this batch does not
+                    took = phi * replay_s(summed) + max(alone_s(size) - replay_s(size), 0.0)
+                running.append([now + took * spread, size, spread, head])
             head += size
     return float(np.percentile((finish - arrival_s)[int(n * WARMUP):], 99) * 1e3)
 
@@ -95,9 +108,12 @@ def main() -> int:
     args = parser.parse_args()
     ways = {"fixed, phi(n, b)": (MEASURED_SHARING, False), "re-timed, phi(n, b)": (MEASURED_SHARING, True),
             "fixed, phi(n)": (PER_COUNT_SHARING, False), "re-timed, phi(n)": (PER_COUNT_SHARING, True)}
+    replays = sorted(args.folder.glob("graph-service-*.parquet"))
+    if replays:
+        ways["host apart, phi(n, b)"] = (MEASURED_SHARING, False)
     lines = [f"# .venv/bin/python benchmarks/retimed_sharing.py --folder {args.folder}",
              "simulated p99 over measured, loads with several instances",
-             f"{'model':<16} {'setting':<16} {'level':>5} {'p99 ms':>7} " + " ".join(f"{w:>20}" for w in ways)]
+             f"{'model':<16} {'setting':<16} {'level':>5} {'p99 ms':>7} " + " ".join(f"{w:>21}" for w in ways)]
     ratios: dict[str, list[float]] = {w: [] for w in ways}
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
@@ -105,8 +121,11 @@ def main() -> int:
         by = service.groupby("batch")["service_s"]
         medians = by.median().to_dict()
         sigma = float(by.apply(lambda s: np.std(np.log(s))).median())
+        graph = requests.with_name(requests.name.replace("requests-", "graph-service-"))
+        replay = pd.read_parquet(graph).groupby("batch")["service_s"].median().to_dict() if graph.exists() else {}
         for (model, setting, level), load in frame.groupby(["model", "setting", "level"], sort=False):
-            max_batch, instances = (int(x) for x in str(setting).removeprefix("mb").split("-nodelay-x"))
+            served_as = ServerSettings.parse(str(setting))
+            max_batch, instances = served_as.max_batch, served_as.instances
             if instances == 1:
                 continue
             arrivals = np.sort(load["received_us"].to_numpy() / 1e6)
@@ -114,9 +133,11 @@ def main() -> int:
             p99 = measured(load)["p99"]
             cells = []
             for way, (sharing, retimed) in ways.items():
-                ratio = p99_ms(arrivals, medians.__getitem__, sigma, max_batch, instances, sharing, retimed) / p99
+                apart = replay.__getitem__ if way.startswith("host apart") else None
+                ratio = p99_ms(arrivals, medians.__getitem__, sigma, max_batch, instances, sharing, retimed,
+                               replay_s=apart) / p99
                 ratios[way].append(ratio)
-                cells.append(f"{ratio:>20.2f}")
+                cells.append(f"{ratio:>21.2f}")
             lines.append(f"{model:<16} {setting:<16} {level:>5.2f} {p99:>7.3f} " + " ".join(cells))
     lines += ["", "within +-10% of the measured p99 (median ratio):"]
     lines += [f"  {way}: {sum(abs(r - 1) <= 0.1 for r in rs)} of {len(rs)} ({np.median(rs):.2f})"

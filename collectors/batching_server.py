@@ -39,6 +39,7 @@ from collectors.nas_space import NasModel, seed_of
 from collectors.precision_flags import precision_flags, torch_dtype
 from collectors.zoo_models import get_zoo_model
 from predictor.capacity.batch_rule import batch_to_send
+from predictor.capacity.instance_sharing import MAX_INSTANCES
 from predictor.capacity.serving_path import EMPTY_MODEL
 from predictor.precision import get_precision
 
@@ -48,32 +49,39 @@ REQUEST_DTYPE = np.dtype([("index", "<f8"), ("sent_s", "<f8")])
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """One batching setting of the server: Triton's max_batch_size, preferred sizes and delay."""
+    """One batching setting of the server: Triton's max_batch_size, preferred sizes and delay, and the
+    model instances on the GPU (``instance_group { count }``: only the Triton check serves several)."""
 
     name: str
     max_batch: int
     preferred: tuple[int, ...] = ()
     max_queue_delay_us: float = 0.0
+    instances: int = 1
 
     @classmethod
     def parse(cls, name: str) -> ServerSettings:
         """A setting from its name, as the serving folders name them: ``mb<max batch>``, then
-        ``-pref<sizes, comma-separated>`` if any, then ``-delay<microseconds>us`` or ``-nodelay``
-        (``mb8-nodelay``, ``mb32-pref16,32-delay1000us``); ValueError naming what is wrong."""
+        ``-pref<sizes, comma-separated>`` if any, then ``-delay<microseconds>us`` or ``-nodelay``, then
+        ``-x<instances>`` for more than one (``mb8-nodelay``, ``mb32-pref16,32-delay1000us``,
+        ``mb4-nodelay-x2``); ValueError naming what is wrong."""
         match = SETTING_NAME.fullmatch(name)
         if match is None:
-            raise ValueError(f"setting {name!r}: expected mb<max batch>[-pref<a,b,..>](-delay<us>us|-nodelay), "
-                             "as mb32-pref16,32-delay1000us")
+            raise ValueError(f"setting {name!r}: expected mb<max batch>[-pref<a,b,..>](-delay<us>us|-nodelay)"
+                             "[-x<instances>], as mb32-pref16,32-delay1000us or mb4-nodelay-x2")
         max_batch = int(match["max_batch"])
         preferred = tuple(int(p) for p in match["preferred"].split(",")) if match["preferred"] else ()
         if max_batch < 1 or not all(1 <= p <= max_batch for p in preferred) or len(set(preferred)) != len(preferred):
             raise ValueError(f"setting {name!r}: preferred sizes must be distinct, in 1..max batch {max_batch}")
-        return cls(name, max_batch, tuple(sorted(preferred)), float(match["delay"] or 0))
+        instances = int(match["instances"] or 1)
+        if not 1 <= instances <= MAX_INSTANCES:
+            raise ValueError(f"setting {name!r}: instances must be 1-{MAX_INSTANCES} (the counts the sharing of a "
+                             "GPU was measured for)")
+        return cls(name, max_batch, tuple(sorted(preferred)), float(match["delay"] or 0), instances)
 
 
 #: a setting's name: ``ServerSettings.parse``
 SETTING_NAME = re.compile(r"mb(?P<max_batch>\d+)(?:-pref(?P<preferred>\d+(?:,\d+)*))?"
-                          r"(?:-delay(?P<delay>\d+)us|-nodelay)")
+                          r"(?:-delay(?P<delay>\d+)us|-nodelay)(?:-x(?P<instances>\d+))?")
 
 
 class ServedModel(Protocol):

@@ -302,8 +302,9 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
                    "Triton itself through PyTriton (pip install nvidia-pytriton), measurements in "
                    "OUT/<device-id>/serving-triton")
 @click.option("--setting", "setting_names", multiple=True,
-              help="a batching setting by name, as mb16-delay500us or mb32-pref16,32-delay1000us (repeat for "
-                   "more; default: collectors.serving_check.SETTINGS)")
+              help="a batching setting by name, as mb16-delay500us, mb32-pref16,32-delay1000us, or mb4-nodelay-x2 "
+                   "for two model instances (--server triton only) (repeat for more; default: "
+                   "collectors.serving_check.SETTINGS)")
 def serving(out: Path, models: str, precision: str, levels: str, rates: str, seconds: float, seed: int, device: str,
             threads: int | None, server: str, setting_names: tuple[str, ...]) -> None:
     """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""

@@ -21,11 +21,9 @@ way resumes with the next model. Loads are set at fractions of the capacity the 
 from __future__ import annotations
 
 import argparse
-import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -33,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.batching_server import ServedRun, receive_arrivals, service_times
+from collectors.batching_server import ServedRun, ServerSettings, receive_arrivals, service_times
 from collectors.fingerprint import read_fingerprint
 from collectors.serving_check import (
     load_client,
@@ -51,25 +49,18 @@ LEVELS = (0.3, 0.6, 0.8)
 MIN_REQUESTS, MAX_REQUESTS = 2000, 30000
 
 
-@dataclass(frozen=True)
-class InstanceSetting:
-    """A batching setting without queue delay or preferred sizes, and its instances on one GPU."""
-
-    name: str
-    max_batch: int
-    instances: int
-
-    @classmethod
-    def parse(cls, name: str) -> InstanceSetting:
-        """``mb<max batch>-nodelay-x<instances>``, as ``mb4-nodelay-x2``; ValueError naming the form."""
-        match = re.fullmatch(r"mb(\d+)-nodelay-x(\d+)", name)
-        if match is None or int(match[1]) < 1 or not 1 <= int(match[2]) <= MEASURED_SHARING.max_batches:
-            raise ValueError(f"setting {name!r}: expected mb<max batch>-nodelay-x<instances, 1-"
-                             f"{MEASURED_SHARING.max_batches}>, as mb4-nodelay-x2")
-        return cls(name, int(match[1]), int(match[2]))
+def instance_setting(name: str) -> ServerSettings:
+    """A setting this server serves: ``mb<max batch>-nodelay[-x<instances>]`` (``ServerSettings.parse``),
+    without a queue delay or preferred sizes (it batches as Triton does without them); ValueError
+    naming the form."""
+    setting = ServerSettings.parse(name)
+    if setting.max_queue_delay_us or setting.preferred:
+        raise ValueError(f"setting {name!r}: this server batches without a delay or preferred sizes: expected "
+                         "mb<max batch>-nodelay-x<instances>, as mb4-nodelay-x2")
+    return setting
 
 
-SETTINGS = tuple(InstanceSetting.parse(n) for n in ("mb1-nodelay-x1", "mb1-nodelay-x2", "mb1-nodelay-x4",
+SETTINGS = tuple(instance_setting(n) for n in ("mb1-nodelay-x1", "mb1-nodelay-x2", "mb1-nodelay-x4",
                                                      "mb4-nodelay-x2"))
 
 
@@ -96,7 +87,7 @@ class Instances:
         return self.copies[instance].done()
 
 
-def serve_instances(conn: Connection, model: Instances, setting: InstanceSetting, requests: int,
+def serve_instances(conn: Connection, model: Instances, setting: ServerSettings, requests: int,
                     timeout_s: float) -> ServedRun:
     """``batching_server.serve`` with ``setting.instances`` instances: each free instance takes up to
     max_batch of the queued requests at once (no delay), all polled by one thread."""
@@ -126,7 +117,7 @@ def serve_instances(conn: Connection, model: Instances, setting: InstanceSetting
     return ServedRun(sent, received, start, finish, size_of)
 
 
-def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequence[InstanceSetting] = SETTINGS,
+def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequence[ServerSettings] = SETTINGS,
                        levels: Sequence[float] = LEVELS, seconds: float = 4.0, precision: str = "fp16",
                        reps: int = 30, say: Callable[[str], None] = print) -> Path:
     """Every model not yet on disk under every setting and level; returns the folder (a folder holding
@@ -164,7 +155,7 @@ def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequ
     return folder
 
 
-def _one_load(model: Instances, setting: InstanceSetting, level: float, capacity: float, requests: Connection,
+def _one_load(model: Instances, setting: ServerSettings, level: float, capacity: float, requests: Connection,
               control: Any, seconds: float, seed: int, say: Callable[[str], None]) -> pd.DataFrame:
     offsets, start_at = start_load(control, level * capacity, seconds, (MIN_REQUESTS, MAX_REQUESTS), seed)
     run = serve_instances(requests, model, setting, len(offsets), timeout_s=float(offsets[-1]) + 30.0)
@@ -180,7 +171,7 @@ def main() -> None:
     parser.add_argument("--levels", default=",".join(map(str, LEVELS)))
     parser.add_argument("--seconds", type=float, default=4.0)
     args = parser.parse_args()
-    run_instance_check(args.out, args.models.split(","), [InstanceSetting.parse(s) for s in args.settings.split(",")],
+    run_instance_check(args.out, args.models.split(","), [instance_setting(s) for s in args.settings.split(",")],
                        [float(x) for x in args.levels.split(",")], args.seconds)
 
 

@@ -73,8 +73,7 @@ def write_requests(frame: pd.DataFrame, path: Path) -> None:
 
 def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[float], seconds_per_level: float,
                seed: int, threads: int, settings: Sequence[Any], **more: Any) -> None:
-    """A serving folder's ``meta.json``: the device, the loads' settings (dataclasses: ``ServerSettings``,
-    ``instance_serving.InstanceSetting``) and levels (``more``: what
+    """A serving folder's ``meta.json``: the device, the loads' settings (``ServerSettings``) and levels (``more``: what
     else a server records about itself). ValueError when the folder already holds loads measured
     otherwise (other settings, levels, precision, seconds, seed or server): one ``meta.json``
     describes every model's loads, and a resumed run must not relabel the earlier ones."""
@@ -84,12 +83,19 @@ def write_meta(folder: Path, fingerprint: Any, precision: str, levels: Sequence[
     path = folder / "meta.json"
     if path.exists() and any(folder.glob("requests-*.parquet")):
         before = json.loads(path.read_text())
+        before["settings"] = _settings_as_now(before.get("settings", []))
         differ = [key for key in ("settings", "levels", "precision", "seconds_per_level", "seed", *more)
-                  if before.get(key) != meta[key]]
+                  if before.get(key) != (_settings_as_now(meta[key]) if key == "settings" else meta[key])]
         if differ:
             raise ValueError(f"{folder} holds loads measured with other {', '.join(differ)} ({path}); serve these "
                              "into another --out, or move that folder away first")
     path.write_text(json.dumps(meta, indent=1))
+
+
+def _settings_as_now(settings: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``meta.json``'s settings with the fields recorded before they had them: an instance count (one
+    instance each), and no preferred sizes or delay (``instance_serving``'s settings had neither)."""
+    return [{"preferred": [], "max_queue_delay_us": 0.0, "instances": 1, **s} for s in settings]
 
 
 def models_to_serve(folder: Path, models: Sequence[str], precision: str,
@@ -104,13 +110,18 @@ def models_to_serve(folder: Path, models: Sequence[str], precision: str,
         yield name, target
 
 
+def served_model(name: str, precision: str, max_batch: int, kind: str) -> ServedModel:
+    """Zoo model ``name`` ready to serve batches 1..``max_batch`` (CUDA graphs on a GPU, eager on a
+    CPU), or the empty model (``EMPTY_MODEL``: the server's own path alone)."""
+    if name == EMPTY_MODEL:
+        return EmptyModel(precision)
+    return (CapturedModel if kind == "cuda" else CpuModel)(name, precision, max_batch)
+
+
 def timed_model(name: str, precision: str, max_batch: int, kind: str,
                 reps: int) -> tuple[ServedModel, dict[int, np.ndarray]]:
-    """Zoo model ``name`` ready to serve batches 1..``max_batch`` (CUDA graphs on a GPU, eager on a
-    CPU), or the empty model (``EMPTY_MODEL``: the server's own path alone), and each batch size's
-    service times, ``reps`` of them."""
-    model: ServedModel = (EmptyModel(precision) if name == EMPTY_MODEL else
-                          (CapturedModel if kind == "cuda" else CpuModel)(name, precision, max_batch))
+    """``served_model``, and each batch size's service times, ``reps`` of them."""
+    model = served_model(name, precision, max_batch, kind)
     return model, service_times(model, range(1, max_batch + 1), reps)
 
 
@@ -139,6 +150,10 @@ def run_serving_check(out: Path, device: str = "cuda", models: Sequence[str] = M
 
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
+    several = [s.name for s in settings if s.instances > 1]
+    if several:
+        raise ValueError(f"setting {several[0]}: our own server runs one model instance; serve several with "
+                         "--server triton (or collectors.instance_serving)")
     fp = read_fingerprint(device)
     if threads is not None:
         torch.set_num_threads(threads)

@@ -4,9 +4,11 @@ times: the capacity simulator checked against the server it models (issue #14).
 :mod:`collectors.serving_check` does the same against our own dynamic-batching process
 (:mod:`collectors.batching_server`), built on Triton's documented rule. This one runs Triton
 itself: ``tritonserver`` as PyTriton ships it, its dynamic batcher configured per setting
-(``max_batch_size``, ``preferred_batch_size``, ``max_queue_delay_microseconds``), one model
-instance, whose Python function replays the model's CUDA graph for the batch Triton formed
-(graphs captured for every batch size, as :class:`collectors.batching_server.CapturedModel` does).
+(``max_batch_size``, ``preferred_batch_size``, ``max_queue_delay_microseconds``), with the model
+instances the setting names (one, or ``-x<k>``: PyTriton binds k Python callables, each run in a
+thread of its own, Triton's ``instance_group`` count k), each instance's function replaying its own
+copy of the model's CUDA graphs on its own CUDA stream for the batch Triton formed (graphs captured
+for every batch size, as :class:`collectors.batching_server.CapturedModel` does).
 
 Each setting runs in a Triton of its own (one that dies under load ends only its own setting's
 loads; PyTriton's server did, see ``datasets/nvidia-h100-80gb-hbm3/serving-triton/failed_runs/``):
@@ -32,6 +34,7 @@ predicts); a stopped run resumes by model.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import multiprocessing
 import socket
@@ -56,6 +59,7 @@ from collectors.serving_check import (
     SETTINGS,
     capacity_qps,
     models_to_serve,
+    served_model,
     timed_frame,
     timed_model,
     write_meta,
@@ -110,18 +114,25 @@ class BatchLog:
         self.rows: list[tuple[int, float, float]] = []
 
 
-def infer_function(model: ServedModel, log: BatchLog) -> Callable[..., dict[str, np.ndarray]]:
-    """The function Triton calls with each batch it formed: one CUDA-graph replay of that size,
-    waited on with the GIL let go (a CUDA event's wait does), so PyTriton's threads keep receiving."""
+def infer_function(model: ServedModel, log: BatchLog, stream: Any = None) -> Callable[..., dict[str, np.ndarray]]:
+    """The function Triton calls with each batch it formed: one CUDA-graph replay of that size (on
+    ``stream``, an instance's own, where given), waited on with the GIL let go (a CUDA event's wait
+    does), so PyTriton's threads keep receiving."""
     from pytriton.decorators import batch
 
     event = getattr(model, "event", None)
+    on_stream: Callable[[], Any] = contextlib.nullcontext
+    if stream is not None:
+        import torch
+
+        on_stream = functools.partial(torch.cuda.stream, stream)
 
     @batch
     def infer(**inputs: np.ndarray) -> dict[str, np.ndarray]:
         values = inputs[INPUT]
         started = time.perf_counter()
-        model.launch(len(values))
+        with on_stream():
+            model.launch(len(values))
         if event is not None:
             event.synchronize()
         while not model.done():
@@ -132,13 +143,42 @@ def infer_function(model: ServedModel, log: BatchLog) -> Callable[..., dict[str,
     return infer
 
 
+@dataclass
+class Copies:
+    """The copies of one model an instance each (``ServedModel``s with their graphs), and the CUDA
+    stream each replays on (None on a CPU)."""
+
+    models: list[ServedModel]
+    streams: list[Any]
+
+    @property
+    def name(self) -> str:
+        return self.models[0].name
+
+    @property
+    def precision(self) -> str:
+        return self.models[0].precision
+
+    @classmethod
+    def of(cls, first: ServedModel, count: int, max_batch: int, kind: str) -> Copies:
+        """``first`` and ``count - 1`` more copies of it ready for batches up to ``max_batch`` (the
+        largest a setting of several instances allows), each with a stream of its own on a GPU (one
+        copy replays on the default stream, as the one-instance check always has)."""
+        models = [first] + [served_model(first.name, first.precision, max_batch, kind) for _ in range(count - 1)]
+        if kind != "cuda" or count == 1:
+            return cls(models, [None] * count)
+        import torch
+
+        return cls(models, [torch.cuda.Stream() for _ in range(count)])
+
+
 @contextlib.contextmanager
-def triton_server(model: ServedModel, setting: ServerSettings, trace_file: Path,
+def triton_server(copies: Copies, setting: ServerSettings, trace_file: Path,
                   log: BatchLog) -> Iterator[tuple[str, dict[str, str]]]:
-    """Triton on loopback with ``model`` bound under one batching setting, tracing every request
-    into ``trace_file``.<n> (a part every ``TRACE_PART`` requests, so that a server that dies
-    leaves what it had traced); yields its gRPC address and the header that opens its statistics
-    (PyTriton guards them with a token)."""
+    """Triton on loopback with the model bound under one batching setting (``setting.instances`` of
+    ``copies``, one instance each), tracing every request into ``trace_file``.<n> (a part every
+    ``TRACE_PART`` requests, so that a server that dies leaves what it had traced); yields its gRPC
+    address and the header that opens its statistics (PyTriton guards them with a token)."""
     from pytriton.model_config import DynamicBatcher, ModelConfig, Tensor
     from pytriton.triton import Triton, TritonConfig
 
@@ -153,7 +193,10 @@ def triton_server(model: ServedModel, setting: ServerSettings, trace_file: Path,
         triton._config.trace_config = None
         batcher = DynamicBatcher(max_queue_delay_microseconds=int(setting.max_queue_delay_us),
                                  preferred_batch_size=list(setting.preferred) or None)
-        triton.bind(model_name=model_name(model.name, setting), infer_func=infer_function(model, log),
+        # a list of callables is PyTriton's way to k instances: each one's requests in a thread of its own
+        functions = [infer_function(model, log, stream)
+                     for model, stream in zip(copies.models[:setting.instances], copies.streams)]
+        triton.bind(model_name=model_name(copies.name, setting), infer_func=functions,
                     inputs=[Tensor(name=INPUT, dtype=np.float64, shape=(1,))],
                     outputs=[Tensor(name=OUTPUT, dtype=np.float64, shape=(1,))],
                     config=ModelConfig(max_batch_size=setting.max_batch, batcher=batcher))
@@ -264,13 +307,21 @@ def load_frame(trace: pd.DataFrame, run: ClientRun, start_at: float, offsets_s: 
     def us_ns(ns: pd.Series) -> np.ndarray:
         return np.round(ns.to_numpy() / 1e3 - start_at * 1e6).astype(np.int64)
 
+    # A batch is read back by its start in microseconds (training.load_batches); two instances' batches
+    # that start within one microsecond would read as one, so a later one is moved on by a microsecond.
+    starts_ns = rows["COMPUTE_START"].to_numpy()
+    batch_ns = np.unique(starts_ns)
+    batch_us = np.round(batch_ns / 1e3 - start_at * 1e6).astype(np.int64)
+    for i in range(1, len(batch_us)):
+        batch_us[i] = max(batch_us[i], batch_us[i - 1] + 1)
+
     def us_s(seconds: np.ndarray) -> np.ndarray:
         return np.round((seconds - start_at) * 1e6).astype(np.int64)
 
     return pd.DataFrame({
         "index": np.arange(len(rows), dtype=np.int32), "scheduled_us": np.round(offsets_s * 1e6).astype(np.int64),
         "sent_us": us_s(run.sent_s), "received_us": us_ns(rows["REQUEST_START"]),
-        "start_us": us_ns(rows["COMPUTE_START"]), "finish_us": us_ns(rows["COMPUTE_END"]),
+        "start_us": batch_us[np.searchsorted(batch_ns, starts_ns)], "finish_us": us_ns(rows["COMPUTE_END"]),
         "answered_us": us_s(run.answered_s), "batch_size": sizes.astype(np.int16),
     })
 
@@ -295,15 +346,20 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
     folder = Path(out) / fp.device_id / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     more = {"rates_qps": [float(r) for r in rates_qps]} if rates_qps else {}
+    check_alone_sizes(settings)
+    several = max(s.instances for s in settings)
+    server = "one instance" if several == 1 else "instances as each setting names, a thread and CUDA stream each"
     write_meta(folder, fp, precision, () if rates_qps else levels, seconds_per_level, seed, torch.get_num_threads(),
-               settings, server=f"tritonserver (nvidia-pytriton {pytriton_version}), one instance, gRPC client",
-               **more)
+               settings, server=f"tritonserver (nvidia-pytriton {pytriton_version}), {server}, gRPC client", **more)
     max_batch = max(s.max_batch for s in settings)
     for name, target in models_to_serve(folder, models, precision, say):
         started = time.perf_counter()
         model, replay = timed_model(name, precision, max_batch, fp.kind, reps)
-        say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s")
-        frames, service = _serve_model(model, settings, Loads(levels, tuple(rates_qps)), seconds_per_level, seed,
+        copies = Copies.of(model, several, max((s.max_batch for s in settings if s.instances > 1), default=1),
+                           fp.kind)
+        say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s"
+            + (f" ({several} copies)" if several > 1 else ""))
+        frames, service = _serve_model(copies, settings, Loads(levels, tuple(rates_qps)), seconds_per_level, seed,
                                        requests, reps, say)
         if not frames:
             say(f"{name}: no load was answered in full; nothing written")
@@ -311,27 +367,30 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
         write_requests(pd.concat(frames, ignore_index=True), target)
         service.assign(model=name, precision=precision).to_parquet(folder / f"service-{name}-{precision}.parquet")
         timed_frame(name, precision, replay).to_parquet(folder / f"graph-service-{name}-{precision}.parquet")
-        del model
+        del model, copies
         if fp.kind == "cuda":
             torch.cuda.empty_cache()
     return folder
 
 
-def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], loads: Loads,
+def _serve_model(copies: Copies, settings: Sequence[ServerSettings], loads: Loads,
                  seconds: float, seed: int, requests: tuple[int, int], reps: int,
                  say: Callable[[str], None]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
-    """``model`` under each setting, each in a Triton of its own: Triton's service time of every
+    """The model under each setting, each in a Triton of its own: Triton's service time of every
     batch size the setting allows and its capacity, then every load; with the service table of
-    what it ran (``service_table``). A server that dies ends its setting's loads
+    what one instance ran (``service_table``: a batch beside another instance's is not its time
+    alone). A server that dies ends its setting's loads
     (said, and the loads it answered kept; a setting whose server died before its trace wrote a
     part is left out, said); the next setting starts a new one."""
     frames: list[pd.DataFrame] = []
+    alone: list[pd.DataFrame] = []  # the loads of one-instance settings
+    model = copies.models[0]
     services: list[pd.DataFrame] = []
     for setting_index, setting in enumerate(settings):
         with tempfile.TemporaryDirectory() as scratch:
             trace_file = Path(scratch) / "trace.json"
             log = BatchLog()
-            done = _serve_setting(model, setting, setting_index, trace_file, log, loads, seconds, seed, requests,
+            done = _serve_setting(copies, setting, setting_index, trace_file, log, loads, seconds, seed, requests,
                                   reps, say)
             try:
                 trace = read_trace(trace_file)
@@ -347,22 +406,24 @@ def _serve_model(model: ServedModel, settings: Sequence[ServerSettings], loads: 
             # the rate as offered, exactly (a plan's load is found by it), and its level of the capacity
             frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
                                        level=qps / capacity, capacity_qps=capacity, offered_qps=qps))
+            if setting.instances == 1:
+                alone.append(frames[-1])
         services.append(batch_service(trace, "s").assign(setting=setting.name))
     if not services:
         return frames, pd.DataFrame({"batch": [], "service_s": [], "source": []})
-    return frames, service_table(frames, pd.concat(services, ignore_index=True))
+    return frames, service_table(alone, pd.concat(services, ignore_index=True))
 
 
-def _serve_setting(model: ServedModel, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
+def _serve_setting(copies: Copies, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
                    loads: Loads, seconds: float, seed: int, requests: tuple[int, int], reps: int,
                    say: Callable[[str], None]) -> list[tuple[float, float, float, ClientRun, np.ndarray]]:
     """One Triton run: the serial pass, then the loads; returns (the rate offered, capacity, start,
     the client's run, the schedule) of each load answered in full."""
 
     done: list[tuple[float, float, float, ClientRun, np.ndarray]] = []
-    name = model_name(model.name, setting)
+    name = model_name(copies.name, setting)
     context = multiprocessing.get_context("spawn")
-    with triton_server(model, setting, trace_file, log) as (url, headers):
+    with triton_server(copies, setting, trace_file, log) as (url, headers):
         control, there = context.Pipe()
         client = context.Process(target=client_main, args=(url, there), daemon=True)
         client.start()
@@ -410,6 +471,20 @@ class Loads:
         return list(self.rates_qps) if self.rates_qps else [level * capacity_qps for level in self.levels]
 
 
+def check_alone_sizes(settings: Sequence[ServerSettings]) -> None:
+    """ValueError unless every setting of k instances at max batch b has a one-instance setting beside
+    it of max batch k x b or more: the simulator charges a batch beside others the time alone of their
+    summed size, and only a one-instance setting's batches (its loads' and its serial pass's) are a
+    batch's time alone (``service_table``)."""
+    alone = max((s.max_batch for s in settings if s.instances == 1), default=0)
+    for setting in settings:
+        if setting.instances > 1 and setting.instances * setting.max_batch > alone:
+            raise ValueError(f"setting {setting.name}: its instances' summed batches reach "
+                             f"{setting.instances * setting.max_batch}, but no one-instance setting times batches "
+                             f"that large (the largest: {alone or 'none'}); add --setting "
+                             f"mb{setting.instances * setting.max_batch}-nodelay")
+
+
 def check_rates(rates_qps: Sequence[float]) -> None:
     """ValueError naming a rate that is not a positive, finite number of requests a second up to
     the simulator's ``MAX_RATE_QPS``, or one given twice (two loads of one rate would share their
@@ -437,17 +512,22 @@ def _capacity(control: Any, url: str, headers: dict[str, str], name: str, settin
         # Capacity from what the instance does when kept busy with one-sample requests: the
         # serial pass's batches (one request of b samples) cost less than the loads' (see
         # service_table), and levels from them would be overloads.
-        count = int(np.clip(capacity_qps(mean, setting.max_batch) * SATURATED_S, *requests))
+        count = int(np.clip(capacity_qps(mean, setting.max_batch) * setting.instances * SATURATED_S, *requests))
         _checked(_ask(control, ("closed", name, f"B{setting_index}-", count,
-                                IN_FLIGHT_BATCHES * setting.max_batch)))
+                                IN_FLIGHT_BATCHES * setting.max_batch * setting.instances)))
         after = batch_totals(stats.get_inference_statistics(name, headers=headers, as_json=True))
         # sizes run at least thrice; on a slow host the closed loop may form none that often
         saturated = mean_seconds(after, serial, 3) or mean_seconds(after, serial, 1)
     replay = {b: np.median([t1 - t0 for size, t0, t1 in log.rows if size == b]) for b in (1, setting.max_batch)}
-    capacity = max(b / t for b, t in saturated.items())
+    if setting.instances == 1:
+        capacity = max(b / t for b, t in saturated.items())
+    else:  # k instances kept busy: k batches at once, the closed loop's samples over its batches' summed time
+        ran = {b: (count - serial.get(b, (0, 0))[0], ns - serial.get(b, (0, 0))[1]) for b, (count, ns) in after.items()}
+        capacity = setting.instances * sum(b * n for b, (n, _) in ran.items()) / sum(ns for n, ns in ran.values()) * 1e9
     say(f"  {setting.name}: Triton's service (ms), one request of b samples: "
         + " ".join(f"b{b} {mean[b] * 1e3:.3f}" for b in sorted(mean)) + "; saturated, b requests: "
-        + " ".join(f"b{b} {t * 1e3:.3f}" for b, t in sorted(saturated.items())) + "; the function's alone "
+        + " ".join(f"b{b} {t * 1e3:.3f}" for b, t in sorted(saturated.items()))
+        + ("; the function's alone " if setting.instances == 1 else "; the function's (serial pass and closed loop) ")
         + " ".join(f"b{b} {t * 1e3:.3f}" for b, t in replay.items()) + f"; capacity {capacity:.0f} qps "
         f"(the serial pass's {capacity_qps(mean, setting.max_batch):.0f})")
     return capacity

@@ -31,6 +31,7 @@ the documented rule (``sim_rule``) to show what that model changes.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 from predictor.capacity.host_stalls import HostStalls
+from predictor.capacity.instance_sharing import MEASURED_SHARING
 from predictor.capacity.simulator import (
     Arrivals,
     BatchingConfig,
@@ -123,12 +125,15 @@ def served_by_triton(meta: Mapping[str, Any]) -> bool:
 
 
 def batching_config(setting: Mapping[str, Any], scheduler: Scheduler = "rule") -> BatchingConfig:
-    """The simulator's config for one of ``meta.json``'s settings (one instance: the server ran one),
-    batching as ``scheduler`` says the server did: ``rule`` for our own server, which runs Triton's
-    documented rule (``batch_rule``), ``triton`` for Triton itself."""
+    """The simulator's config for one of ``meta.json``'s settings (its instances, one where the setting
+    predates the count; several share the GPU as plans have them, ``MEASURED_SHARING``), batching as
+    ``scheduler`` says the server did: ``rule`` for our own server, which runs Triton's documented rule
+    (``batch_rule``), ``triton`` for Triton itself."""
+    instances = int(setting.get("instances", 1))
     return BatchingConfig(max_batch=int(setting["max_batch"]),
                           preferred_batch_sizes=tuple(int(p) for p in setting["preferred"]),
-                          max_queue_delay_us=float(setting["max_queue_delay_us"]), scheduler=scheduler)
+                          max_queue_delay_us=float(setting["max_queue_delay_us"]), scheduler=scheduler,
+                          instances=instances, sharing=MEASURED_SHARING if instances > 1 else None)
 
 
 def load_serving(folder: Path = SERVING_DIR) -> ServingData:
@@ -231,8 +236,25 @@ def dispatch_lateness_us(received_us: np.ndarray, start_us: np.ndarray, finish_u
     full = set(config.preferred_batch_sizes) if config.preferred_batch_sizes else {config.max_batch}
     by_size = np.isin(batches.size, sorted(full))
     allowed = np.where(by_size, np.minimum(newest, oldest + delay_us), oldest + delay_us)
-    free = np.r_[-np.inf, batches.finish[:-1].astype(float)]
-    return batches.start - np.maximum(free, allowed)
+    return batches.start - np.maximum(instance_free_us(batches.finish.astype(float), config.instances), allowed)
+
+
+def instance_free_us(finish_us: np.ndarray, instances: int) -> np.ndarray:
+    """Per batch (in start order), when an instance was free for it: the latest finish of the batches
+    before it but ``instances - 1`` (those may still run); -inf while fewer than ``instances`` came
+    before. With one instance, the previous batch's finish."""
+    if instances == 1:
+        return np.r_[-np.inf, finish_us[:-1]]
+    latest: list[float] = []  # the ``instances`` latest finishes so far, a min-heap
+    free = np.full(len(finish_us), -np.inf)
+    for i, finish in enumerate(finish_us):
+        if len(latest) == instances:
+            free[i] = latest[0]
+        if len(latest) < instances:
+            heapq.heappush(latest, float(finish))
+        elif finish > latest[0]:
+            heapq.heapreplace(latest, float(finish))
+    return free
 
 
 def measure_load(model: str, setting: str, level: float, frame: pd.DataFrame, config: BatchingConfig,
@@ -306,8 +328,9 @@ def simulated_service(data: ServingData, model: str, measured: TableLatency | No
         measured = measured_service(data.service[data.service["model"] == model])
     if not data.triton:
         return measured
+    # an instance's turnaround shows between its own batches: loads with one instance only
     gaps = [back_to_back(frame, data.settings[setting].max_queue_delay_us)
-            for name, setting, _, frame in data.loads() if name == model]
+            for name, setting, _, frame in data.loads() if name == model and data.settings[setting].instances == 1]
     turnaround = turnaround_ms(gaps, sorted(measured.medians_ms))
     return TableLatency(with_turnaround(measured.medians_ms, turnaround), measured.sigmas)
 

@@ -29,11 +29,12 @@ PAUSES_UP_TO_LEVEL = 0.8
 def batch_series(data: ServingData, model: str, max_level: float = math.inf
                  ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per load of ``model`` up to ``max_level``: its batches' (start s, time s, size), in the order
-    they ran (the server's batch start and finish: Triton's COMPUTE_START and COMPUTE_END; one
-    instance, whose batches never overlap)."""
+    they ran (the server's batch start and finish: Triton's COMPUTE_START and COMPUTE_END), of
+    settings with one instance, whose batches never overlap (beside another instance's a batch is
+    slowed by the sharing, not by a pause of the host)."""
     series = []
-    for name, _, level, frame in data.loads():
-        if name != model or level > max_level + 1e-9:
+    for name, setting, level, frame in data.loads():
+        if name != model or level > max_level + 1e-9 or data.settings[setting].instances > 1:
             continue
         batches = load_batches(frame["start_us"].to_numpy(dtype=np.int64), frame["finish_us"].to_numpy(dtype=np.int64))
         series.append((batches.start * 1e-6, (batches.finish - batches.start) * 1e-6, batches.size))

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from collectors.batching_server import REQUEST_DTYPE
-from collectors.instance_serving import InstanceSetting, serve_instances
+from collectors.batching_server import REQUEST_DTYPE, ServerSettings
+from collectors.instance_serving import instance_setting, serve_instances
 
 
 class TimedInstances:
@@ -30,10 +30,11 @@ class TimedInstances:
 
 
 def test_setting_names_carry_the_instances_and_bad_ones_are_refused() -> None:
-    assert InstanceSetting.parse("mb4-nodelay-x2") == InstanceSetting("mb4-nodelay-x2", 4, 2)
-    for bad in ("mb4-nodelay", "mb4-x2", "mb0-nodelay-x2", "mb4-nodelay-x5"):
+    assert instance_setting("mb4-nodelay-x2") == ServerSettings("mb4-nodelay-x2", 4, instances=2)
+    assert instance_setting("mb4-nodelay").instances == 1
+    for bad in ("mb4-x2", "mb0-nodelay-x2", "mb4-nodelay-x5", "mb4-delay500us-x2", "mb4-pref2-nodelay-x2"):
         with pytest.raises(ValueError, match="setting"):
-            InstanceSetting.parse(bad)
+            instance_setting(bad)
 
 
 def test_free_instances_take_queued_requests_at_once_up_to_the_max_batch() -> None:
@@ -43,7 +44,7 @@ def test_free_instances_take_queued_requests_at_once_up_to_the_max_batch() -> No
     message["index"] = np.arange(6)
     sending.send_bytes(message.tobytes())
     model = TimedInstances(2, 0.02)
-    run = serve_instances(receiving, model, InstanceSetting.parse("mb2-nodelay-x2"), 6,  # type: ignore[arg-type]
+    run = serve_instances(receiving, model, instance_setting("mb2-nodelay-x2"), 6,  # type: ignore[arg-type]
                           timeout_s=5.0)
     assert sorted(model.launched) == [(0, 2), (0, 2), (1, 2)]
     assert (run.batch_size == 2).all()

@@ -60,3 +60,31 @@ def test_a_folder_with_loads_is_not_relabelled_by_a_run_with_other_settings(tmp_
         raise AssertionError("other settings were written over a folder that holds loads")
     assert (folder / "meta.json").read_text() == meta
     assert run_serving_check(tmp_path, "cpu", models=[], settings=SETTINGS) == folder  # the same run resumes
+
+
+def test_a_folder_measured_before_settings_had_instances_resumes_as_one_instance(tmp_path: Path) -> None:
+    from collectors.serving_check import SETTINGS
+
+    folder = run_serving_check(tmp_path, "cpu", models=[])
+    meta = json.loads((folder / "meta.json").read_text())
+    assert all(s["instances"] == 1 for s in meta["settings"])
+    for setting in meta["settings"]:  # as meta.json was written until settings had an instance count
+        del setting["instances"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+    (folder / "requests-resnet101-fp16.parquet").write_bytes(b"measured before")
+    assert run_serving_check(tmp_path, "cpu", models=[], settings=SETTINGS) == folder
+
+
+def test_our_own_server_refuses_several_instances_and_names_where_to_serve_them(tmp_path: Path) -> None:
+    from collectors.batching_server import ServerSettings
+
+    result = CliRunner().invoke(main, ["collect", "serving", "--out", str(tmp_path), "--device", "cpu",
+                                       "--models", "resnet101", "--setting", "mb4-nodelay-x2"])
+    assert result.exit_code != 0 and "mb4-nodelay-x2" in result.output and "--server triton" in result.output
+    try:
+        run_serving_check(tmp_path, "cpu", models=[], settings=(ServerSettings.parse("mb4-nodelay-x2"),))
+    except ValueError as exc:
+        assert "one model instance" in str(exc)
+    else:
+        raise AssertionError("our own server accepted two instances")
+    assert not list(tmp_path.iterdir())

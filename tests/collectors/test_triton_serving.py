@@ -20,6 +20,7 @@ from collectors.triton_serving import (
     EmptyTrace,
     Loads,
     batch_totals,
+    check_alone_sizes,
     check_rates,
     load_frame,
     mean_seconds,
@@ -89,6 +90,18 @@ def test_requests_join_the_trace_with_the_batch_each_rode_in() -> None:
     assert (frame["finish_us"] < frame["answered_us"]).all()
     assert frame["received_us"].iloc[0] == 1000  # microseconds from the load's start
     assert frame["scheduled_us"].tolist() == [1000 * i for i in range(24)]
+
+
+def test_two_instances_batches_starting_within_a_microsecond_stay_two_batches() -> None:
+    trace = read_trace(TRACE)
+    starts = sorted(trace["COMPUTE_START"].unique())
+    # the third batch (8 requests) starts 1 ns after the second (7), as another instance's might
+    moved = trace["COMPUTE_START"].where(trace["COMPUTE_START"] != starts[2], starts[1] + 1)
+    run, start_at = _client_run(trace)
+    frame = load_frame(trace.assign(COMPUTE_START=moved), run, start_at, np.arange(24) * 1e-3)
+    batches = frame.groupby("start_us")["batch_size"].agg(["size", "first"])
+    assert sorted(batches["size"].tolist()) == [1, 7, 8, 8]  # four batches still, each its own size
+    assert (batches["size"] == batches["first"]).all()
 
 
 def test_a_request_missing_from_the_trace_is_named() -> None:
@@ -162,3 +175,17 @@ def test_the_cli_refuses_bad_rates_before_it_serves_or_writes(tmp_path: Path, ar
     result = CliRunner().invoke(main, command)
     assert result.exit_code == 1 and said in result.output
     assert not list(tmp_path.iterdir())
+
+
+def test_settings_of_several_instances_need_a_one_instance_setting_that_times_their_summed_batch() -> None:
+    from collectors.batching_server import ServerSettings
+
+    def settings(*names: str) -> list[ServerSettings]:
+        return [ServerSettings.parse(n) for n in names]
+
+    check_alone_sizes(settings("mb8-nodelay", "mb16-delay500us"))  # one instance each: nothing to check
+    check_alone_sizes(settings("mb16-nodelay", "mb4-nodelay-x4", "mb8-nodelay-x2"))
+    with pytest.raises(ValueError, match="mb4-nodelay-x4.*add --setting mb16-nodelay"):
+        check_alone_sizes(settings("mb8-nodelay", "mb4-nodelay-x4"))
+    with pytest.raises(ValueError, match="the largest: none"):
+        check_alone_sizes(settings("mb4-nodelay-x2"))

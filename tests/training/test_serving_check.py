@@ -10,11 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from predictor.capacity.instance_sharing import MEASURED_SHARING
 from predictor.capacity.simulator import BatchingConfig
 from training.serving_check import (
     MeasuredLoad,
     ServingData,
     TableLatency,
+    batching_config,
     dispatch_lateness_us,
     independent_schedules,
     load_serving,
@@ -219,3 +221,20 @@ def test_the_predicted_service_is_the_mode_a_device_serves_in_with_its_spread() 
         assert latency.at_bound("high")(4) == (out[4].high_ms, sigma)
         with pytest.raises(KeyError):  # a size the server never ran is not predicted
             latency(2)
+
+
+def test_a_setting_with_several_instances_simulates_them_sharing_the_gpu() -> None:
+    one = {"name": "mb4-nodelay", "max_batch": 4, "preferred": [], "max_queue_delay_us": 0.0}
+    assert batching_config(one, "triton") == BatchingConfig(max_batch=4, scheduler="triton")  # written before counts
+    two = batching_config({**one, "name": "mb4-nodelay-x2", "instances": 2}, "triton")
+    assert two.instances == 2 and two.sharing is MEASURED_SHARING
+    assert batching_config({**one, "instances": 1}).sharing is None
+
+
+def test_an_instance_is_free_for_a_batch_when_all_but_the_others_before_it_ended() -> None:
+    from training.serving_check import instance_free_us
+
+    finish = np.array([10.0, 12.0, 11.0, 30.0, 25.0])
+    np.testing.assert_array_equal(instance_free_us(finish, 1), [-np.inf, 10.0, 12.0, 11.0, 30.0])
+    # two instances: the second-latest finish before each batch (at most one other may still run)
+    np.testing.assert_array_equal(instance_free_us(finish, 2), [-np.inf, -np.inf, 10.0, 11.0, 12.0])
