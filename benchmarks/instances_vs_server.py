@@ -101,6 +101,7 @@ def main() -> int:
              f"{'shared':>7} {'by k':>7} {'indep':>7} {'served/alone':>12} {'charged/alone':>13}"]
     counts: dict[str, list[float]] = {"shared": [], "by k": [], "independent": []}
     by_level: dict[float, list[float]] = {}  # level -> the shared sharing's ratios
+    one_instance: list[float] = []  # the same server and replay with one instance: the floor of the rest
     meta = json.loads((args.folder / "meta.json").read_text())
     # Triton's own batcher where Triton served (it forms the rule's batches without a delay, as here)
     scheduler: Scheduler = "triton" if str(meta.get("server", "")).startswith("tritonserver") else "rule"
@@ -118,6 +119,8 @@ def main() -> int:
                 for name, ratio in (("shared", shared), ("by k", per_count), ("independent", independent)):
                     counts[name].append(ratio)
                 by_level.setdefault(round(float(str(level)), 2), []).append(shared)
+            else:
+                one_instance.append(shared)
             served, charged = batch_slowdowns(load, latency)
             lines.append(f"{model:<16} {setting:<16} {level:>5.2f} {m['qps']:>7.0f} {m['batch']:>6.2f} "
                          f"{m['p50']:>7.3f} {m['p99']:>7.3f} {shared:>7.2f} {per_count:>7.2f} {independent:>7.2f} "
@@ -134,6 +137,10 @@ def main() -> int:
         lines += ["  shared, by level of the capacity: " + "; ".join(
             f"{level:g}: {sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)} (median {np.median(ratios):.2f})"
             for level, ratios in sorted(by_level.items()))]
+    if one_instance:
+        lines += [f"loads with one instance (no sharing; the server's and the replay's own error): "
+                  f"{sum(abs(r - 1) <= 0.1 for r in one_instance)} of {len(one_instance)} within +-10% "
+                  f"({np.median(one_instance):.2f}, {min(one_instance):.2f}-{max(one_instance):.2f})"]
     publish(lines, args.out)
     return 0
 

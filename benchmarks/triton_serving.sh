@@ -2,7 +2,9 @@
 # The capacity simulator's check against Triton itself, in one device call: `latpred collect serving
 # --server triton` (collectors/triton_serving.py) serves MODELS (default resnet101, densenet169,
 # roberta-large) at fp16 with tritonserver as PyTriton ships it, under Poisson load at six levels
-# of each batching setting's capacity, every request traced by Triton.
+# of each batching setting's capacity, every request traced by Triton. A setting named -x<k>
+# (SETTINGS="mb16-nodelay mb4-nodelay-x2") is served by k model instances; one needs a one-instance
+# setting beside it whose max batch is k times its own (the collector says so otherwise).
 #
 # PyTriton (55 MB as a wheel) and what it needs that the GPU machine lacks travel as one xz tarball of
 # the unpacked cp312 wheels, .whl/pytriton_site.tar.xz (39 MB: nvidia-pytriton 0.7.0, tritonclient,
