@@ -15,8 +15,9 @@ less efficiently, the more so the smaller they are. That is exact for the measur
 batches, always all running) and an approximation elsewhere: the time is fixed when the batch starts,
 so one that starts beside a batch about to end is charged for the sharing throughout, and one that
 starts alone is not slowed by batches that start after it. Re-timing running batches as others start
-and end instead changed the check below little (``benchmarks/retimed_sharing.py``: 29 against 30 of the
-45 blind loads within ±10%), so the time stays fixed at the start.
+and end instead changed the check below little (``benchmarks/retimed_sharing.py``, a replay of its own:
+29 of the 45 blind loads within ±10% re-timed, 30 with the time fixed at the start), so the time stays
+fixed at the start.
 With one instance nothing changes: phi is 1 and the batch runs alone.
 
 Its scope is the measurement's: fp16 CUDA graphs, k x b up to 32, k = 2 and 4 (phi for 3 is
@@ -40,6 +41,7 @@ of capacity (0.54-0.56x for opt-125m). Plans say so (``describe``).
 from __future__ import annotations
 
 import math
+import numbers
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,17 +72,20 @@ class InstanceSharing:
     def __post_init__(self) -> None:
         if not self.points:
             raise ValueError("points: at least one measured (count, batch, phi) is needed")
+        checked = []
         for point in self.points:
             if len(point) != 3:
                 raise ValueError(f"points: each must be (count, batch, phi), not {point!r}")
             n, b, phi = point
-            if not (isinstance(n, int) and n >= 2 and isinstance(b, int) and b >= 1):
+            if not (_is_integer(n) and n >= 2 and _is_integer(b) and b >= 1):
                 raise ValueError(f"points: counts must be integers of at least 2 (alone, phi is 1) and batches "
                                  f"positive integers, not {point!r}")
-            if not (isinstance(phi, (int, float)) and math.isfinite(phi) and 1.0 <= phi <= 4.0):
+            if not (_is_number(phi) and 1.0 <= phi <= 4.0):
                 raise ValueError(f"points: each phi must be a finite factor in [1, 4], not {point!r}")
-        if len({(n, b) for n, b, _ in self.points}) != len(self.points):
+            checked.append((int(n), int(b), float(phi)))
+        if len({(n, b) for n, b, _ in checked}) != len(checked):
             raise ValueError("points: a (count, batch) is given twice")
+        object.__setattr__(self, "points", tuple(checked))  # plain, immutable values: the memo stays true
 
     @property
     def max_batches(self) -> int:
@@ -94,10 +99,11 @@ class InstanceSharing:
     def factor(self, running: int, mean_batch: float) -> float:
         """phi for ``running`` batches at once (at least 1, at most ``max_batches``) whose mean size is
         ``mean_batch`` samples."""
-        if not (isinstance(running, int) and 1 <= running <= self.max_batches):
+        if not (_is_integer(running) and 1 <= running <= self.max_batches):
             raise ValueError(f"running: must be an integer in [1, {self.max_batches}], not {running!r}")
-        if not (isinstance(mean_batch, (int, float)) and math.isfinite(mean_batch) and mean_batch > 0):
+        if not (_is_number(mean_batch) and mean_batch > 0):
             raise ValueError(f"mean_batch: must be a positive number of samples, not {mean_batch!r}")
+        running, mean_batch = int(running), float(mean_batch)
         if running == 1:
             return 1.0
         counts = self.counts()
@@ -136,6 +142,16 @@ class InstanceSharing:
         return summed, phi
 
 
+def _is_integer(value: object) -> bool:
+    """An integer, numpy's included, and not a bool (as ``BatchingConfig`` takes its counts)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    """A finite real number, numpy's included, and not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def instances_capacity_qps(median_ms: Callable[[int], float], max_batch: int, instances: int,
                            sharing: InstanceSharing | None) -> float:
     """The most requests per second ``instances`` instances serve with batches of at most ``max_batch``,
@@ -154,9 +170,10 @@ MEASURED_SHARING = InstanceSharing(
     source="H100, fp16 CUDA graphs, six zoo models, k x b up to 32, phi by k and b "
            "(benchmarks/results/instance_sharing.txt)",
     caution="checked blind against a real server with 2-4 instances on an H100 (three models it was not fitted "
-            "on), the simulated p99 came within +-10% of the measured at 29 of 45 loads (0.54-1.29x, median 0.94), "
-            "optimistic where four instances ran batches of 1-2 at 0.8 of capacity "
-            "(benchmarks/results/instances_vs_server_h100_2.txt): keep headroom")
+            "on), the simulated p99 came within +-10% of the measured at 29 of 45 loads (0.54-1.29x, median 0.94; "
+            "10 of 27, median 0.89, on the earlier loads phi by batch size was chosen on), optimistic where four "
+            "instances ran batches of 1-2 at 0.8 of capacity (benchmarks/results/instances_vs_server_h100_2.txt): "
+            "keep headroom")
 
 
 def instance_choices(max_instances: int) -> tuple[int, ...]:

@@ -52,9 +52,26 @@ def test_the_sharing_factor_is_the_measured_one_and_interpolated_between_batches
         MEASURED_SHARING.factor(5, 1)
     with pytest.raises(ValueError, match="mean_batch"):
         MEASURED_SHARING.factor(2, 0)
-    for bad in ((), ((1, 1, 1.0),), ((2, 1, 0.5),), ((2, 0, 1.1),), ((2, 1, 1.1), (2, 1, 1.2)), ((2, 1.1),)):
+    for bad in ((), ((1, 1, 1.0),), ((2, 1, 0.5),), ((2, 0, 1.1),), ((2, 1, 1.1), (2, 1, 1.2)), ((2, 1.1),),
+                ((2, True, 1.1),), ((2, 1, True),)):
         with pytest.raises(ValueError, match="points"):
             InstanceSharing(bad)  # type: ignore[arg-type]
+    # numpy's numbers are numbers (BatchingConfig takes them), bools are not
+    assert MEASURED_SHARING.factor(np.int64(4), np.float64(8.0)) == pytest.approx(1.128)
+    for running, batch in ((True, 1.0), (2, True)):
+        with pytest.raises(ValueError):
+            MEASURED_SHARING.factor(running, batch)
+    given = InstanceSharing(([np.int64(2), 1, np.float32(1.5)],))  # type: ignore[arg-type]
+    assert given.points == ((2, 1, 1.5),) and hash(given) == hash(InstanceSharing(((2, 1, 1.5),)))
+
+
+def test_the_sharing_of_a_batch_depends_on_the_sizes_running_and_its_memo_changes_nothing() -> None:
+    sharing = InstanceSharing(MEASURED_SHARING.points)
+    before = hash(sharing)
+    assert sharing.batch_time_terms(1, [1, 1, 1])[1] == pytest.approx(1.275)
+    assert sharing.batch_time_terms(8, [8, 8, 8])[1] == pytest.approx(1.128)
+    assert sharing.batch_time_terms(1, [1])[1] == sharing.factor(2, 1)  # from the memo, the same
+    assert hash(sharing) == before and sharing == InstanceSharing(MEASURED_SHARING.points)
 
 
 def test_the_instance_counts_a_plan_weighs_are_the_measured_ones_up_to_the_limit_and_the_limit() -> None:
@@ -94,8 +111,8 @@ def test_one_instance_runs_as_it_did_whatever_the_sharing() -> None:
 
 @pytest.mark.parametrize("instances", [2, 4])
 def test_saturated_instances_serve_what_their_summed_batch_allows(instances: int) -> None:
-    # Overloaded, every instance always runs a full batch beside the others: each batch takes phi_k x
-    # latency(k x max_batch), so k instances serve k b / (phi_k latency(k b)), the measured relation.
+    # Overloaded, every instance always runs a full batch beside the others: each batch takes phi(k, b) x
+    # latency(k x max_batch), so k instances serve k b / (phi(k, b) latency(k b)), the measured relation.
     latency = LatencyModel(lambda b: 2.0 + 0.05 * b)  # no spread: the closed form holds exactly
     expected = instances * 4 / (MEASURED_SHARING.factor(instances, 4) * latency(instances * 4)[0]) * 1e3
     assert instances_capacity_qps(lambda b: latency(b)[0], 4, instances, MEASURED_SHARING) == pytest.approx(expected)
@@ -136,7 +153,7 @@ def test_under_a_batch_limit_more_instances_serve_a_load_on_fewer_gpus() -> None
                    instance_choices=weighed_instances(batch_limit=1))
     assert one.meets and several.meets and one.instances == 1
     # one instance at batch 1 serves 1 / 2.05 ms = 488 qps, at most 95% of it: 3000 qps takes 7 GPUs at least;
-    # four sharing a GPU serve 4 / (1.21 x 2.2 ms) = 1,503 qps
+    # four sharing a GPU serve 4 / (1.275 x 2.2 ms) = 1,426 qps
     assert one.gpus >= 7 and several.gpus < one.gpus and several.instances > 1
     assert f"instance_group [ {{ count: {several.instances} kind: KIND_GPU }} ]" in triton_config(several)
     assert "instance_group" not in triton_config(one)
