@@ -40,6 +40,7 @@ from benchmarks._report import publish  # noqa: E402
 from collectors.batching_server import ServerSettings  # noqa: E402
 from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing  # noqa: E402
 from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, Scheduler, simulate  # noqa: E402
+from training.serving_check import served_by_triton  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARMUP = 0.1
@@ -102,9 +103,9 @@ def main() -> int:
     counts: dict[str, list[float]] = {"shared": [], "by k": [], "independent": []}
     by_level: dict[float, list[float]] = {}  # level -> the shared sharing's ratios
     one_instance: list[float] = []  # the same server and replay with one instance: the floor of the rest
-    meta = json.loads((args.folder / "meta.json").read_text())
     # Triton's own batcher where Triton served (it forms the rule's batches without a delay, as here)
-    scheduler: Scheduler = "triton" if str(meta.get("server", "")).startswith("tritonserver") else "rule"
+    scheduler: Scheduler = "triton" if served_by_triton(json.loads((args.folder / "meta.json").read_text())) \
+        else "rule"
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
         service = pd.read_parquet(requests.with_name(requests.name.replace("requests-", "service-")))

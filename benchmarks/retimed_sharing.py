@@ -38,9 +38,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._report import publish  # noqa: E402
-from benchmarks.instances_vs_server import PER_COUNT_SHARING, WARMUP, measured  # noqa: E402
+from benchmarks.instances_vs_server import PER_COUNT_SHARING, WARMUP, alone, measured  # noqa: E402
 from collectors.batching_server import ServerSettings  # noqa: E402
 from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing  # noqa: E402
+from predictor.capacity.simulator import LatencyModel  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -73,8 +74,7 @@ def p99_ms(arrival_s: np.ndarray, alone_s: Callable[[int], float], sigma: float,
             done_at = min(r[0] for r in running)
         arrives_at = arrival_s[arrived] if arrived < n else np.inf
         at = min(done_at, arrives_at)
-        if retimed and running:
-            together = set_time()
+        if retimed and running:  # every running batch's work done until then, at the set's rate
             for r in running:
                 r[0] -= (at - now) / (together * r[2])
         now = at
@@ -117,10 +117,10 @@ def main() -> int:
     ratios: dict[str, list[float]] = {w: [] for w in ways}
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
-        service = pd.read_parquet(requests.with_name(requests.name.replace("requests-", "service-")))
-        by = service.groupby("batch")["service_s"]
-        medians = by.median().to_dict()
-        sigma = float(by.apply(lambda s: np.std(np.log(s))).median())
+        latency = alone(pd.read_parquet(requests.with_name(requests.name.replace("requests-", "service-"))))
+
+        def alone_s(batch: int, latency: LatencyModel = latency) -> float:
+            return float(latency.median_ms(batch)) / 1e3
         graph = requests.with_name(requests.name.replace("requests-", "graph-service-"))
         replay = pd.read_parquet(graph).groupby("batch")["service_s"].median().to_dict() if graph.exists() else {}
         for (model, setting, level), load in frame.groupby(["model", "setting", "level"], sort=False):
@@ -137,7 +137,7 @@ def main() -> int:
                 if host_apart and not replay:  # this model's replays alone were not written
                     cells.append(f"{'-':>21}")
                     continue
-                ratio = p99_ms(arrivals, medians.__getitem__, sigma, max_batch, instances, sharing, retimed,
+                ratio = p99_ms(arrivals, alone_s, latency.sigma, max_batch, instances, sharing, retimed,
                                replay_s=replay.__getitem__ if host_apart else None) / p99
                 ratios[way].append(ratio)
                 cells.append(f"{ratio:>21.2f}")

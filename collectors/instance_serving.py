@@ -61,7 +61,7 @@ def instance_setting(name: str) -> ServerSettings:
 
 
 SETTINGS = tuple(instance_setting(n) for n in ("mb1-nodelay-x1", "mb1-nodelay-x2", "mb1-nodelay-x4",
-                                                     "mb4-nodelay-x2"))
+                                               "mb4-nodelay-x2"))
 
 
 class Instances:
