@@ -16,7 +16,7 @@ mkdir -p $OUT/root
 for d in datasets/cpu-*/serving*; do [ -d "$d" ] && mkdir -p "$OUT/root/$(dirname ${d#datasets/})" && cp -r "$d" "$OUT/root/${d#datasets/}"; done
 { echo "boot_id $(cat /proc/sys/kernel/random/boot_id)"; date -u; nproc; grep -m1 'model name' /proc/cpuinfo
   python3 -c "import torch; print('torch', torch.__version__, 'threads', torch.get_num_threads())"; } > $OUT/cpu_serving.txt
-timeout ${LIMIT:-540} python3 -m latpred collect serving --device cpu --out $OUT/root --precision fp32 \
+timeout -k 30 ${LIMIT:-540} python3 -m latpred collect serving --device cpu --out $OUT/root --precision fp32 \
   --models ${MODELS:-mobilenet_v3_small,shufflenet_v2_x0_5,alexnet} ${LEVELS:+--levels $LEVELS} --seconds ${LOAD_SECONDS:-4} \
   ${THREADS:+--threads $THREADS} \
   >> $OUT/cpu_serving.txt 2>&1 || echo "collect serving stopped (exit $?): the models done are kept" >> $OUT/cpu_serving.txt

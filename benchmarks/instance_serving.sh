@@ -16,7 +16,7 @@ flags=()
 [ -n "${MODELS:-}" ] && flags+=(--models "$MODELS")
 [ -n "${SETTINGS:-}" ] && flags+=(--settings "$SETTINGS")
 [ -n "${LEVELS:-}" ] && flags+=(--levels "$LEVELS")
-timeout ${LIMIT:-540} python3 -m collectors.instance_serving --out $OUT/root --seconds ${LOAD_SECONDS:-4} "${flags[@]}" \
+timeout -k 30 ${LIMIT:-540} python3 -m collectors.instance_serving --out $OUT/root --seconds ${LOAD_SECONDS:-4} "${flags[@]}" \
   >> $log 2>&1 || echo "stopped (exit $?)" >> $log
 date -u >> $log
 tar -C $OUT/root -czf $OUT/instance_serving.tgz . && rm -rf $OUT/root

@@ -19,9 +19,13 @@
 # Brings back $OUT/triton_serving.tgz (the serving-triton folder; untar it into datasets/) and
 # $OUT/triton_serving.txt; host_before.json and host_after.json in the folder are the host's
 # profile probed (without reference forwards) before and after the loads.
-#   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [SETTINGS="mb16-delay500us mb8-nodelay"] [LIMIT=540] \
+#   OUT=<folder> [MODELS=resnet101,densenet169,roberta-large] [SETTINGS="mb16-delay500us mb8-nodelay"] [LIMIT=420] \
 #     [LOAD_SECONDS=4] [LEVELS=0.3,0.6,0.7,0.8,0.85,0.9] bash benchmarks/triton_serving.sh
 # (not SECONDS: bash's own variable of that name counts the script's seconds from the value given)
+# At LIMIT the collector is sent SIGTERM: it writes every load answered in full, names the rest in
+# meta.json ("unmeasured") and exits; stopping Triton may take it up to a minute (then SIGKILL), so keep
+# LIMIT a minute and a half inside the device call. The host probes need pandera's and pydantic's wheels
+# in .whl/ beside the tarball (README, "Collecting on a GPU").
 set -u
 source benchmarks/device_env.sh
 log=$OUT/triton_serving.txt
@@ -33,7 +37,7 @@ for name in ${SETTINGS:-}; do setting_flags+=(--setting "$name"); done
 mkdir -p $OUT/root
 # the host's profile before and after: the PyTriton path's own time per batch is Python on this host
 python3 -m latpred host probe --no-references --note "before the Triton loads" --out $OUT/root/host_before.json >> $log 2>&1
-timeout ${LIMIT:-540} python3 -m latpred collect serving --server triton --precision fp16 "${setting_flags[@]}" \
+timeout -k 60 ${LIMIT:-420} python3 -m latpred collect serving --server triton --precision fp16 "${setting_flags[@]}" \
   --seconds ${LOAD_SECONDS:-4} --levels "${LEVELS:-}" \
   --models ${MODELS:-resnet101,densenet169,roberta-large} --out $OUT/root >> $log 2>&1 || echo "stopped (exit $?)" >> $log
 python3 -m latpred host probe --no-references --note "after the Triton loads" --out $OUT/root/host_after.json >> $log 2>&1

@@ -307,7 +307,8 @@ def nas(out: Path, device: str, seeds: str, batches: str, precisions: str, modes
                    "collectors.serving_check.SETTINGS)")
 def serving(out: Path, models: str, precision: str, levels: str, rates: str, seconds: float, seed: int, device: str,
             threads: int | None, server: str, setting_names: tuple[str, ...]) -> None:
-    """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); resumes by model."""
+    """Serve zoo models with a real dynamic-batching server under Poisson load (CUDA); a stopped run
+    writes what it measured, and the same command resumes with the settings a model lacks."""
     from collectors.batching_server import EMPTY_MODEL, ServerSettings, model_source
     from collectors.serving_check import LEVELS, MODELS, SETTINGS, run_serving_check
     from predictor.precision import get_precision

@@ -11,8 +11,9 @@ backend do. Whenever an instance is free and requests are queued, it takes up to
 Each model's batches are also timed alone, one at a time, up to k x max_batch (the summed batch the
 sharing model asks the latency of). Written under ``<out>/<device>/serving-instances/``, as
 :mod:`collectors.serving_check` writes its loads (``requests-*.parquet``, ``service-*.parquet``,
-``meta.json``), the setting's name carrying its instance count (``mb4-nodelay-x2``); a run stopped part
-way resumes with the next model. Loads are set at fractions of the capacity the sharing model gives.
+``meta.json``), the setting's name carrying its instance count (``mb4-nodelay-x2``). A run stopped part
+way (SIGTERM or Ctrl-C) writes the loads it measured and resumes with the settings not on disk, as
+:mod:`collectors.serving_check` does. Loads are set at fractions of the capacity the sharing model gives.
 
     python3 -m collectors.instance_serving --out ROOT [--models a,b] [--settings mb1-nodelay-x1,...]
         [--levels 0.3,0.6,0.8] [--seconds 4]
@@ -24,6 +25,7 @@ import argparse
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -34,13 +36,15 @@ import pandas as pd
 from collectors.batching_server import ServedRun, ServerSettings, receive_arrivals, service_times
 from collectors.fingerprint import read_fingerprint
 from collectors.serving_check import (
+    ModelToServe,
+    ending_on_stop,
     load_client,
     load_rows,
+    model_kept,
     models_to_serve,
     start_load,
-    timed_frame,
     write_meta,
-    write_requests,
+    write_model,
 )
 from predictor.capacity.instance_sharing import MEASURED_SHARING, instances_capacity_qps
 
@@ -120,8 +124,8 @@ def serve_instances(conn: Connection, model: Instances, setting: ServerSettings,
 def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequence[ServerSettings] = SETTINGS,
                        levels: Sequence[float] = LEVELS, seconds: float = 4.0, precision: str = "fp16",
                        reps: int = 30, say: Callable[[str], None] = print) -> Path:
-    """Every model not yet on disk under every setting and level; returns the folder (a folder holding
-    loads measured otherwise is refused, as ``serving_check.write_meta`` refuses it)."""
+    """Every model under every setting not yet on disk for it, at every level; returns the folder (a
+    folder holding loads measured otherwise is refused, as ``serving_check.write_meta`` refuses it)."""
     import torch
 
     fp = read_fingerprint("cuda")
@@ -129,38 +133,54 @@ def run_instance_check(out: Path, models: Sequence[str] = MODELS, settings: Sequ
     folder.mkdir(parents=True, exist_ok=True)
     write_meta(folder, fp, precision, levels, seconds, 0, torch.get_num_threads(), settings,
                server="collectors.instance_serving (streams, one thread)", torch=torch.__version__)
-    with load_client() as (requests_recv, control_here):
-        for name, target in models_to_serve(folder, models, precision, say):
-            started = time.perf_counter()
-            count = max(s.instances for s in settings)
-            max_batch = max(s.max_batch for s in settings)
-            summed = max(s.instances * s.max_batch for s in settings)
-            model = Instances(name, precision, max_batch, count, summed)
-            timed = service_times(model.copies[0], range(1, summed + 1), reps)
-            median = {b: float(np.median(v)) for b, v in timed.items()}
-            median_ms = {b: s * 1e3 for b, s in median.items()}
-            say(f"{name}: {count} copies captured, 1..{summed} timed alone in {time.perf_counter() - started:.0f} s; "
-                f"b1 {median[1] * 1e3:.3f} ms, b{summed} {median[summed] * 1e3:.3f} ms")
-            frames = []
-            for s_index, setting in enumerate(settings):
-                capacity = instances_capacity_qps(median_ms.__getitem__, setting.max_batch, setting.instances,
-                                                  MEASURED_SHARING)
-                for l_index, level in enumerate(levels):
-                    frames.append(_one_load(model, setting, level, capacity, requests_recv, control_here, seconds,
-                                            1000 * s_index + l_index, say))
-            write_requests(pd.concat(frames, ignore_index=True), target)
-            timed_frame(name, precision, timed).to_parquet(folder / f"service-{name}-{precision}.parquet")
-            del model
+    with ending_on_stop(models, say) as started, load_client() as (requests_recv, control_here):
+        for item in models_to_serve(folder, models, precision, settings, say, levels):
+            started.append(item.name)
+            frames: list[pd.DataFrame] = []
+            timed: dict[int, np.ndarray] = {}
+            write = partial(write_model, folder, item, frames, timed, item.earlier_file("service"))
+            with model_kept(folder, item, settings, levels, say, write):
+                _serve_model(item, settings, levels, seconds, reps, requests_recv, control_here, frames, timed,
+                             say, write)
             torch.cuda.empty_cache()
     return folder
 
 
+def _serve_model(item: ModelToServe, settings: Sequence[ServerSettings], levels: Sequence[float], seconds: float,
+                 reps: int, requests_recv: Connection, control_here: Connection, frames: list[pd.DataFrame],
+                 timed: dict[int, np.ndarray], say: Callable[[str], None],
+                 setting_done: Callable[[], object] = lambda: None) -> None:
+    """The model's copies captured and timed alone (into ``timed``), then its loads under every setting
+    the requests file lacks, each appended to ``frames`` as it ends (kept if a stop cuts the rest);
+    ``setting_done`` after each setting (the caller writes the model's files then: a SIGKILL, which no
+    handler sees, loses at most the setting in progress)."""
+    started = time.perf_counter()
+    count = max(s.instances for s in settings)
+    max_batch = max(s.max_batch for s in settings)
+    summed = max(s.instances * s.max_batch for s in settings)
+    model = Instances(item.name, item.precision, max_batch, count, summed)
+    timed.update(service_times(model.copies[0], range(1, summed + 1), reps))
+    median = {b: float(np.median(v)) for b, v in timed.items()}
+    median_ms = {b: s * 1e3 for b, s in median.items()}
+    say(f"{item.name}: {count} copies captured, 1..{summed} timed alone in {time.perf_counter() - started:.0f} s; "
+        f"b1 {median[1] * 1e3:.3f} ms, b{summed} {median[summed] * 1e3:.3f} ms")
+    for s_index, setting in enumerate(settings):
+        if not item.serves(setting):
+            continue
+        capacity = instances_capacity_qps(median_ms.__getitem__, setting.max_batch, setting.instances,
+                                          MEASURED_SHARING)
+        for l_index, level in enumerate(levels):
+            _one_load(model, setting, level, capacity, requests_recv, control_here, seconds, 1000 * s_index + l_index,
+                      say, frames)
+        setting_done()
+
+
 def _one_load(model: Instances, setting: ServerSettings, level: float, capacity: float, requests: Connection,
-              control: Any, seconds: float, seed: int, say: Callable[[str], None]) -> pd.DataFrame:
+              control: Any, seconds: float, seed: int, say: Callable[[str], None], keep: list[pd.DataFrame]) -> None:
     offsets, start_at = start_load(control, level * capacity, seconds, (MIN_REQUESTS, MAX_REQUESTS), seed)
     run = serve_instances(requests, model, setting, len(offsets), timeout_s=float(offsets[-1]) + 30.0)
-    return load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run,
-                     control.recv(), say)
+    load_rows(model.name, model.precision, setting.name, level, capacity, offsets, start_at, run, control.recv(),
+              say, keep)
 
 
 def main() -> None:

@@ -28,7 +28,18 @@ Python function and back included), beside the client's send and answer. Written
 ``<out>/<device>/serving-triton/`` in the files :mod:`training.serving_check` reads
 (``requests-*.parquet``, ``meta.json``, and ``service-*.parquet``: ``service_table``, the loads'
 own batches), plus ``graph-service-*.parquet``, the CUDA graph replayed alone (what latpred
-predicts); a stopped run resumes by model.
+predicts).
+
+A stop from outside (SIGTERM: ``benchmarks/triton_serving.sh`` runs the check under ``timeout``, which
+signals the whole process group, Triton's server and the client among it; or Ctrl-C) loses no load
+answered in full: the setting in progress has its trace read as far as it got (a load missing from
+it is said and left out), the model's files are written with what was measured, what was not is
+said and noted in ``meta.json`` (``unmeasured``), and the run exits with 128 + the signal's number
+without serving further models. The same command resumes: a model whose requests file lacks
+settings is served those alone (``serving_check.models_to_serve``), its rows appended and its
+service table rebuilt over the loads of both runs (``resumed_service``); a setting cut part way keeps
+its loads (its other levels are named, not served again: they would be levels of another Triton
+run's capacity).
 """
 
 from __future__ import annotations
@@ -41,7 +52,8 @@ import socket
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -57,14 +69,19 @@ from collectors.serving_check import (
     MODELS,
     SECONDS_PER_LEVEL,
     SETTINGS,
+    ModelToServe,
     capacity_qps,
+    ending_on_stop,
+    model_kept,
     models_to_serve,
     served_model,
     timed_frame,
     timed_model,
     write_meta,
+    write_parquet,
     write_requests,
 )
+from collectors.stop_signal import stop_in, stop_said
 from collectors.triton_client import INPUT, OUTPUT, ClientRun, client_main
 from predictor.capacity.simulator import MAX_RATE_QPS, is_finite_number
 
@@ -284,6 +301,29 @@ def service_table(frames: Sequence[pd.DataFrame], serial: pd.DataFrame, least: i
     return pd.concat([often, rest[["batch", "service_s", "source"]]], ignore_index=True)
 
 
+def load_frames(rows: pd.DataFrame, settings: Sequence[ServerSettings]) -> list[pd.DataFrame]:
+    """The loads of one-instance settings among a requests file's ``rows``, a frame each (a load is
+    one (setting, level)): the ``frames`` ``service_table`` was given for them."""
+    alone = {s.name for s in settings if s.instances == 1}
+    return [load for (setting, _), load in rows.groupby(["setting", "level"], sort=False) if setting in alone]
+
+
+def resumed_service(earlier: pd.DataFrame | None, earlier_service: pd.DataFrame | None,
+                    settings: Sequence[ServerSettings], alone: Sequence[pd.DataFrame],
+                    serial: pd.DataFrame) -> pd.DataFrame:
+    """``service_table`` of a model's loads on disk (``earlier``, its requests file; None where it has
+    none) and this run's (``alone``: those of one-instance settings; ``serial``: this run's serial
+    passes) together: the table one run serving every setting would have built, rows in another
+    order. The earlier serial passes survive in ``earlier_service`` (the table on disk) only for the
+    sizes its loads formed rarely; those are all a table with more loads can take from them, since
+    more loads only make more sizes frequent."""
+    if earlier is None:
+        return service_table(alone, serial)
+    kept = (earlier_service[earlier_service["source"] == "serial"][["batch", "service_s"]]
+            if earlier_service is not None else pd.DataFrame({"batch": [], "service_s": []}))
+    return service_table(load_frames(earlier, settings) + list(alone), pd.concat([kept, serial], ignore_index=True))
+
+
 def batch_service(trace: pd.DataFrame, prefix: str) -> pd.DataFrame:
     """Triton's time per batch (``COMPUTE_END - COMPUTE_START``, s) of the serial requests whose ids
     start with ``prefix`` and name their batch size (``<prefix><b>-<i>``)."""
@@ -331,7 +371,7 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
                      seconds_per_level: float = SECONDS_PER_LEVEL, seed: int = 0,
                      requests: tuple[int, int] = (MIN_REQUESTS, MAX_REQUESTS), reps: int = SERVICE_REPS,
                      say: Callable[[str], None] = lambda line: None, rates_qps: Sequence[float] = ()) -> Path:
-    """Measure every model not yet on disk under real Triton on ``device``; returns the folder. On a
+    """Measure every (model, setting) not yet on disk under real Triton on ``device``; returns the folder. On a
     GPU each batch is a CUDA-graph replay; on a CPU an eager forward (what the tests run).
 
     ``rates_qps``, where given, are the loads instead of ``levels``: requests a second, as a
@@ -352,75 +392,144 @@ def run_triton_check(out: Path, device: str = "cuda", models: Sequence[str] = MO
     write_meta(folder, fp, precision, () if rates_qps else levels, seconds_per_level, seed, torch.get_num_threads(),
                settings, server=f"tritonserver (nvidia-pytriton {pytriton_version}), {server}, gRPC client", **more)
     max_batch = max(s.max_batch for s in settings)
-    for name, target in models_to_serve(folder, models, precision, say):
-        started = time.perf_counter()
-        model, replay = timed_model(name, precision, max_batch, fp.kind, reps)
-        copies = Copies.of(model, several, max((s.max_batch for s in settings if s.instances > 1), default=1),
-                           fp.kind)
-        say(f"{name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s"
-            + (f" ({several} copies)" if several > 1 else ""))
-        frames, service = _serve_model(copies, settings, Loads(levels, tuple(rates_qps)), seconds_per_level, seed,
-                                       requests, reps, say)
-        if not frames:
-            say(f"{name}: no load was answered in full; nothing written")
-            continue
-        write_requests(pd.concat(frames, ignore_index=True), target)
-        service.assign(model=name, precision=precision).to_parquet(folder / f"service-{name}-{precision}.parquet")
-        timed_frame(name, precision, replay).to_parquet(folder / f"graph-service-{name}-{precision}.parquet")
-        del model, copies
-        if fp.kind == "cuda":
-            torch.cuda.empty_cache()
+    loads = Loads(levels, tuple(rates_qps))
+    expected, column = (list(rates_qps), "offered_qps") if rates_qps else (list(levels), "level")
+    with ending_on_stop(models, say) as started_models:
+        for item in models_to_serve(folder, models, precision, settings, say, expected, column):
+            started_models.append(item.name)
+            earlier = (item.earlier_file("service"), item.earlier_file("graph-service"))
+            served = Served()
+            with model_kept(folder, item, settings, expected, say,
+                            partial(_write_model, folder, item, settings, served, *earlier, say), column):
+                started = time.perf_counter()
+                model, served.replay = timed_model(item.name, precision, max_batch, fp.kind, reps)
+                copies = Copies.of(model, several, max((s.max_batch for s in settings if s.instances > 1),
+                                                       default=1), fp.kind)
+                say(f"{item.name}: captured and replayed 1..{max_batch} in {time.perf_counter() - started:.0f} s"
+                    + (f" ({several} copies)" if several > 1 else ""))
+                _serve_model(copies, settings, loads, seconds_per_level, seed, requests, reps, say, served,
+                             item.serves, partial(_write_so_far, folder, item, settings, served, *earlier, say))
+            del model, copies
+            if fp.kind == "cuda":
+                torch.cuda.empty_cache()
     return folder
+
+
+@dataclass
+class Served:
+    """What serving a model has measured so far, kept as it comes so that a stop loses none of it:
+    its replay alone (``timed_model``'s), every load answered in full and traced (``frames``; those
+    of one-instance settings also in ``alone``) and each setting's serial pass."""
+
+    replay: dict[int, np.ndarray] = field(default_factory=dict)
+    frames: list[pd.DataFrame] = field(default_factory=list)
+    alone: list[pd.DataFrame] = field(default_factory=list)
+    serial: list[pd.DataFrame] = field(default_factory=list)
+
+
+def _write_model(folder: Path, item: ModelToServe, settings: Sequence[ServerSettings], served: Served,
+                 earlier_service: pd.DataFrame | None, earlier_replay: pd.DataFrame | None,
+                 say: Callable[[str], None]) -> pd.DataFrame | None:
+    """The model's files with the loads on disk before and ``served``'s: the service table over both
+    (``resumed_service``), the replays of both runs, then the requests (last: they say which settings
+    are served, so a process killed between leaves those to a resumed run); returns the requests as
+    on disk (``item.earlier`` when this run answered no load in full, said, and nothing is written)."""
+    if not served.frames:
+        say(f"{item.name}: no load was answered in full; nothing written")
+        return item.earlier
+    serial = (pd.concat(served.serial, ignore_index=True) if served.serial
+              else pd.DataFrame({"batch": [], "service_s": []}))
+    service = resumed_service(item.earlier, earlier_service, settings, served.alone, serial)
+    name, precision = item.name, item.precision
+    write_parquet(service.assign(model=name, precision=precision), folder / f"service-{name}-{precision}.parquet")
+    replay = timed_frame(name, precision, served.replay)
+    write_parquet(pd.concat([earlier_replay, replay], ignore_index=True) if earlier_replay is not None else replay,
+                  folder / f"graph-service-{name}-{precision}.parquet")
+    rows = item.rows(served.frames)
+    write_requests(rows, item.target)
+    return rows
+
+
+def _write_so_far(folder: Path, item: ModelToServe, settings: Sequence[ServerSettings], served: Served,
+                  earlier_service: pd.DataFrame | None, earlier_replay: pd.DataFrame | None,
+                  say: Callable[[str], None]) -> None:
+    """``_write_model`` once a setting is served, where some load was answered in full (quietly where none was)."""
+    if served.frames:
+        _write_model(folder, item, settings, served, earlier_service, earlier_replay, say)
 
 
 def _serve_model(copies: Copies, settings: Sequence[ServerSettings], loads: Loads,
                  seconds: float, seed: int, requests: tuple[int, int], reps: int,
-                 say: Callable[[str], None]) -> tuple[list[pd.DataFrame], pd.DataFrame]:
-    """The model under each setting, each in a Triton of its own: Triton's service time of every
-    batch size the setting allows and its capacity, then every load; with the service table of
-    what one instance ran (``service_table``: a batch beside another instance's is not its time
-    alone). A server that dies ends its setting's loads
-    (said, and the loads it answered kept; a setting whose server died before its trace wrote a
-    part is left out, said); the next setting starts a new one."""
-    frames: list[pd.DataFrame] = []
-    alone: list[pd.DataFrame] = []  # the loads of one-instance settings
+                 say: Callable[[str], None], served: Served,
+                 serves: Callable[[ServerSettings], bool] = lambda setting: True,
+                 setting_done: Callable[[], None] = lambda: None) -> None:
+    """The model under each setting that ``serves``, each in a Triton of its own: Triton's service
+    time of every batch size the setting allows and its capacity, then every load, into ``served``
+    (a batch beside another instance's is not its time alone: only one-instance settings' loads go
+    to ``served.alone``, for ``service_table``). A server that dies ends its setting's loads (said,
+    and the loads it answered kept; a setting whose server died before its trace wrote a part is
+    left out, said); the next setting starts a new one. A stop (or any other failure) ends the
+    setting in progress the same way, its trace read as far as it got, and then goes on up.
+    ``setting_done`` runs after each setting served (the caller writes the model's files then, so
+    that a kill no handler sees, SIGKILL, loses at most the setting in progress)."""
     model = copies.models[0]
-    services: list[pd.DataFrame] = []
     for setting_index, setting in enumerate(settings):
-        with tempfile.TemporaryDirectory() as scratch:
-            trace_file = Path(scratch) / "trace.json"
-            log = BatchLog()
-            done = _serve_setting(copies, setting, setting_index, trace_file, log, loads, seconds, seed, requests,
-                                  reps, say)
-            try:
-                trace = read_trace(trace_file)
-            except EmptyTrace as exc:  # a server that died before its trace wrote a part: the next setting
-                say(f"  {setting.name}: left out, {exc}")
-                continue
-        for qps, capacity, start_at, run, offsets in done:
-            try:
-                frame = load_frame(trace, run, start_at, offsets)
-            except ValueError as exc:  # a server that died lost the trace's last part
-                say(f"  {setting.name} at {qps:g} qps: left out, {exc}")
-                continue
-            # the rate as offered, exactly (a plan's load is found by it), and its level of the capacity
-            frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
-                                       level=qps / capacity, capacity_qps=capacity, offered_qps=qps))
-            if setting.instances == 1:
-                alone.append(frames[-1])
-        services.append(batch_service(trace, "s").assign(setting=setting.name))
-    if not services:
-        return frames, pd.DataFrame({"batch": [], "service_s": [], "source": []})
-    return frames, service_table(alone, pd.concat(services, ignore_index=True))
+        if not serves(setting):
+            continue
+        ended: BaseException | None = None
+        trace: pd.DataFrame | None = None
+        done: list[tuple[float, float, float, ClientRun, np.ndarray]] = []
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                trace_file = Path(scratch) / "trace.json"
+                try:
+                    _serve_setting(copies, setting, setting_index, trace_file, BatchLog(), loads, seconds, seed,
+                                   requests, reps, say, done)
+                except BaseException as exc:
+                    ended = exc
+                    stop = stop_in(exc)
+                    say(f"  {setting.name}: " + (stop_said(stop) if stop is not None else f"failed ({exc!r})")
+                        + f"; keeping the {len(done)} loads answered in full")
+                try:
+                    trace = read_trace(trace_file)
+                except EmptyTrace as exc:  # a server that died before its trace wrote a part: the next setting
+                    say(f"  {setting.name}: left out, {exc}")
+            if trace is not None:
+                _keep_loads(trace, done, model, setting, served, say)
+        except BaseException as later:  # reading what a stopped setting left failed: the stop still ends the run
+            if ended is None:
+                raise
+            raise ended from later
+        if ended is not None:
+            raise ended
+        setting_done()
+
+
+def _keep_loads(trace: pd.DataFrame, done: Sequence[tuple[float, float, float, ClientRun, np.ndarray]],
+                model: ServedModel, setting: ServerSettings, served: Served, say: Callable[[str], None]) -> None:
+    """A setting's loads answered in full joined to its trace, into ``served`` with its serial pass; a
+    load the trace lacks (a server that died, or was stopped, before writing its last part) said and
+    left out."""
+    for qps, capacity, start_at, run, offsets in done:
+        try:
+            frame = load_frame(trace, run, start_at, offsets)
+        except ValueError as exc:  # a server that died lost the trace's last part
+            say(f"  {setting.name} at {qps:g} qps: left out, {exc}")
+            continue
+        # the rate as offered, exactly (a plan's load is found by it), and its level of the capacity
+        served.frames.append(frame.assign(model=model.name, precision=model.precision, setting=setting.name,
+                                          level=qps / capacity, capacity_qps=capacity, offered_qps=qps))
+        if setting.instances == 1:
+            served.alone.append(served.frames[-1])
+    served.serial.append(batch_service(trace, "s").assign(setting=setting.name))
 
 
 def _serve_setting(copies: Copies, setting: ServerSettings, setting_index: int, trace_file: Path, log: BatchLog,
                    loads: Loads, seconds: float, seed: int, requests: tuple[int, int], reps: int,
-                   say: Callable[[str], None]) -> list[tuple[float, float, float, ClientRun, np.ndarray]]:
-    """One Triton run: the serial pass, then the loads; returns (the rate offered, capacity, start,
-    the client's run, the schedule) of each load answered in full."""
-
-    done: list[tuple[float, float, float, ClientRun, np.ndarray]] = []
+                   say: Callable[[str], None], done: list[tuple[float, float, float, ClientRun, np.ndarray]]) -> None:
+    """One Triton run: the serial pass, then the loads; appends (the rate offered, capacity, start,
+    the client's run, the schedule) of each load answered in full to ``done`` as it ends, so that a
+    stop keeps those before it."""
     name = model_name(copies.name, setting)
     context = multiprocessing.get_context("spawn")
     with triton_server(copies, setting, trace_file, log) as (url, headers):
@@ -432,7 +541,7 @@ def _serve_setting(copies: Copies, setting: ServerSettings, setting_index: int, 
                 capacity = _capacity(control, url, headers, name, setting, setting_index, log, reps, requests, say)
             except RuntimeError as exc:  # the server died: the next setting starts another
                 say(f"  {setting.name}: {exc}; the setting's loads are skipped")
-                return done
+                return
             for level_index, qps in enumerate(loads.rates(capacity)):
                 level = qps / capacity
                 if loads.rates_qps and level >= MAX_RATE_SHARE:
@@ -452,10 +561,16 @@ def _serve_setting(copies: Copies, setting: ServerSettings, setting_index: int, 
                 latency = (run.answered_s - run.sent_s)[n // 10:] * 1e3
                 say(f"  {setting.name} at {level:.2f} x {capacity:.0f} = {qps:g} qps: {n} requests, client p50 "
                     f"{np.percentile(latency, 50):.3f} p99 {np.percentile(latency, 99):.3f} ms")
+        except BaseException:
+            with contextlib.suppress(OSError):
+                client.terminate()  # a stop or a failure mid-job: the job's answer is no longer wanted
+            raise
         finally:
-            control.send(None)
+            # the client may be gone (a stop's SIGTERM reaches the whole process group): its closed
+            # pipe must not raise over the exception on its way out
+            with contextlib.suppress(OSError):
+                control.send(None)
             client.join(timeout=10)
-    return done
 
 
 @dataclass(frozen=True)
