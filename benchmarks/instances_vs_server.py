@@ -13,7 +13,11 @@ alone (its spread as a lognormal sigma), three ways:
   as their summed batch, slowed by phi(n, b), larger for smaller batches: fitted on other models);
 - **by k**: the same with one phi per count over every batch size (1.10 for two, 1.21 for four), what
   plans used until phi by batch size (``PER_COUNT_SHARING``);
-- **independent**: instances that do not slow each other (the simulator's instances before the sharing).
+- **independent**: instances that do not slow each other (the simulator's instances before the sharing);
+- **whole** (a folder Triton served, which has each batch size's CUDA-graph replay alone,
+  ``graph-service-*.parquet``): the sharing charged on the whole of a batch's time, PyTriton's own host
+  work in it included, as the simulator did until 2026-12-07. 'shared' and 'by k' take that host work,
+  alone(b) - replay(b), as each instance's own (``LatencyModel.host``), as plans do with a serving path.
 
 Prints per load the measured p50, p99, throughput and mean batch, each simulation's p99 over the measured
 one, and the median batch's time in the load over its time alone against what the sharing model charges it; then
@@ -29,6 +33,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +45,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks._report import publish  # noqa: E402
 from collectors.batching_server import ServerSettings  # noqa: E402
 from predictor.capacity.instance_sharing import MEASURED_SHARING, InstanceSharing  # noqa: E402
-from predictor.capacity.simulator import Arrivals, BatchingConfig, LatencyModel, Scheduler, simulate  # noqa: E402
-from training.serving_check import served_by_triton  # noqa: E402
+from predictor.capacity.simulator import (  # noqa: E402
+    Arrivals,
+    BatchingConfig,
+    HostEnd,
+    LatencyModel,
+    Scheduler,
+    simulate,
+)
+from training.serving_check import host_work_ms, served_by_triton  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 WARMUP = 0.1
@@ -54,6 +67,25 @@ def alone(service: pd.DataFrame) -> LatencyModel:
     medians = (by.median() * 1e3).to_dict()
     sigma = float(by.apply(lambda s: np.std(np.log(s))).median())
     return LatencyModel(lambda b: medians[b], min(sigma, 5.0))
+
+
+@dataclass(frozen=True)
+class MeasuredHost:
+    """PyTriton's own work in a batch as measured (``serving_check.host_work_ms``: the batch's time alone
+    through Triton less its CUDA-graph replay alone), as ``LatencyModel.host``: one figure, whichever end."""
+
+    hosts_ms: dict[int, float]
+
+    def added_ms(self, requests: int, end: HostEnd = "median", /) -> float:
+        return self.hosts_ms[requests]
+
+
+def with_host(latency: LatencyModel, graph_service: Path, sizes: Sequence[int]) -> LatencyModel:
+    """``latency`` (batch sizes ``sizes``) with PyTriton's host work named from the replays alone in
+    ``graph_service``."""
+    medians = {b: float(latency.median_ms(b)) for b in sizes}
+    hosts = host_work_ms(medians, pd.read_parquet(graph_service))
+    return LatencyModel(latency.median_ms, latency.sigma, host=MeasuredHost(hosts))
 
 
 def measured(load: pd.DataFrame) -> dict[str, float]:
@@ -78,17 +110,23 @@ def simulated(load: pd.DataFrame, latency: LatencyModel, setting: ServerSettings
 
 def batch_slowdowns(load: pd.DataFrame, latency: LatencyModel) -> tuple[float, float]:
     """(median served batch time over its size's time alone, the median the sharing model charges it):
-    the model charges a batch phi_n x latency(its size + the sizes running when it starts) over its time
-    alone, n the batches running then, itself included."""
+    the model charges a batch phi_n x the GPU's part of latency(its size + the sizes running when it starts),
+    plus its own host work (``LatencyModel.host``), over its time alone, n the batches running then, itself
+    included; a batch that starts alone, its time alone."""
     batches = load.groupby(["start_us", "finish_us"]).size().reset_index(name="size").sort_values("start_us")
     start, finish, size = (batches[c].to_numpy() for c in ("start_us", "finish_us", "size"))
     served, charged = [], []
     for i in range(len(batches)):
         running = (start < start[i]) & (finish > start[i])
-        alone = latency(int(size[i]))[0]
+        own = int(size[i])
+        alone = latency(own)[0]
         served.append((finish[i] - start[i]) / 1e3 / alone)
-        summed, factor = MEASURED_SHARING.batch_time_terms(int(size[i]), [int(s) for s in size[running]])
-        charged.append(factor * latency(summed)[0] / alone)
+        summed, factor = MEASURED_SHARING.batch_time_terms(own, [int(s) for s in size[running]])
+        if summed == own:
+            charged.append(1.0)
+            continue
+        gpu = latency(summed)[0] - latency.host_ms(summed)
+        charged.append((factor * gpu + latency.host_ms(own)) / alone)
     return float(np.median(served)), float(np.median(charged))
 
 
@@ -99,8 +137,8 @@ def main() -> int:
     args = parser.parse_args()
     lines = [f"# .venv/bin/python benchmarks/instances_vs_server.py --folder {args.folder}",
              f"{'model':<16} {'setting':<16} {'level':>5} {'qps':>7} {'batch':>6} {'p50 ms':>7} {'p99 ms':>7} "
-             f"{'shared':>7} {'by k':>7} {'indep':>7} {'served/alone':>12} {'charged/alone':>13}"]
-    counts: dict[str, list[float]] = {"shared": [], "by k": [], "independent": []}
+             f"{'shared':>7} {'by k':>7} {'indep':>7} {'whole':>7} {'served/alone':>12} {'charged/alone':>13}"]
+    counts: dict[str, list[float]] = {"shared": [], "by k": [], "independent": [], "whole": []}
     by_level: dict[float, list[float]] = {}  # level -> the shared sharing's ratios
     one_instance: list[float] = []  # the same server and replay with one instance: the floor of the rest
     # Triton's own batcher where Triton served (it forms the rule's batches without a delay, as here)
@@ -109,27 +147,36 @@ def main() -> int:
     for requests in sorted(args.folder.glob("requests-*.parquet")):
         frame = pd.read_parquet(requests)
         service = pd.read_parquet(requests.with_name(requests.name.replace("requests-", "service-")))
-        latency = alone(service)
+        whole_time = alone(service)
+        graph_service = requests.with_name(requests.name.replace("requests-", "graph-service-"))
+        latency = with_host(whole_time, graph_service, sorted(service["batch"].unique().tolist())) \
+            if scheduler == "triton" and graph_service.exists() else whole_time
         for (model, setting, level), load in frame.groupby(["model", "setting", "level"], sort=False):
             served_as = ServerSettings.parse(str(setting))
             m = measured(load)
             shared = simulated(load, latency, served_as, MEASURED_SHARING, scheduler) / m["p99"]
             per_count = simulated(load, latency, served_as, PER_COUNT_SHARING, scheduler) / m["p99"]
             independent = simulated(load, latency, served_as, None, scheduler) / m["p99"]
+            whole = simulated(load, whole_time, served_as, MEASURED_SHARING, scheduler) / m["p99"] \
+                if latency.host is not None else None
             if served_as.instances > 1:
-                for name, ratio in (("shared", shared), ("by k", per_count), ("independent", independent)):
-                    counts[name].append(ratio)
+                for name, ratio in (("shared", shared), ("by k", per_count), ("independent", independent),
+                                    ("whole", whole)):
+                    if ratio is not None:
+                        counts[name].append(ratio)
                 by_level.setdefault(round(float(str(level)), 2), []).append(shared)
             else:
                 one_instance.append(shared)
             served, charged = batch_slowdowns(load, latency)
             lines.append(f"{model:<16} {setting:<16} {level:>5.2f} {m['qps']:>7.0f} {m['batch']:>6.2f} "
                          f"{m['p50']:>7.3f} {m['p99']:>7.3f} {shared:>7.2f} {per_count:>7.2f} {independent:>7.2f} "
-                         f"{served:>12.2f} "
+                         f"{'-' if whole is None else f'{whole:.2f}':>7} {served:>12.2f} "
                          f"{charged:>13.2f}")
-    lines += ["", "shared, by k, indep: simulated p99 over measured (phi by count and batch size; one phi per count; "
-              "none); served/alone: the median batch's time in the load over its size's time alone; charged/alone: "
-              "what the sharing model charges it (phi(n, b) x latency(summed batch))",
+    lines += ["", "shared, by k, indep, whole: simulated p99 over measured (phi by count and batch size; one phi per "
+              "count; none; phi by count and batch size on the whole batch time, PyTriton's host work included, "
+              "where Triton served); served/alone: the median batch's time in the load over its size's time alone; "
+              "charged/alone: what the sharing model charges it (phi(n, b) x the GPU's part of latency(summed batch) "
+              "+ its own host work)",
               "loads with several instances whose simulated p99 is within +-10% (simulated over measured: median, "
               "range):"]
     lines += [f"  {name}: {sum(abs(r - 1) <= 0.1 for r in ratios)} of {len(ratios)} ({np.median(ratios):.2f}, "

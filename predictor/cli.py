@@ -168,7 +168,8 @@ def predict(paths: tuple[str, ...], device: str, precision: str, mode: str, batc
               help="add a server's own time per batch to the GPU's (and the host's pauses and drift, if any): a "
                    "shipped serving path by name (e.g. pytriton-h100) or a JSON file of one ('latpred "
                    "serving-path' fits one from Triton loads measured on your host; default: none, the GPU's time "
-                   "alone)")
+                   "alone); with several instances per GPU each does its own path's work, and only the GPU's is "
+                   "shared")
 @click.option("--arrival-cv", type=float, default=1.0, show_default=True, metavar="FLOAT",
               help="coefficient of variation of the gaps between requests: 1 = Poisson, 2 = bursty (each GPU "
                    "sees its random share of the load); from 0.01 to 10")

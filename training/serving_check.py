@@ -35,7 +35,7 @@ import heapq
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -93,6 +93,9 @@ class ServingData:
     settings: dict[str, BatchingConfig]
     requests: pd.DataFrame
     service: pd.DataFrame
+    #: Triton's folders: each model's CUDA-graph replays alone (``graph-service-*.parquet``), batch and
+    #: service_s; empty where a folder has none
+    replay: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"model": [], "batch": [], "service_s": []}))
 
     @property
     def models(self) -> list[str]:
@@ -153,6 +156,10 @@ def load_serving(folder: Path = SERVING_DIR) -> ServingData:
     unknown = set(requests["setting"]) - set(settings)
     if unknown:
         raise ValueError(f"{folder}: settings {sorted(unknown)} are not in meta.json")
+    replays = sorted(folder.glob("graph-service-*.parquet"))
+    if replays:
+        return ServingData(folder, meta, settings, requests, service,
+                           pd.concat([pd.read_parquet(p) for p in replays], ignore_index=True))
     return ServingData(folder, meta, settings, requests, service)
 
 
@@ -298,11 +305,18 @@ class TableLatency:
 
     medians_ms: Mapping[int, float]
     sigmas: Mapping[int, float]
+    #: of each median, the server's own work (through Triton: the batch's time less its graph's replay
+    #: alone), which each instance does for itself when several share the GPU; none where not given
+    hosts_ms: Mapping[int, float] = field(default_factory=dict)
 
     def __call__(self, batch: int) -> tuple[float, float]:
         if batch not in self.medians_ms:
             raise ValueError(f"batch {batch} was not measured (measured: 1..{max(self.medians_ms)})")
         return self.medians_ms[batch], self.sigmas[batch]
+
+    def host_ms(self, batch: int) -> float:
+        """The server's own ms in a batch of ``batch`` (``simulator.NamesHostWork``): 0 where not given."""
+        return float(self.hosts_ms.get(batch, 0.0))
 
 
 def measured_service(service: pd.DataFrame) -> TableLatency:
@@ -332,7 +346,17 @@ def simulated_service(data: ServingData, model: str, measured: TableLatency | No
     gaps = [back_to_back(frame, data.settings[setting].max_queue_delay_us)
             for name, setting, _, frame in data.loads() if name == model and data.settings[setting].instances == 1]
     turnaround = turnaround_ms(gaps, sorted(measured.medians_ms))
-    return TableLatency(with_turnaround(measured.medians_ms, turnaround), measured.sigmas)
+    medians = with_turnaround(measured.medians_ms, turnaround)
+    return TableLatency(medians, measured.sigmas, host_work_ms(medians, data.replay[data.replay["model"] == model]))
+
+
+def host_work_ms(medians_ms: Mapping[int, float], replay: pd.DataFrame) -> dict[int, float]:
+    """Of each batch's median time through Triton, PyTriton's own work: the median less the CUDA
+    graph's replay alone (``replay``: batch, service_s), at least 0; none for a size never replayed
+    alone. Several instances share the GPU's part only (``LatencyModel.host``)."""
+    replayed = replay.groupby("batch")["service_s"].median() * 1e3
+    alone = dict(zip(replayed.index.astype(int).tolist(), replayed.tolist(), strict=True))
+    return {b: max(ms - alone[b], 0.0) for b, ms in medians_ms.items() if b in alone}
 
 
 def bundle_predictor(device_id: str = "nvidia-h200") -> Predictor:

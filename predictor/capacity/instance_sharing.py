@@ -18,13 +18,16 @@ starts alone is not slowed by batches that start after it. Re-timing running bat
 and end instead changed the check below little (``benchmarks/retimed_sharing.py``, a replay of its own:
 29 of the 45 blind loads within ±10% re-timed, 30 with the time fixed at the start), so the time stays
 fixed at the start.
-With one instance nothing changes: phi is 1 and the batch runs alone.
+With one instance nothing changes: phi is 1 and the batch runs alone. Where the latency names the
+serving host's own work in each batch (``LatencyModel.host``: a serving path's, put there by
+``ServingPath.around``), only the rest is shared: the batch takes phi x (latency(b + S) - host(b + S))
++ host(b), each instance doing its own host work in its own thread.
 
 Its scope is the measurement's: fp16 CUDA graphs, k x b up to 32, k = 2 and 4 (phi for 3 is
 interpolated in log2 k, no count above 4 is taken; between measured b in log2 b, beyond them the
 nearest b's), one process with a thread and stream per instance (libtorch's backend and PyTriton's
 in-process callables run instances so; Triton's Python backend runs each in a process and CUDA context
-of its own, which the GPU time-slices instead), not measured through Triton.
+of its own, which the GPU time-slices instead).
 
 Checked against a real server with 2-4 instances (``collectors/instance_serving.py`` on an H100;
 ``benchmarks/instances_vs_server.py``). First, with one phi per count (1.10 for two, 1.21 for four,
@@ -35,7 +38,12 @@ those 27 within ±10%, median 0.89x: a development figure), then checked blind o
 (googlenet, opt-125m, regnet_x_400mf; max batch 1-8, 2 and 4 instances; ``results/
 instances_vs_server_h100_2.txt``): 29 of 45 loads within ±10%, 0.54-1.29x (median 0.94x), where one phi
 per count gave 13 of 45 (0.86x). It is still optimistic where four instances run batches of 1-2 at 0.8
-of capacity (0.54-0.56x for opt-125m). Plans say so (``describe``).
+of capacity (0.54-0.56x for opt-125m). Through Triton (PyTriton, k callables on their own streams;
+regnet_y_1_6gf, llama-300m, swin_s; ``results/instances_vs_triton_h100.txt``), whose batches are about
+2.5 ms of PyTriton's own work and 2 ms of the GPU's at batch 1, sharing the whole batch time was
+pessimistic (6 of 27 within ±10%, median 1.23x, up to 38x at 0.8 of capacity) and sharing only the
+GPU's part, the host work apart, was not (8 of 27, 0.60-1.04x, median 0.88x: chosen on those loads, a
+development figure). Plans say so (``describe``).
 """
 
 from __future__ import annotations
@@ -153,15 +161,22 @@ def _is_number(value: object) -> bool:
 
 
 def instances_capacity_qps(median_ms: Callable[[int], float], max_batch: int, instances: int,
-                           sharing: InstanceSharing | None) -> float:
+                           sharing: InstanceSharing | None,
+                           host_ms: Callable[[int], float] = lambda batch: 0.0) -> float:
     """The most requests per second ``instances`` instances serve with batches of at most ``max_batch``,
-    each sending its best batch back to back: ``max over b of k b / (phi(k, b) median(k b))`` with
-    sharing (k batches of b always running together take phi times one of k x b), ``k max over b of b /
-    median(b)`` without (independent instances, each as fast as one alone)."""
+    each sending its best batch back to back: ``max over b of k b / (phi(k, b) (median(k b) - host(k b))
+    + host(b))`` with sharing (k batches of b always running together take phi times the GPU's part of one
+    of k x b, and each its own serving host's work, ``host_ms``: none unless a serving path is in the
+    medians), ``k max over b of b / median(b)`` without (independent instances, each as fast as one alone)."""
     if sharing is None or instances == 1:
         return instances * max(b / median_ms(b) * 1e3 for b in range(1, max_batch + 1))
-    return max(instances * b / (sharing.factor(instances, b) * median_ms(instances * b)) * 1e3
-               for b in range(1, max_batch + 1))
+    def batch_ms(b: int) -> float:  # k batches of b running together, each
+        gpu = median_ms(instances * b) - host_ms(instances * b)
+        if gpu < 0:
+            raise ValueError(f"latency: the serving host's work in a batch of {instances * b} is more than its median")
+        return sharing.factor(instances, b) * gpu + host_ms(b)
+
+    return max(instances * b * 1e3 / batch_ms(b) for b in range(1, max_batch + 1))
 
 
 #: phi(k, b) as measured on the H100: the medians over six models at each (k, b) measured.
@@ -172,8 +187,9 @@ MEASURED_SHARING = InstanceSharing(
     caution="checked blind against a real server with 2-4 instances on an H100 (three models it was not fitted "
             "on), the simulated p99 came within +-10% of the measured at 29 of 45 loads (0.54-1.29x, median 0.94; "
             "10 of 27, median 0.89, on the earlier loads phi by batch size was chosen on), optimistic where four "
-            "instances ran batches of 1-2 at 0.8 of capacity (benchmarks/results/instances_vs_server_h100_2.txt): "
-            "keep headroom")
+            "instances ran batches of 1-2 at 0.8 of capacity (benchmarks/results/instances_vs_server_h100_2.txt); "
+            "through Triton (PyTriton), a serving path's work kept each instance's own, 8 of 27 (0.60-1.04x, median "
+            "0.88, the loads that choice was made on; benchmarks/results/instances_vs_triton_h100.txt): keep headroom")
 
 
 def instance_choices(max_instances: int) -> tuple[int, ...]:

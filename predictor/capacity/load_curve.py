@@ -27,10 +27,12 @@ from predictor.capacity.simulator import (
     MAX_RATE_QPS,
     MAX_SHARE,
     BatchingConfig,
+    CachedLatency,
     LatencyFn,
     LatencyModel,
     checked_arrival_cv,
     checked_latency,
+    host_ms,
     is_finite_number,
     is_int,
     p99_at_ends,
@@ -64,19 +66,6 @@ class LoadPoint:
     p99_high_ms: float | None = None
 
 
-def _cached(latency: LatencyModel | LatencyFn) -> LatencyFn:
-    """``latency`` asked once per batch size over the whole curve (it may be a whole-model prediction),
-    its answer checked as the simulator checks it."""
-    answers: dict[int, tuple[float, float]] = {}
-
-    def cached(batch: int) -> tuple[float, float]:
-        if batch not in answers:
-            answers[batch] = checked_latency(latency, batch)
-        return answers[batch]
-
-    return cached
-
-
 def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig,
                  stalls: HostStalls | None = None) -> float:
     """The most requests per second ``config`` can serve: each instance sending its best batch
@@ -85,7 +74,7 @@ def capacity_qps(latency: LatencyModel | LatencyFn, config: BatchingConfig,
     (``stalls``: their share of the time is taken off, as the planner does). Beyond it the queue
     grows without bound, so it is the natural right end of a latency-versus-load curve."""
     served = instances_capacity_qps(lambda b: checked_latency(latency, b)[0], config.max_batch, config.instances,
-                                    config.sharing)
+                                    config.sharing, lambda b: host_ms(latency, b))
     return served * serving_share(stalls)
 
 
@@ -140,7 +129,7 @@ def load_curve(latency: LatencyModel | LatencyFn, config: BatchingConfig, qps_va
         raise ValueError("qps_values: must not be empty")
     if len(values) > MAX_POINTS:
         raise ValueError(f"qps_values: {len(values)} loads is more than {MAX_POINTS}")
-    service = _cached(latency)
+    service = CachedLatency(latency)
     # the slow end's queue never drains past its capacity: no range there (LoadPoint)
     slow_capacity = (capacity_qps(latency.at_bound("high"), config, stalls)
                      if isinstance(latency, LatencyModel) and latency.interval_ms is not None else 0.0)

@@ -35,12 +35,12 @@ from predictor.capacity.load_trace import LoadTrace
 from predictor.capacity.simulator import (
     DEFAULT_SCHEDULER,
     BatchingConfig,
+    CachedLatency,
     Engine,
     LatencyFn,
     LatencyModel,
     Scheduler,
     SimResult,
-    checked_latency,
     high_end_is_own_run,
     p99_at_ends,
     simulate,
@@ -101,7 +101,8 @@ class Runs:
         self.trace = trace
         #: each (qps, GPUs)'s arrivals: a trace's share is made once, whatever the settings asked about
         self.arrivals: dict[tuple[float, int], GpuArrivals] = {}
-        self.medians: dict[int, tuple[float, float]] = {}
+        #: the latency asked once per batch size, its serving host's part kept for the instances' sharing
+        self.cached = CachedLatency(latency)
         #: by (qps, max_batch, delay, instances, GPUs)
         self.results: dict[tuple[float, int, int, int, int], SimResult] = {}
         self.above: dict[tuple[float, int, int, int, int], float] = {}
@@ -109,9 +110,7 @@ class Runs:
         self.ranges: dict[tuple[float, int, int, int, int], tuple[float, float]] = {}
 
     def cached_latency(self, batch: int) -> tuple[float, float]:
-        if batch not in self.medians:
-            self.medians[batch] = checked_latency(self.latency, batch)
-        return self.medians[batch]
+        return self.cached(batch)
 
 
 class Search:
@@ -135,7 +134,8 @@ class Search:
         most ``max_batch`` (sharing it as ``Runs.sharing`` says): while the host is paused they serve
         none, so its pauses' share of the time is taken off."""
         best = instances_capacity_qps(lambda b: self.cached_latency(b)[0], max_batch, instances,
-                                      self.runs.sharing if instances > 1 else None)
+                                      self.runs.sharing if instances > 1 else None,
+                                      self.runs.cached.host_ms)
         return best * serving_share(self.runs.stalls)
 
     def fastest_ms(self, max_batch: int) -> float:
@@ -189,7 +189,7 @@ class Search:
             arrivals, config = self._arrivals_and_config(setting, gpus)
             self._check_budget(arrivals)
             self.runs.results[key] = statistics_only(simulate(
-                arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
+                arrivals.arrivals, config, self.runs.cached, requests=arrivals.requests,
                 warmup_fraction=arrivals.warmup_fraction, engine=self.runs.engine, stalls=self.runs.stalls))
             self._charge(arrivals.count)
         return self.runs.results[key]
@@ -226,7 +226,7 @@ class Search:
                 return self.simulate(setting, gpus)
             arrivals, config = self._arrivals_and_config(setting, gpus)
             self._check_budget(arrivals)
-            run = simulate_bounded(arrivals.arrivals, config, self.cached_latency, requests=arrivals.requests,
+            run = simulate_bounded(arrivals.arrivals, config, self.runs.cached, requests=arrivals.requests,
                                    p99_bound_ms=bound_ms, warmup_fraction=arrivals.warmup_fraction,
                                    engine=runs.engine, stalls=runs.stalls)
             self._charge(run.simulated)

@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 from predictor.capacity.host_stalls import HostStalls
 from predictor.capacity.service_drift import ServiceDrift
-from predictor.capacity.simulator import LatencyModel, PlanFor
+from predictor.capacity.simulator import HostEnd, LatencyModel, PlanFor
 
 SCHEMA_VERSION = 1
 #: where the shipped paths live, one JSON file each, named by the path's ``name``
@@ -52,7 +52,6 @@ MAX_SIGMA = 2.0
 EMPTY_MODEL = "empty"
 Label = Literal["measured", "fitted"]
 LABELS: tuple[str, ...] = ("measured", "fitted")
-End = Literal["median", "low", "high"]
 
 
 def _number(value: Any, name: str, high: float) -> float:
@@ -128,7 +127,7 @@ class ServingPath:
                 "empty model (latpred serving-path FOLDER --models empty --out mine.json) and plan with it "
                 "(latpred capacity ... --serving-path mine.json)")
 
-    def added_ms(self, requests: int, end: End = "median") -> float:
+    def added_ms(self, requests: int, end: HostEnd = "median") -> float:
         """What the path adds to a batch of ``requests`` requests, at its median or either end."""
         return {"median": self.cost, "low": self.low, "high": self.high}[end].added_ms(requests)
 
@@ -136,9 +135,13 @@ class ServingPath:
         """``model`` (the prediction's latency per batch) as this server serves it: each median
         plus the path's cost, the spread at least the path's, the interval's ends plus the path's
         ends (a model without an interval gets the path's alone). Apply it before
-        ``LatencyModel.for_plan``, which then plans for the slow end of both."""
+        ``LatencyModel.for_plan``, which then plans for the slow end of both. The path is the
+        model's ``host``: several instances on one GPU share the prediction's part of a batch, each
+        doing its own path's work (``LatencyModel``)."""
         if model.plan_for != "median":
             raise ValueError("model: put the serving path around the prediction's medians, then plan for its slow end")
+        if model.host is not None:
+            raise ValueError("model: already includes a serving path; put one path around the prediction")
         interval = model.interval_ms
 
         def median(batch: int) -> float:
@@ -148,7 +151,7 @@ class ServingPath:
             low, high = interval(batch) if interval is not None else (model.median_ms(batch),) * 2
             return float(low) + self.added_ms(batch, "low"), float(high) + self.added_ms(batch, "high")
 
-        return LatencyModel(median, max(model.sigma, self.sigma), interval_ms=ends)
+        return LatencyModel(median, max(model.sigma, self.sigma), interval_ms=ends, host=self)
 
     def to_dict(self) -> dict[str, Any]:
         """The stored form (``from_dict`` reads it back)."""

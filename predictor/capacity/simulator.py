@@ -54,7 +54,9 @@ Simplifications of Triton's batcher:
 - instances are identical; without ``BatchingConfig.sharing`` they are independent (a batch's time
   depends on its size alone, not on how many instances share the GPU); with it, a batch that starts
   beside others takes the sharing factor times the latency of their summed size
-  (:mod:`predictor.capacity.instance_sharing`, measured on an H100);
+  (:mod:`predictor.capacity.instance_sharing`, measured on an H100), less the serving host's own
+  work in it (``LatencyModel.host``: each instance does its own, in its own thread), which the
+  batch takes for its own size, unshared;
 - when preferred sizes are set, batches never exceed the largest preferred size that fits, as
   Triton's documentation describes; newer Triton releases may, after the queue delay runs out,
   send more than the largest preferred size, which is not modelled.
@@ -72,7 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 
@@ -108,6 +110,8 @@ LatencyFn = Callable[[int], tuple[float, float]]
 #: what a capacity plan is made for: the predicted medians, or the slow end of their intervals
 PlanFor = Literal["median", "slow_end"]
 PLAN_FOR: tuple[str, ...] = get_args(PlanFor)
+#: which of a serving path's times a latency model's medians include: its median or an end of its range
+HostEnd = Literal["median", "low", "high"]
 #: how the simulated server forms batches while its instances are busy (``BatchingConfig.scheduler``)
 Scheduler = Literal["rule", "triton"]
 SCHEDULERS: tuple[str, ...] = get_args(Scheduler)
@@ -288,13 +292,27 @@ class BatchingConfig:
                              "the sharing model was measured for")
 
 
+class HostWork(Protocol):
+    """The serving host's own time in each batch (``ServingPath``): the Python or C++ around the GPU's
+    work, which each model instance does in its own thread while the GPU's work is shared."""
+
+    def added_ms(self, requests: int, end: HostEnd = "median", /) -> float: ...
+
+
 @dataclass(frozen=True)
 class LatencyModel:
     """Service time of a batch: ``median_ms(batch) * exp(sigma * Z)``, lognormal around the median.
 
     A predicted model may also say how far its medians may be off: ``interval_ms(batch)``, the
     (low, high) ms of the prediction's ~90% interval. That error is not run-to-run spread: it moves
-    every batch of a deployment the same way, so it is simulated apart (``at_bound``), not drawn."""
+    every batch of a deployment the same way, so it is simulated apart (``at_bound``), not drawn.
+
+    ``host``: the part of each median that is the serving host's own work (``ServingPath.around``
+    puts it there), at ``host_end`` of its range. Several instances share the GPU's work, not that
+    (``BatchingConfig.sharing``): through Triton (PyTriton) on an H100, with 2-4 instances, charging the
+    sharing on the whole batch time made 0.8 of capacity look like overload (p99 up to 38x the measured),
+    charging it on the GPU's part alone did not (0.60-1.04x, median 0.88; the loads this was chosen on,
+    ``benchmarks/results/instances_vs_triton_h100.txt``)."""
 
     median_ms: Callable[[int], float]
     sigma: float = 0.0
@@ -302,13 +320,22 @@ class LatencyModel:
     #: what the medians are: the prediction's (``median``) or its interval's high ends
     #: (``slow_end``, ``for_plan``), so that the model's own run is the high end of its range
     plan_for: PlanFor = "median"
+    host: HostWork | None = None
+    #: which of ``host``'s times the medians include: the model's ends include the path's ends
+    host_end: HostEnd = "median"
 
     def __post_init__(self) -> None:
         if not is_finite_number(self.sigma) or not 0 <= self.sigma <= 5:
             raise ValueError(f"sigma: must be in [0, 5], not {self.sigma!r}")
+        if self.host_end not in get_args(HostEnd):
+            raise ValueError(f"host_end: must be one of {get_args(HostEnd)}, not {self.host_end!r}")
 
     def __call__(self, batch: int) -> tuple[float, float]:
         return float(self.median_ms(batch)), float(self.sigma)
+
+    def host_ms(self, batch: int) -> float:
+        """The serving host's own ms in a batch of ``batch`` requests: 0 without ``host``."""
+        return 0.0 if self.host is None else float(self.host.added_ms(batch, self.host_end))
 
     def at_bound(self, side: Literal["low", "high"]) -> LatencyModel:
         """The same spread around the low or the high end of each batch's interval, as medians."""
@@ -316,7 +343,7 @@ class LatencyModel:
         if interval is None:
             raise ValueError("this latency model has no interval: only a predicted one has")
         index = 0 if side == "low" else 1
-        return LatencyModel(lambda batch: interval(batch)[index], self.sigma)
+        return LatencyModel(lambda batch: interval(batch)[index], self.sigma, host=self.host, host_end=side)
 
     def for_plan(self, plan_for: PlanFor) -> LatencyModel:
         """The model a plan is made for: as it is (``median``), or with each median moved to the
@@ -329,7 +356,41 @@ class LatencyModel:
         interval = self.interval_ms
         if interval is None:
             raise ValueError("plan_for: 'slow_end' needs a predicted latency, with an interval")
-        return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval, plan_for="slow_end")
+        return LatencyModel(lambda batch: interval(batch)[1], self.sigma, interval_ms=interval, plan_for="slow_end",
+                            host=self.host, host_end="high")
+
+
+class CachedLatency:
+    """``latency`` asked once per batch size (it may be a whole-model prediction), each answer checked
+    as the simulator checks it (``checked_latency``), its serving host's part kept (``host_ms``): what
+    a plan's or a load curve's many runs ask."""
+
+    def __init__(self, latency: LatencyModel | LatencyFn) -> None:
+        self.latency = latency
+        self.answers: dict[int, tuple[float, float]] = {}
+
+    def __call__(self, batch: int) -> tuple[float, float]:
+        if batch not in self.answers:
+            self.answers[batch] = checked_latency(self.latency, batch)
+        return self.answers[batch]
+
+    def host_ms(self, batch: int) -> float:
+        """The cached latency's serving host's own ms (``host_ms``): what the instances' sharing leaves out."""
+        return host_ms(self.latency, batch)
+
+
+@runtime_checkable
+class NamesHostWork(Protocol):
+    """A latency that says how much of each batch's time is the serving host's own work
+    (``LatencyModel``, ``CachedLatency``, a measured table such as ``training.serving_check.TableLatency``)."""
+
+    def host_ms(self, batch: int) -> float: ...
+
+
+def host_ms(latency: LatencyModel | LatencyFn, batch: int) -> float:
+    """The serving host's own ms in ``latency``'s batch of ``batch`` (``NamesHostWork``; none for a
+    bare callable)."""
+    return float(latency.host_ms(batch)) if isinstance(latency, NamesHostWork) else 0.0
 
 
 @dataclass(frozen=True)
@@ -422,7 +483,7 @@ class _Server:
             service = self.service_s(size, now)
         else:
             summed, factor = sharing.batch_time_terms(size, self.running)
-            service = self.service_s(summed, now, factor)
+            service = self.service_s(summed, now, factor, size)
         self.running.append(size)
         self.start_s[lo:hi] = now
         self.batches.append((now, service, size, lo))
@@ -452,16 +513,35 @@ def _service_sampler(latency: LatencyModel | LatencyFn, rng: np.random.Generator
     """Service seconds of a batch starting at a time; the latency model is asked once per batch
     size (it may be a whole-model prediction), and normals are drawn in blocks (one numpy call per
     draw is slow). With ``pauses`` the batch also waits out the host's pauses it runs into; with
-    ``drift`` its normal is the host's at the batch's start, not one of its own."""
+    ``drift`` its normal is the host's at the batch's start, not one of its own. Asked with the
+    batch's ``own_batch`` (instances sharing the GPU, ``batch`` their summed size and ``scale`` the
+    sharing factor), the factor applies to the GPU's part of the summed batch alone, and the batch adds
+    its own size's serving-host work (``host_ms``)."""
     cache: dict[int, tuple[float, float]] = {}
+    host_cache: dict[int, float] = {}
     normals: Iterator[float] = iter(())
 
-    def sample(batch: int, start_s: float, scale: float = 1.0, /) -> float:
+    def host_s(batch: int) -> float:
+        if batch not in host_cache:
+            host_cache[batch] = host_ms(latency, batch) * 1e-3
+        return host_cache[batch]
+
+    def gpu_part_s(batch: int, median_s: float) -> float:
+        gpu = median_s - host_s(batch)
+        if gpu < 0:
+            raise ValueError(f"latency: the serving host's work in a batch of {batch} ({host_s(batch) * 1e3:.4g} ms) "
+                             f"is more than its median ({median_s * 1e3:.4g} ms): the host's part must be part of it")
+        return gpu
+
+    def sample(batch: int, start_s: float, scale: float = 1.0, own_batch: int | None = None, /) -> float:
         nonlocal normals
         if batch not in cache:
             median, sigma = checked_latency(latency, batch)
             cache[batch] = (median * 1e-3, sigma)
         median_s, sigma = cache[batch]
+        if own_batch is not None:  # instances share the GPU's part of the summed batch, not the host's
+            median_s = scale * gpu_part_s(batch, median_s) + host_s(own_batch)
+            scale = 1.0
         if sigma == 0:
             work = median_s * scale
         elif drift is not None:

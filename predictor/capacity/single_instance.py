@@ -51,9 +51,10 @@ class ServiceFn(Protocol):
     """A batch's service seconds from its size and its start (s), its work times ``scale``: the start
     matters where the host pauses (:mod:`predictor.capacity.host_stalls`), the scale where instances
     share the GPU (:mod:`predictor.capacity.instance_sharing`: the size is then the running batches'
-    sum, and the scale their sharing factor; a pause is waited out unscaled)."""
+    sum, the scale their sharing factor, and ``own_batch`` the batch's own size, whose serving-host
+    work is its own and unscaled, ``LatencyModel.host``; a pause is waited out unscaled)."""
 
-    def __call__(self, batch: int, start_s: float, scale: float = 1.0, /) -> float: ...
+    def __call__(self, batch: int, start_s: float, scale: float = 1.0, own_batch: int | None = None, /) -> float: ...
 
 
 @dataclass(frozen=True)

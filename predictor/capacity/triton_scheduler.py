@@ -106,7 +106,8 @@ def serve_like_triton(arrival_s: np.ndarray, max_batch: int, preferred: Sequence
     ``preferred`` are the preferred batch sizes (empty: Triton's default, ``max_batch`` alone);
     ``service_s(size, start)`` is asked once per batch, in the order the batches start; with
     ``sharing`` (several instances on one GPU), a batch that starts beside running ones is asked as
-    ``service_s(their summed size, start, sharing factor)`` (:mod:`predictor.capacity.instance_sharing`).
+    ``service_s(their summed size, start, sharing factor, its own size)``
+    (:mod:`predictor.capacity.instance_sharing`).
     """
     server = _TritonServer(arrival_s, max_batch, preferred, delay_s, instances, service_s, give_up, sharing)
     try:
@@ -354,7 +355,7 @@ class _TritonServer:
             # (a batch ending at this very instant is over, as SimPy's loop has it, though its turn is to come)
             running = [self.batches[i][2] for finish, i in self.done if finish > self.now]
             summed, factor = self.sharing.batch_time_terms(size, running)
-            service = self.service_s(summed, self.now, factor)
+            service = self.service_s(summed, self.now, factor, size)
         finish = self.now + service
         self.batches.append((self.now, service, size, lo))
         if self.give_up is not None:

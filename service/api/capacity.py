@@ -81,7 +81,7 @@ api = APIBlueprint("capacity", __name__, url_prefix="/v1",
 
 #: What an answer depends on besides the query and the bundle, in the ETag: the planner's settings,
 #: and how answers are written.
-PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-12"
+PLANNER = f"requests={REQUESTS} seed={SEED} budget={DEFAULT_BUDGET} {MAX_BATCH_CHOICES} {DELAY_US_CHOICES} plan-13"
 
 OK_RESPONSE = {
     "description": "json: a list of plans, one per (qps, slo_p99_ms) combination; csv: a header and one row per "
@@ -134,7 +134,8 @@ def capacity(query: CapacityQuery) -> Response:
 
     The predictions are the GPU's time alone; a server takes longer (Triton through PyTriton added
     1.1-2.6 ms a batch and 0.15-0.32 ms a request on ten H100 hosts). `serving_path` (a shipped path's
-    name) adds a server's own time, with its range, to every batch, and replays its host's pauses
+    name) adds a server's own time, with its range, to every batch (each model instance's own, where
+    several share a GPU: only the GPU's time is shared), and replays its host's pauses
     and drift (its batches' times moving together);
     each plan names it (`serving_path`: its stored form and, for a path fitted on other hosts,
     `caution`; or null), as does the
