@@ -170,6 +170,7 @@ def instances_capacity_qps(median_ms: Callable[[int], float], max_batch: int, in
     medians), ``k max over b of b / median(b)`` without (independent instances, each as fast as one alone)."""
     if sharing is None or instances == 1:
         return instances * max(b / median_ms(b) * 1e3 for b in range(1, max_batch + 1))
+
     def batch_ms(b: int) -> float:  # k batches of b running together, each
         gpu = median_ms(instances * b) - host_ms(instances * b)
         if gpu < 0:

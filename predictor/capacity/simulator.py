@@ -308,7 +308,8 @@ class LatencyModel:
     every batch of a deployment the same way, so it is simulated apart (``at_bound``), not drawn.
 
     ``host``: the part of each median that is the serving host's own work (``ServingPath.around``
-    puts it there), at ``host_end`` of its range. Several instances share the GPU's work, not that
+    puts it there, and adds the host's range to the interval's ends, so that each end's GPU part is the
+    prediction's end), at ``host_end`` of its range. Several instances share the GPU's work, not that
     (``BatchingConfig.sharing``): through Triton (PyTriton) on an H100, with 2-4 instances, charging the
     sharing on the whole batch time made 0.8 of capacity look like overload (p99 up to 38x the measured),
     charging it on the GPU's part alone did not (0.60-1.04x, median 0.88; the loads this was chosen on,
